@@ -1,0 +1,8 @@
+//! The core library of kubectl-karpenter.
+//!
+//! Everything with logic lives here; the `karpenter-agent` and `kubectl-karpenter` binaries only
+//! parse flags and wire these pieces together. The arrows run one way: controllers, setup and
+//! explanations sit on top of scheduling, cloud providers and cluster state, which sit on top of
+//! the API types ([`apis`]) and resource arithmetic.
+
+pub mod apis;

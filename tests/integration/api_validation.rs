@@ -1,0 +1,159 @@
+//! A bad manifest is rejected by the API server, before any controller sees it, with a message
+//! that names the field and says what is wrong.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use crate::rig::rig;
+
+/// A NodePool whose requirements (YAML flow list) and disruption are spliced in.
+fn node_pool(name: &str, requirements: &str, disruption: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      requirements: {requirements}
+      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}
+  disruption: {disruption}
+"#
+    )
+}
+
+/// Submits `manifest` with a server-side dry run and returns the rejection message.
+fn rejection(manifest: &str) -> String {
+    let out = rig().kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], manifest);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the API server accepted an invalid manifest:\n{manifest}");
+    stderr
+}
+
+fn assert_rejected(manifest: &str, field: &str, reason: &str) {
+    let message = rejection(manifest);
+    assert!(message.contains(field), "the error does not name {field}:\n{message}");
+    assert!(message.contains(reason), "the error does not say {reason:?}:\n{message}");
+}
+
+#[test]
+fn a_valid_node_pool_passes_the_same_checks() {
+    let manifest = node_pool(
+        "valid",
+        r#"[{key: kubernetes.io/arch, operator: In, values: [amd64], minValues: 1}, {key: example.com/gen, operator: Gte, values: ["3"]}]"#,
+        "{consolidateAfter: 30s}",
+    );
+    let out = rig().kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &manifest);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_unknown_operator_is_rejected() {
+    let manifest = node_pool("bad-operator", "[{key: kubernetes.io/arch, operator: Like, values: [amd64]}]", "{consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.template.spec.requirements[0].operator", "Unsupported value: \"Like\"");
+}
+
+#[test]
+fn in_without_values_is_rejected() {
+    let manifest = node_pool("in-no-values", "[{key: kubernetes.io/arch, operator: In}]", "{consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.template.spec.requirements", "requirements with operator 'In' must have a value defined");
+}
+
+#[test]
+fn min_values_above_the_number_of_values_is_rejected() {
+    let manifest =
+        node_pool("min-values", "[{key: kubernetes.io/arch, operator: In, values: [amd64], minValues: 2}]", "{consolidateAfter: 0s}");
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements",
+        "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+    );
+}
+
+#[test]
+fn gt_with_a_non_integer_is_rejected() {
+    let manifest = node_pool("gt-text", r#"[{key: example.com/gen, operator: Gt, values: ["three"]}]"#, "{consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.template.spec.requirements", "must have a single positive integer value");
+}
+
+#[test]
+fn gt_with_two_values_is_rejected() {
+    let manifest = node_pool("gt-two", r#"[{key: example.com/gen, operator: Lte, values: ["1", "2"]}]"#, "{consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.template.spec.requirements", "must have a single positive integer value");
+}
+
+#[test]
+fn an_unknown_consolidation_policy_is_rejected() {
+    let manifest = node_pool("bad-policy", "[]", "{consolidationPolicy: WhenIdle, consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.disruption.consolidationPolicy", "Unsupported value: \"WhenIdle\"");
+}
+
+#[test]
+fn a_missing_node_class_ref_is_rejected() {
+    let manifest = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: no-class
+spec:
+  template:
+    spec:
+      requirements: []
+"#;
+    assert_rejected(manifest, "spec.template.spec.nodeClassRef", "Required value");
+}
+
+#[test]
+fn a_restricted_label_in_requirements_is_rejected() {
+    let manifest = node_pool("hostname", "[{key: kubernetes.io/hostname, operator: In, values: [a]}]", "{consolidateAfter: 0s}");
+    assert_rejected(&manifest, "spec.template.spec.requirements", "label \"kubernetes.io/hostname\" is restricted");
+}
+
+#[test]
+fn a_budget_schedule_without_duration_is_rejected() {
+    let manifest = node_pool("budget", "[]", r#"{consolidateAfter: 0s, budgets: [{nodes: "0", schedule: "@daily"}]}"#);
+    assert_rejected(&manifest, "spec.disruption.budgets", "'schedule' must be set with 'duration'");
+}
+
+#[test]
+fn an_ec2_node_class_with_both_role_and_instance_profile_is_rejected() {
+    let manifest = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: both
+spec:
+  role: KarpenterNodeRole-demo
+  instanceProfile: KarpenterNodeInstanceProfile-demo
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+"#;
+    assert_rejected(manifest, "spec", "must specify exactly one of ['role', 'instanceProfile']");
+}
+
+#[test]
+fn a_node_claim_spec_cannot_change() {
+    let rig = rig();
+    let claim = |arch: &str| {
+        format!(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: immutable-check
+spec:
+  requirements: [{{key: kubernetes.io/arch, operator: In, values: [{arch}]}}]
+  nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}
+"#
+        )
+    };
+    let created = rig.kubectl_with_input(&["apply", "-f", "-"], &claim("amd64"));
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let changed = rig.kubectl_with_input(&["apply", "-f", "-"], &claim("arm64"));
+    let message = String::from_utf8_lossy(&changed.stderr).into_owned();
+    rig.kubectl_ok(&["delete", "nodeclaim", "immutable-check", "--wait=false"]);
+    assert!(!changed.status.success(), "a NodeClaim's spec was changed");
+    assert!(message.contains("spec is immutable"), "{message}");
+}

@@ -1,0 +1,127 @@
+//! The real control plane that integration tests talk to: etcd, kube-apiserver, kube-scheduler,
+//! kube-controller-manager and kwok, started by `tests/rig/rig` and shared by every test in one
+//! test binary.
+//!
+//! The rig is bound to this test process (`--owner-pid`): a watchdog stops it when the process
+//! exits, however it exits, so no run leaves processes behind. Set `KARPENTER_TEST_KUBECONFIG`
+//! to point the tests at a rig you already started (`tests/rig/rig up DIR`) and skip the start-up.
+
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// A running rig.
+pub struct Rig {
+    /// Admin kubeconfig of the rig.
+    pub kubeconfig: PathBuf,
+    /// Directory holding the rig's kubectl and friends.
+    pub bin: PathBuf,
+    /// Kept so the rig's directory (logs, certificates) outlives the tests.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The repository root (the directory holding `tests/rig/rig`).
+pub fn repo_root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("tests/rig/rig").exists() {
+        assert!(dir.pop(), "tests/rig/rig not found above {}", env!("CARGO_MANIFEST_DIR"));
+    }
+    dir
+}
+
+fn rig_script() -> PathBuf {
+    repo_root().join("tests/rig/rig")
+}
+
+fn run_checked(command: &mut Command, what: &str) -> Output {
+    let output = command.stderr(Stdio::piped()).stdout(Stdio::piped()).output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The rig shared by this test binary, started on first use, with the CRDs installed.
+pub fn rig() -> &'static Rig {
+    static RIG: OnceLock<Rig> = OnceLock::new();
+    RIG.get_or_init(|| {
+        let bin_out = run_checked(Command::new(rig_script()).arg("bin"), "building the rig (tests/rig/rig bin)");
+        let bin = PathBuf::from(String::from_utf8_lossy(&bin_out.stdout).lines().last().unwrap_or_default().trim());
+        let rig = match std::env::var_os("KARPENTER_TEST_KUBECONFIG") {
+            Some(kubeconfig) => Rig { kubeconfig: kubeconfig.into(), bin, _dir: None },
+            None => {
+                let dir = tempfile::Builder::new().prefix("karpenter-rig-").tempdir().expect("temp dir for the rig");
+                run_checked(
+                    Command::new(rig_script())
+                        .arg("up")
+                        .arg(dir.path())
+                        .arg("--owner-pid")
+                        .arg(std::process::id().to_string()),
+                    "starting the rig (tests/rig/rig up)",
+                );
+                Rig { kubeconfig: dir.path().join("kubeconfig"), bin, _dir: Some(dir) }
+            }
+        };
+        rig.install_crds();
+        rig
+    })
+}
+
+impl Rig {
+    /// The rig's own kubectl, pointed at the rig.
+    pub fn kubectl(&self) -> Command {
+        let mut command = Command::new(self.bin.join("kubectl"));
+        command.env("KUBECONFIG", &self.kubeconfig);
+        command
+    }
+
+    /// Runs kubectl with `stdin` as input and returns its output, whatever the exit status.
+    pub fn kubectl_with_input(&self, args: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write to kubectl");
+        child.wait_with_output().expect("wait for kubectl")
+    }
+
+    /// Runs kubectl and fails the test if it fails; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = run_checked(self.kubectl().args(args), &format!("kubectl {}", args.join(" ")));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// A kube client for the rig (one per test: clients belong to the runtime that made them).
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read the rig's kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("load the rig's kubeconfig");
+        kube::Client::try_from(config).expect("client for the rig")
+    }
+
+    fn install_crds(&self) {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let yaml = karpenter_core::apis::crds_yaml().expect("render CRDs");
+        let applied = self.kubectl_with_input(&["apply", "--server-side", "--force-conflicts", "-f", "-"], &yaml);
+        assert!(applied.status.success(), "applying the CRDs failed: {}", String::from_utf8_lossy(&applied.stderr));
+        self.kubectl_ok(&["wait", "--for", "condition=Established", "--timeout", "60s", "crd", "--all"]);
+    }
+}
+
+/// Reads a file below the repository root.
+pub fn read_repo_file(path: impl AsRef<Path>) -> String {
+    let path = repo_root().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
