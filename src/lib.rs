@@ -6,3 +6,8 @@
 //! the API types ([`apis`]) and resource arithmetic.
 
 pub mod apis;
+pub mod cloud;
+pub mod controllers;
+pub mod metrics;
+pub mod resources;
+pub mod scheduling;

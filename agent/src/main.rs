@@ -1,9 +1,16 @@
 //! `karpenter-agent`: the in-cluster provisioning loop. This file only parses flags and wires
-//! the library together.
+//! the library together; the loops live in `karpenter_core::controllers`.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_core::cloud::kwok::KwokProvider;
+use karpenter_core::controllers::{self, Settings};
+use karpenter_core::metrics::Metrics;
 use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Just-in-time node provisioning for Kubernetes, compatible with Karpenter's v1 API.
 #[derive(Parser)]
@@ -17,15 +24,133 @@ struct Cli {
 enum Command {
     /// Print the CustomResourceDefinitions (NodePool, NodeClaim, node classes) as YAML.
     Crds,
+    /// Run the provisioning loop against a cluster.
+    Run(RunArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProviderKind {
+    /// Simulated nodes kept alive by kwok: no cloud, no cost.
+    Kwok,
+    /// Amazon EC2.
+    Aws,
+    /// Google Compute Engine.
+    Gcp,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The cloud to launch nodes in.
+    #[arg(long, env = "KARPENTER_PROVIDER", value_enum, default_value = "kwok")]
+    provider: ProviderKind,
+    /// Kubeconfig to use instead of the in-cluster service account (or $KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Close a batch of pending pods after this long without a new one (e.g. 1s, 500ms).
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    batch_idle_duration: Duration,
+    /// Close a batch at the latest this long after its first pod.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    batch_max_duration: Duration,
+    /// Where to serve /metrics, /healthz and /readyz.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_address: SocketAddr,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "LOG_JSON")]
+    log_json: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    karpenter_core::apis::parse_duration(text).map_err(|e| e.to_string())
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
+    };
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    match metrics.encode() {
+                        Ok(body) => (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            body,
+                        ),
+                        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], String::new()),
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    axum::serve(listener, app).await.context("serving /metrics")
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_json);
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let settings = Settings { batch_idle: args.batch_idle_duration, batch_max: args.batch_max_duration, ..Settings::default() };
+    let metrics = Arc::new(Metrics::new());
+    let http = tokio::spawn(serve_http(args.metrics_address, metrics.clone()));
+    let agent = async {
+        match args.provider {
+            ProviderKind::Kwok => {
+                let provider = Arc::new(KwokProvider::new(client.clone()));
+                controllers::run(client, provider, settings, metrics).await.context("running the controllers")
+            }
+            ProviderKind::Aws | ProviderKind::Gcp => {
+                anyhow::bail!("the aws and gcp providers are not available in this build yet; use --provider kwok")
+            }
+        }
+    };
+    tokio::select! {
+        result = agent => result,
+        result = http => result.context("the HTTP server stopped")?.context("the HTTP server failed"),
+    }
 }
 
 fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
             let yaml = karpenter_core::apis::crds_yaml().context("rendering the CRDs")?;
             std::io::stdout().write_all(yaml.as_bytes()).context("writing to stdout")?;
+            Ok(())
         }
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(run(args)),
     }
-    Ok(())
 }

@@ -107,6 +107,12 @@ pub const KWOK_NODE_FAKE: &str = "fake";
 /// Hourly price of a node, read by eks-node-viewer and by `kubectl karpenter status`.
 pub const INSTANCE_PRICE: &str = "eks-node-viewer/instance-price";
 
+// --- This project's own annotations on NodeClaims (what `kubectl karpenter explain` reads) ---
+/// JSON list of the pods (`namespace/name`) a NodeClaim was created for.
+pub const PROVISIONED_FOR: &str = "kubectl-karpenter.io/provisioned-for";
+/// JSON list of the instance types that fitted, cheapest first, with prices.
+pub const INSTANCE_TYPE_OPTIONS: &str = "kubectl-karpenter.io/instance-type-options";
+
 /// Label keys a NodePool may not set: they belong to the node or to Karpenter itself.
 pub const RESTRICTED_LABELS: &[&str] = &[NODE_POOL, HOSTNAME];
 

@@ -1,0 +1,15 @@
+//! What the cloud offers and how to get it.
+//!
+//! [`catalogue`] holds the pure data the scheduler reads: instance types with their capacity,
+//! overhead and priced offerings. The `CloudProvider` trait (create, delete, get, list,
+//! instance types, drift) and the aws/, gcp/, kwok/ and fake providers build on these types and
+//! live beside this module.
+
+pub mod catalogue;
+
+pub use catalogue::{InstanceType, Offering, Overhead};
+
+pub mod kwok;
+pub mod provider;
+
+pub use provider::{CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, ProviderId};

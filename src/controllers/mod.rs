@@ -1,0 +1,232 @@
+//! The agent's control loops as library functions the binary wires up and tests can call:
+//! provisioning (pending pods → NodeClaims), the NodeClaim lifecycle (launch, registration,
+//! initialization, liveness, termination), garbage collection of orphaned instances, and
+//! NodePool status.
+//!
+//! Every loop reads cluster state from reflector stores and writes through the API server; none
+//! keeps state that a restart would lose, so a restarted agent picks up where it left off.
+
+pub mod conditions;
+pub mod garbage_collection;
+pub mod lifecycle;
+pub mod nodepool_status;
+pub mod provisioning;
+
+use crate::apis::{NodeClaim, NodePool};
+use crate::cloud::CloudProvider;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The field manager (and event reporter) name the agent writes with.
+pub const FIELD_MANAGER: &str = "karpenter-agent";
+
+/// Why a control loop iteration failed. Every variant is retried; none stops the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{action} failed")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A cloud call failed.
+    #[error("{action} failed")]
+    Cloud {
+        action: String,
+        #[source]
+        source: crate::cloud::CloudError,
+    },
+    /// An object the loop needs is malformed.
+    #[error("{object} is invalid: {reason}")]
+    Invalid { object: String, reason: String },
+}
+
+impl Error {
+    pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Kube { action, source }
+    }
+
+    pub(crate) fn cloud(action: impl Into<String>) -> impl FnOnce(crate::cloud::CloudError) -> Self {
+        let action = action.into();
+        move |source| Self::Cloud { action, source }
+    }
+
+    /// Whether the failure was an optimistic-concurrency conflict (HTTP 409).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Kube { source: kube::Error::Api(status), .. } if status.code == 409)
+    }
+
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Kube { .. } => "kube",
+            Self::Cloud { source, .. } => source.kind(),
+            Self::Invalid { .. } => "invalid",
+        }
+    }
+}
+
+/// Whether an API error means the object does not exist.
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// Timings of the control loops; upstream's defaults unless said otherwise.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Provisioning waits this long after the last new pending pod before it schedules.
+    pub batch_idle: Duration,
+    /// ...but never longer than this after the first one.
+    pub batch_max: Duration,
+    /// A launched instance that has not registered a Node by then is deleted.
+    pub registration_ttl: Duration,
+    /// How often orphaned instances are looked for.
+    pub garbage_collection_interval: Duration,
+    /// An instance younger than this is never garbage-collected (its claim may not be written yet).
+    pub garbage_collection_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            registration_ttl: Duration::from_secs(15 * 60),
+            garbage_collection_interval: Duration::from_secs(30),
+            garbage_collection_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every loop shares: the API client, the provider, the cluster as the reflectors see it.
+pub struct Context<P> {
+    pub client: Client,
+    pub provider: Arc<P>,
+    pub claims: Store<NodeClaim>,
+    pub nodes: Store<Node>,
+    pub pools: Store<NodePool>,
+    pub pods: Store<Pod>,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl<P: CloudProvider> Context<P> {
+    /// A context over the given stores.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        provider: Arc<P>,
+        claims: Store<NodeClaim>,
+        nodes: Store<Node>,
+        pools: Store<NodePool>,
+        pods: Store<Pod>,
+        settings: Settings,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let reporter = Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self { client, provider, claims, nodes, pools, pods, recorder, settings, metrics }
+    }
+
+    /// The Node whose providerID is `provider_id`, if the reflector has seen one.
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+        self.nodes.state().into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    }
+}
+
+/// Starts every control loop over `client` and `provider` and runs them until one of them
+/// stops (the lifecycle controller stops on SIGTERM/SIGINT). Dropping the future stops them all.
+pub async fn run<P: CloudProvider + 'static>(
+    client: Client,
+    provider: Arc<P>,
+    settings: Settings,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> Result<(), Error> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use kube::{Api, ResourceExt};
+
+    let (pending, wake) = provisioning::PendingPods::new();
+
+    let (claims, claims_writer) = reflector::store::<NodeClaim>();
+    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (pools, pools_writer) = reflector::store::<NodePool>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+
+    // Each reflector runs as its own task; managed fields are dropped to keep memory down.
+    fn spawn_reflector<K>(
+        api: Api<K>,
+        writer: reflector::store::Writer<K>,
+        on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(|object: &mut K| object.managed_fields_mut().clear());
+            reflector::reflector(writer, stream)
+                .for_each(|event| {
+                    match &event {
+                        Ok(event) => on_event(event),
+                        Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+                    }
+                    futures::future::ready(())
+                })
+                .await;
+        })
+    }
+
+    let tracker = pending.clone();
+    let reflectors = [
+        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}),
+        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, |_| {}),
+        spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}),
+        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, move |event| match event {
+            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => tracker.observe(pod),
+            watcher::Event::Delete(pod) => tracker.forget(pod),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }),
+    ];
+    let ready = async {
+        claims.wait_until_ready().await?;
+        nodes.wait_until_ready().await?;
+        pools.wait_until_ready().await?;
+        pods.wait_until_ready().await
+    };
+    if let Err(e) = ready.await {
+        tracing::warn!(error = %e, "reflectors stopped before they were ready");
+    }
+    tracing::info!(
+        provider = provider.name(),
+        nodeclaims = claims.state().len(),
+        nodes = nodes.state().len(),
+        nodepools = pools.state().len(),
+        pods = pods.state().len(),
+        "cluster state loaded"
+    );
+    // Pods that were already pending before we started still need a round.
+    pending.nudge();
+
+    let ctx = Arc::new(Context::new(client, provider, claims, nodes, pools, pods, settings, metrics));
+    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone()));
+    let provisioning = tokio::spawn(provisioning::run(ctx.clone(), pending, wake));
+    let gc = tokio::spawn(garbage_collection::run(ctx.clone()));
+    let status = tokio::spawn(nodepool_status::run(ctx.clone()));
+    let tasks = [provisioning, gc, status];
+    // The lifecycle controller ends on a shutdown signal; everything else goes with it.
+    let _ = lifecycle.await;
+    for task in tasks.iter().chain(reflectors.iter()) {
+        task.abort();
+    }
+    Ok(())
+}

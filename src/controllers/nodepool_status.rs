@@ -1,0 +1,69 @@
+//! Keeps each NodePool's status current: how many nodes it has, the resources they add up to
+//! (what its limits are checked against), and whether it is Ready.
+
+use super::{Context, Error, FIELD_MANAGER, conditions};
+use crate::apis::{NodePool, NodePoolStatus, labels};
+use crate::cloud::CloudProvider;
+use crate::resources::ResourceList;
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::warn;
+
+/// Refreshes every NodePool's status every few seconds until cancelled.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
+    let mut interval = tokio::time::interval(Duration::from_secs(5));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if let Err(e) = refresh(&ctx).await {
+            warn!(error = %e, cause = ?std::error::Error::source(&e), "nodepool status update failed");
+        }
+    }
+}
+
+/// Node count and summed capacity per pool, from the NodeClaims that exist.
+pub fn usage_by_pool<'a>(claims: impl IntoIterator<Item = &'a crate::apis::NodeClaim>) -> BTreeMap<String, (i64, ResourceList)> {
+    let mut usage: BTreeMap<String, (i64, ResourceList)> = BTreeMap::new();
+    for claim in claims {
+        let Some(pool) = claim.labels().get(labels::NODE_POOL) else { continue };
+        let entry = usage.entry(pool.clone()).or_default();
+        entry.0 += 1;
+        // Before launch the claim's requests stand in for the capacity it will have.
+        let capacity = claim
+            .status
+            .as_ref()
+            .filter(|s| !s.capacity.is_empty())
+            .map(|s| ResourceList::from_quantities(&s.capacity))
+            .unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests));
+        entry.1 = entry.1.saturating_add(&capacity.unwrap_or_default());
+    }
+    usage
+}
+
+/// One pass over every pool whose status is out of date.
+pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
+    let claims = ctx.claims.state();
+    let usage = usage_by_pool(claims.iter().map(|c| c.as_ref()));
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    for pool in ctx.pools.state() {
+        let name = pool.name_any();
+        let (nodes, resources) = usage.get(&name).cloned().unwrap_or_default();
+        let mut status = pool.status.clone().unwrap_or_default();
+        let resources = resources.to_quantities();
+        let fresh = status.nodes == Some(nodes) && status.resources == resources && conditions::is_true(&status.conditions, "Ready");
+        if fresh {
+            continue;
+        }
+        status = NodePoolStatus { nodes: Some(nodes), resources, ..status };
+        conditions::set(&mut status.conditions, "Ready", true, "Ready", "", pool.metadata.generation);
+        let patch = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "status": status});
+        api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await
+            .map_err(Error::kube(format!("updating the status of NodePool {name}")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! Provisioning: pending pods → NodeClaims.
+//!
+//! Pods the kube-scheduler marked unschedulable (`PodScheduled=False`, reason `Unschedulable`)
+//! start a batch; the batch closes once no new one arrived for `batch_idle` (1 s) or at
+//! `batch_max` (10 s). Then one scheduling round simulates the whole cluster (existing nodes,
+//! in-flight NodeClaims, every NodePool's catalogue) and creates the NodeClaims of the plan.
+//!
+//! In-flight NodeClaims count as capacity in the simulation, so a pod already provided for is
+//! never provided for twice, even by a freshly restarted agent.
+
+use super::nodepool_status::usage_by_pool;
+use super::{Context, Error};
+use crate::apis::{NodeClaim, NodePool, labels};
+use crate::cloud::{CloudProvider, InstanceType};
+use crate::resources::NODES;
+use crate::scheduling::{self, ExistingNode, InFlightClaim, Input, NewClaim, PoolInput};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use rand::Rng;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// Whether the kube-scheduler gave up on a pod, so it is ours to provision for.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
+    let unschedulable = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|conditions| {
+        conditions.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+    });
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    unbound && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Tracks pods seen pending and wakes the batcher when a new one shows up.
+pub struct PendingPods {
+    first_seen: Mutex<HashMap<String, Instant>>,
+    wake: mpsc::Sender<()>,
+}
+
+impl PendingPods {
+    /// A tracker and the receiver the batcher waits on.
+    pub fn new() -> (Arc<Self>, mpsc::Receiver<()>) {
+        let (wake, rx) = mpsc::channel(1);
+        (Arc::new(Self { first_seen: Mutex::new(HashMap::new()), wake }), rx)
+    }
+
+    /// Called for every pod the watch delivers.
+    pub fn observe(&self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let mut first_seen = self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if is_provisionable(pod) {
+            if !first_seen.contains_key(&uid) {
+                first_seen.insert(uid, Instant::now());
+                // A full channel already holds a wake-up; nothing is lost by dropping this one.
+                let _ = self.wake.try_send(());
+            }
+        } else {
+            first_seen.remove(&uid);
+        }
+    }
+
+    /// Called when a pod is deleted.
+    pub fn forget(&self, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+        }
+    }
+
+    fn first_seen(&self, uid: &str) -> Option<Instant> {
+        self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).copied()
+    }
+
+    /// Wakes the batcher without a new pod (e.g. once after start-up).
+    pub fn nudge(&self) {
+        let _ = self.wake.try_send(());
+    }
+}
+
+/// Waits for the next batch: returns once no wake-up came for `idle`, or `max` after the first.
+pub async fn next_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Duration) -> bool {
+    if rx.recv().await.is_none() {
+        return false;
+    }
+    let deadline = tokio::time::Instant::now() + max;
+    loop {
+        let wait = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        if wait.is_zero() {
+            return true;
+        }
+        match tokio::time::timeout(wait, rx.recv()).await {
+            Ok(Some(())) => continue,
+            Ok(None) | Err(_) => return true,
+        }
+    }
+}
+
+/// Runs provisioning until the wake-up channel closes.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, pending: Arc<PendingPods>, mut wake: mpsc::Receiver<()>) {
+    let mut last_warned: HashMap<String, Instant> = HashMap::new();
+    while next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max).await {
+        let started = Instant::now();
+        match provision(&ctx, &pending, &mut last_warned).await {
+            Ok(Some(round)) => {
+                info!(pods = round.pods, nodeclaims = round.created, unschedulable = round.unschedulable,
+                    elapsed_ms = started.elapsed().as_millis(), "scheduling round");
+                if round.unschedulable > 0 || round.failed > 0 {
+                    // Retry the leftovers later: capacity or pools may change.
+                    let pending = pending.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        pending.nudge();
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "scheduling round failed; retrying");
+                pending.nudge();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}
+
+/// What one round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub pods: usize,
+    pub created: usize,
+    pub failed: usize,
+    pub unschedulable: usize,
+}
+
+/// A deterministic hash of a NodePool's template, less the fields upstream leaves out
+/// (requirements), stamped on its claims so drift can be detected later.
+pub fn node_pool_hash(pool: &NodePool) -> String {
+    let mut template = serde_json::to_value(&pool.spec.template).unwrap_or_default();
+    if let Some(spec) = template.get_mut("spec").and_then(serde_json::Value::as_object_mut) {
+        spec.remove("requirements");
+    }
+    // FNV-1a over the canonical JSON text (serde_json orders object keys).
+    let text = template.to_string();
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    hash.to_string()
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
+}
+
+/// The NodeClaim object for a planned claim.
+pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&Pod]) -> NodeClaim {
+    let mut annotations = pool.spec.template.metadata.annotations.clone();
+    annotations.insert(labels::NODE_POOL_HASH.to_owned(), node_pool_hash(pool));
+    annotations.insert(labels::NODE_POOL_HASH_VERSION.to_owned(), labels::NODE_POOL_HASH_VERSION_VALUE.to_owned());
+    let pod_names: Vec<String> = plan
+        .pods
+        .iter()
+        .filter_map(|&i| pods.get(i))
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    annotations.insert(labels::PROVISIONED_FOR.to_owned(), serde_json::Value::from(pod_names).to_string());
+    let options: Vec<serde_json::Value> = plan
+        .instance_types
+        .iter()
+        .take(20)
+        .map(|o| serde_json::json!({"name": o.name, "price": o.price, "zone": o.zone, "capacityType": o.capacity_type}))
+        .collect();
+    annotations.insert(labels::INSTANCE_TYPE_OPTIONS.to_owned(), serde_json::Value::from(options).to_string());
+    let mut claim_labels = plan.labels.clone();
+    claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());
+    NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-{}", pool.name_any(), random_suffix())),
+            labels: Some(claim_labels),
+            annotations: Some(annotations),
+            finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_owned()]),
+            owner_references: pool.controller_owner_ref(&()).map(|mut owner| {
+                // The pool owns its claims for garbage collection, but deleting a pool must not
+                // block on them.
+                owner.block_owner_deletion = Some(false);
+                owner.controller = Some(false);
+                vec![owner]
+            }),
+            ..ObjectMeta::default()
+        },
+        spec: plan.to_node_claim_spec(pool),
+        status: None,
+    }
+}
+
+/// One scheduling round. Returns `None` when nothing was pending.
+pub async fn provision<P: CloudProvider>(
+    ctx: &Context<P>,
+    pending: &PendingPods,
+    last_warned: &mut HashMap<String, Instant>,
+) -> Result<Option<Round>, Error> {
+    let all_pods = ctx.pods.state();
+    let pending_pods: Vec<&Pod> = all_pods.iter().map(AsRef::as_ref).filter(|p| is_provisionable(p)).collect();
+    if pending_pods.is_empty() {
+        ctx.metrics.pods_unschedulable.set(0);
+        return Ok(None);
+    }
+    let pools: Vec<Arc<NodePool>> = {
+        let mut pools = ctx.pools.state();
+        pools.retain(|p| p.metadata.deletion_timestamp.is_none());
+        pools.sort_by_key(|p| p.name_any());
+        pools
+    };
+    let claims = ctx.claims.state();
+    let nodes = ctx.nodes.state();
+
+    // One catalogue per node class.
+    let mut catalogues: BTreeMap<(String, String, String), Vec<InstanceType>> = BTreeMap::new();
+    for class in pools.iter().map(|p| &p.spec.template.spec.node_class_ref).chain(claims.iter().map(|c| &c.spec.node_class_ref)) {
+        let key = (class.group.clone(), class.kind.clone(), class.name.clone());
+        if catalogues.contains_key(&key) {
+            continue;
+        }
+        match ctx.provider.instance_types(class).await {
+            Ok(types) => {
+                catalogues.insert(key, types);
+            }
+            Err(e) => warn!(node_class = %class.name, error = %e, "no instance types for node class"),
+        }
+    }
+    let catalogue_of = |class: &crate::apis::NodeClassReference| {
+        catalogues.get(&(class.group.clone(), class.kind.clone(), class.name.clone())).map(Vec::as_slice).unwrap_or(&[])
+    };
+
+    let mut pods_by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for pod in all_pods.iter().map(AsRef::as_ref) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            pods_by_node.entry(node).or_default().push(pod);
+        }
+    }
+    let claim_by_provider_id: HashMap<&str, &NodeClaim> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(|id| (id, c.as_ref())))
+        .collect();
+
+    let mut existing = Vec::new();
+    let mut registered_ids = std::collections::HashSet::new();
+    for node in nodes.iter().map(AsRef::as_ref).filter(|n| schedulable_node(n)) {
+        let name = node.name_any();
+        let pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
+        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else { continue };
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        if let Some(claim) = provider_id.and_then(|id| claim_by_provider_id.get(id)) {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            registered_ids.extend(provider_id.map(str::to_owned));
+            // Taints that go away once a Karpenter node finishes starting do not keep pods off it.
+            candidate.taints.retain(|t| {
+                t.key != labels::UNREGISTERED_TAINT_KEY && !claim.spec.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect)
+            });
+        }
+        existing.push(candidate);
+    }
+    let mut in_flight = Vec::new();
+    for claim in claims.iter().map(AsRef::as_ref).filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+        if provider_id.as_ref().is_some_and(|id| registered_ids.contains(id)) {
+            continue;
+        }
+        match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), Vec::new()) {
+            Ok(flight) => in_flight.push(flight),
+            Err(e) => debug!(nodeclaim = %claim.name_any(), error = %e, "in-flight claim left out of the simulation"),
+        }
+    }
+
+    let usage = usage_by_pool(claims.iter().map(AsRef::as_ref));
+    let node_pools: Vec<PoolInput> = pools
+        .iter()
+        .map(|pool| {
+            let mut input = PoolInput::new(pool, catalogue_of(&pool.spec.template.spec.node_class_ref));
+            if let Some((count, resources)) = usage.get(&pool.name_any()) {
+                input.usage = resources.clone().with(NODES, u64::try_from(*count).unwrap_or_default());
+            }
+            input
+        })
+        .collect();
+
+    let daemon_sets = Api::<DaemonSet>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing DaemonSets"))?;
+    let daemon_pods: Vec<Pod> = daemon_sets
+        .items
+        .iter()
+        .filter_map(|ds| ds.spec.as_ref())
+        .map(|spec| Pod {
+            metadata: spec.template.metadata.clone().unwrap_or_default(),
+            spec: spec.template.spec.clone(),
+            status: None,
+        })
+        .collect();
+
+    let input = Input {
+        pods: pending_pods.clone(),
+        node_pools,
+        nodes: existing,
+        in_flight,
+        daemon_set_pods: daemon_pods.iter().collect(),
+        ..Input::default()
+    };
+    let started = Instant::now();
+    let plan = scheduling::schedule(&input);
+    ctx.metrics.scheduling_seconds.observe(started.elapsed().as_secs_f64());
+
+    let mut round = Round { pods: pending_pods.len(), unschedulable: plan.unschedulable.len(), ..Round::default() };
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let to_create: Vec<(usize, NodeClaim)> = plan
+        .new_claims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, planned)| {
+            let pool = pools.iter().find(|p| p.name_any() == planned.node_pool)?;
+            Some((i, node_claim_for(planned, pool, &pending_pods)))
+        })
+        .collect();
+    let results: Vec<(usize, Result<NodeClaim, kube::Error>)> = futures::stream::iter(to_create.into_iter().map(|(i, claim)| {
+        let api = api.clone();
+        async move { (i, api.create(&PostParams::default(), &claim).await) }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await;
+    for (index, result) in results {
+        let Some(planned) = plan.new_claims.get(index) else { continue };
+        match result {
+            Ok(claim) => {
+                round.created += 1;
+                ctx.metrics.nodeclaims_created.inc();
+                let now = Instant::now();
+                for pod in planned.pods.iter().filter_map(|&i| pending_pods.get(i)) {
+                    if let Some(seen) = pod.metadata.uid.as_deref().and_then(|uid| pending.first_seen(uid)) {
+                        ctx.metrics.pod_unschedulable_to_nodeclaim_seconds.observe(now.duration_since(seen).as_secs_f64());
+                    }
+                }
+                info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
+                    cheapest = ?planned.instance_types.first().map(|o| &o.name), "created nodeclaim");
+            }
+            Err(e) => {
+                round.failed += 1;
+                warn!(nodepool = %planned.node_pool, error = %e, "could not create nodeclaim");
+            }
+        }
+    }
+
+    ctx.metrics.pods_unschedulable.set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
+    let now = Instant::now();
+    last_warned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(300));
+    for unschedulable in &plan.unschedulable {
+        let Some(pod) = pending_pods.get(unschedulable.pod) else { continue };
+        let key = pod.metadata.uid.clone().unwrap_or_else(|| unschedulable.pod_name.clone());
+        if last_warned.contains_key(&key) {
+            continue;
+        }
+        last_warned.insert(key, now);
+        let note = truncate(&unschedulable.to_string(), 1000);
+        info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedProvisioning".to_owned(),
+            note: Some(note),
+            action: "Provisioning".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
+            warn!(pod = %unschedulable.pod_name, error = %e, "could not publish event");
+        }
+    }
+    Ok(Some(round))
+}
+
+fn schedulable_node(node: &Node) -> bool {
+    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let disrupted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY));
+    node.metadata.deletion_timestamp.is_none() && !cordoned && !disrupted
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}…", &text[..cut])
+}

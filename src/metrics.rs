@@ -1,0 +1,84 @@
+//! The agent's Prometheus metrics (OpenMetrics text on `/metrics`). Names follow upstream
+//! Karpenter where a metric means the same thing.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label set of error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+}
+
+/// Every metric the agent exports, registered once.
+pub struct Metrics {
+    registry: Registry,
+    pub nodeclaims_created: Counter,
+    pub nodeclaims_launched: Counter,
+    pub nodeclaims_initialized: Counter,
+    pub nodeclaims_terminated: Counter,
+    pub instances_garbage_collected: Counter,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub pods_unschedulable: Gauge,
+    pub launch_seconds: Histogram,
+    pub scheduling_seconds: Histogram,
+    pub pod_unschedulable_to_nodeclaim_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("karpenter");
+        let metrics = Self {
+            registry: Registry::default(),
+            nodeclaims_created: Counter::default(),
+            nodeclaims_launched: Counter::default(),
+            nodeclaims_initialized: Counter::default(),
+            nodeclaims_terminated: Counter::default(),
+            instances_garbage_collected: Counter::default(),
+            reconcile_errors: Family::default(),
+            pods_unschedulable: Gauge::default(),
+            launch_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            scheduling_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            // Fine around the 1 s batch idle window, where the target (idle + 100 ms) lies.
+            pod_unschedulable_to_nodeclaim_seconds: Histogram::new(
+                [0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0],
+            ),
+        };
+        registry.register("nodeclaims_created", "NodeClaims created by provisioning", metrics.nodeclaims_created.clone());
+        registry.register("nodeclaims_launched", "Instances launched for NodeClaims", metrics.nodeclaims_launched.clone());
+        registry.register("nodeclaims_initialized", "NodeClaims whose node became ready", metrics.nodeclaims_initialized.clone());
+        registry.register("nodeclaims_terminated", "NodeClaims whose instance was deleted", metrics.nodeclaims_terminated.clone());
+        registry.register(
+            "instances_garbage_collected",
+            "Instances deleted because no NodeClaim owned them",
+            metrics.instances_garbage_collected.clone(),
+        );
+        registry.register("reconcile_errors", "Failed control-loop passes, by error kind", metrics.reconcile_errors.clone());
+        registry.register("pods_unschedulable", "Pending pods the last scheduling round could not place", metrics.pods_unschedulable.clone());
+        registry.register("nodeclaims_launch_duration_seconds", "Time a cloud launch took", metrics.launch_seconds.clone());
+        registry.register("scheduling_duration_seconds", "Time one scheduling simulation took", metrics.scheduling_seconds.clone());
+        registry.register(
+            "pods_unschedulable_to_nodeclaim_seconds",
+            "Time from the agent seeing a pod unschedulable to creating the NodeClaim for it",
+            metrics.pod_unschedulable_to_nodeclaim_seconds.clone(),
+        );
+        Self { registry, ..metrics }
+    }
+
+    /// The metrics in OpenMetrics text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,1932 @@
+//! The packing loop behind [`super::schedule`]. The module docs of [`super`] describe the
+//! algorithm; this file is its implementation.
+//!
+//! Vocabulary: a *bin* is anything a pod can be placed on (an existing node, an in-flight
+//! NodeClaim, or a claim opened in this run); a *state* is an interned set of requirements of
+//! one NodePool together with the pool's compatible instance types sorted by price under those
+//! requirements; a *shape* is an interned pod description at one relaxation level. Memo tables
+//! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
+
+use super::explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
+use super::pod::{HostPort, PodSpecInfo, PodTerm};
+use super::requirements::{self, Requirement, Requirements};
+use super::taints::{self, DisplayTaint};
+use super::topology::{Group, GroupKey, Kind};
+use super::{ExistingPlacement, Input, InstanceTypeOption, NewClaim, Plan, PreferencePolicy, Target};
+use crate::apis::labels;
+use crate::cloud::InstanceType;
+use crate::resources::{self, ResourceList};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
+
+/// Claims examined per requirement state when looking for one with room at no extra cost.
+const ZERO_SCAN: usize = 48;
+/// Claims examined per requirement state when looking for the cheapest one to grow.
+const GROW_SCAN: usize = 16;
+/// Eligible claims examined for a pod with hostname anti-affinity or hostname spread.
+const LIST_SCAN: usize = 64;
+/// Existing nodes examined per pod.
+const EXISTING_SCAN: usize = 512;
+/// Prices closer than this are equal.
+const PRICE_EPSILON: f64 = 1e-9;
+
+/// How far a pod's preferences have been relaxed, in upstream's order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Relax {
+    required_term: u32,
+    preferred_affinity: u32,
+    preferred_anti: u32,
+    preferred_node: u32,
+    soft_spread: u32,
+    tolerate_prefer_no_schedule: bool,
+}
+
+/// One distinct pod spec, with its groups resolved.
+struct Info {
+    spec: PodSpecInfo,
+    requests: Rc<[u64]>,
+    tolerations: Vec<Toleration>,
+    spread_groups: Vec<u32>,
+    affinity_groups: Vec<u32>,
+    preferred_affinity_groups: Vec<u32>,
+    anti_groups: Vec<u32>,
+    preferred_anti_groups: Vec<u32>,
+    /// Groups whose selector and namespaces select this pod.
+    selected_by: Vec<u32>,
+    /// Required anti-affinity groups (with owners) that select this pod.
+    inverse: Vec<u32>,
+}
+
+/// A pod spec at one relaxation level.
+struct Shape {
+    info: u32,
+    req: u32,
+    strict_req: u32,
+    tolerations: Vec<Toleration>,
+    owned: Vec<u32>,
+    owned_required_anti: Vec<u32>,
+    host_affinity: Vec<u32>,
+    /// Hostname groups that exclude bins: (group, true when it is the inverse list).
+    exclusive: Vec<(u32, bool)>,
+    tolerates_pool: Vec<Option<bool>>,
+    compat_states: Vec<u32>,
+    states_checked: usize,
+}
+
+struct Pool<'a> {
+    name: String,
+    reqs: Requirements,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    startup_taints: Vec<Taint>,
+    types: Vec<&'a InstanceType>,
+    /// Allocatable minus DaemonSet overhead, `types.len() × dims`.
+    alloc: Vec<u64>,
+    daemon: Vec<ResourceList>,
+    /// (resource, limit, remaining) for limited resources other than `nodes`.
+    limits: Vec<(String, u64, u64)>,
+    /// `types.len() × limits.len()`: what each type counts against each limit (its capacity).
+    limit_cost: Vec<u64>,
+    /// (limit, remaining) for `nodes`.
+    node_limit: Option<(u64, u64)>,
+    daemon_ports: Vec<HostPort>,
+    base: Option<u32>,
+    invalid: Option<String>,
+}
+
+struct State {
+    pool: usize,
+    reqs: Requirements,
+    /// Pool type indexes, cheapest first.
+    order: Vec<u32>,
+    price: Vec<f64>,
+    /// Zone and capacity type of each type's cheapest offering.
+    offering: Vec<(String, String)>,
+    /// `(order.len() + 1) × dims`: componentwise max allocatable of `order[i..]`.
+    suffix: Vec<u64>,
+    /// Open claims in this state by (CPU slack, bin).
+    slack: BTreeSet<(u64, u32)>,
+    /// Per topology key: the domains some type of this state can land in (lazy).
+    domains: Vec<Option<Rc<[u16]>>>,
+    min_values: bool,
+}
+
+enum BinKind {
+    Node { idx: usize, cap: Vec<u64>, domains: Vec<Option<u16>> },
+    InFlight { idx: usize, cap: Vec<u64>, domains: Vec<Option<u16>> },
+    Claim { state: u32, pos: usize },
+}
+
+struct Bin {
+    kind: BinKind,
+    used: Vec<u64>,
+    pods: Vec<u32>,
+    ports: Vec<HostPort>,
+    /// Selected-pod counts not yet attributed to a domain: (group, count).
+    pending: Vec<(u32, u32)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Eval {
+    state: u32,
+    pos: usize,
+    delta: f64,
+    price: f64,
+}
+
+/// Why a topology check failed: the group and a short description.
+struct TopoFail {
+    group: u32,
+    why: String,
+}
+
+enum HostView<'x> {
+    Fixed { bin: u32, domains: &'x [Option<u16>] },
+    Claim { bin: Option<u32>, state: u32 },
+}
+
+pub(crate) struct Solver<'i, 'a> {
+    input: &'i Input<'a>,
+    dims: Vec<String>,
+    dim_index: HashMap<String, usize>,
+    cpu: usize,
+    memory: usize,
+    well_known: HashSet<String>,
+    pools: Vec<Pool<'a>>,
+    infos: Vec<Info>,
+    info_ids: HashMap<PodSpecInfo, u32>,
+    pod_info: Vec<u32>,
+    reqs: Vec<Requirements>,
+    req_ids: HashMap<Requirements, u32>,
+    shapes: Vec<Shape>,
+    shape_ids: HashMap<(u32, Relax), u32>,
+    states: Vec<State>,
+    state_ids: HashMap<(usize, Requirements), u32>,
+    transitions: HashMap<(u32, u32), Option<u32>>,
+    narrows: HashMap<(u32, usize, Vec<u16>), Option<u32>>,
+    filter_ok: HashMap<(u32, u32), bool>,
+    keys: Vec<String>,
+    key_ids: HashMap<String, usize>,
+    universe: Vec<Vec<String>>,
+    groups: Vec<Group>,
+    group_ids: HashMap<GroupKey, u32>,
+    tracked_groups: Vec<u32>,
+    bins: Vec<Bin>,
+    existing_index: BTreeSet<(u64, u32)>,
+    existing_req_ok: HashMap<(u32, u32), bool>,
+    placement: Vec<Option<u32>>,
+    relaxed: Vec<bool>,
+    any_prefer_no_schedule: bool,
+    scratch: Vec<u32>,
+    /// When set, at most this many new claims may be opened (the single-node check).
+    max_new_claims: Option<usize>,
+    new_claims: usize,
+}
+
+fn fits_add(used: &[u64], add: &[u64], cap: &[u64]) -> bool {
+    used.iter().zip(add).zip(cap).all(|((u, a), c)| u.saturating_add(*a) <= *c)
+}
+
+impl<'i, 'a> Solver<'i, 'a> {
+    pub(crate) fn new(input: &'i Input<'a>, max_new_claims: Option<usize>) -> Self {
+        let mut s = Self {
+            input,
+            dims: Vec::new(),
+            dim_index: HashMap::new(),
+            cpu: 0,
+            memory: 0,
+            well_known: requirements::WELL_KNOWN_LABELS.iter().map(|k| (*k).to_owned()).collect(),
+            pools: Vec::new(),
+            infos: Vec::new(),
+            info_ids: HashMap::new(),
+            pod_info: Vec::new(),
+            reqs: Vec::new(),
+            req_ids: HashMap::new(),
+            shapes: Vec::new(),
+            shape_ids: HashMap::new(),
+            states: Vec::new(),
+            state_ids: HashMap::new(),
+            transitions: HashMap::new(),
+            narrows: HashMap::new(),
+            filter_ok: HashMap::new(),
+            keys: Vec::new(),
+            key_ids: HashMap::new(),
+            universe: Vec::new(),
+            groups: Vec::new(),
+            group_ids: HashMap::new(),
+            tracked_groups: Vec::new(),
+            bins: Vec::new(),
+            existing_index: BTreeSet::new(),
+            existing_req_ok: HashMap::new(),
+            placement: vec![None; input.pods.len()],
+            relaxed: vec![false; input.pods.len()],
+            any_prefer_no_schedule: false,
+            scratch: Vec::new(),
+            max_new_claims,
+            new_claims: 0,
+        };
+        s.init();
+        s
+    }
+
+    // ---------------------------------------------------------------- set-up
+
+    fn dim(&mut self, name: &str) -> usize {
+        if let Some(i) = self.dim_index.get(name) {
+            return *i;
+        }
+        self.dims.push(name.to_owned());
+        self.dim_index.insert(name.to_owned(), self.dims.len() - 1);
+        self.dims.len() - 1
+    }
+
+    fn vector(&self, list: &ResourceList) -> Vec<u64> {
+        let mut v = vec![0; self.dims.len()];
+        for (name, amount) in list.iter() {
+            if let Some(i) = self.dim_index.get(name) {
+                v[*i] = amount;
+            }
+        }
+        v
+    }
+
+    fn intern_req(&mut self, reqs: Requirements) -> u32 {
+        if let Some(id) = self.req_ids.get(&reqs) {
+            return *id;
+        }
+        let id = self.reqs.len() as u32;
+        self.reqs.push(reqs.clone());
+        self.req_ids.insert(reqs, id);
+        id
+    }
+
+    fn intern_info(&mut self, spec: PodSpecInfo) -> u32 {
+        if let Some(id) = self.info_ids.get(&spec) {
+            return *id;
+        }
+        let id = self.infos.len() as u32;
+        self.info_ids.insert(spec.clone(), id);
+        let tolerations = spec.tolerations();
+        self.infos.push(Info {
+            spec,
+            requests: Rc::from(Vec::new()),
+            tolerations,
+            spread_groups: Vec::new(),
+            affinity_groups: Vec::new(),
+            preferred_affinity_groups: Vec::new(),
+            anti_groups: Vec::new(),
+            preferred_anti_groups: Vec::new(),
+            selected_by: Vec::new(),
+            inverse: Vec::new(),
+        });
+        id
+    }
+
+    fn key_id(&mut self, key: &str) -> Option<usize> {
+        if key == labels::HOSTNAME {
+            return None;
+        }
+        if let Some(i) = self.key_ids.get(key) {
+            return Some(*i);
+        }
+        self.keys.push(key.to_owned());
+        self.universe.push(Vec::new());
+        self.key_ids.insert(key.to_owned(), self.keys.len() - 1);
+        Some(self.keys.len() - 1)
+    }
+
+    fn intern_group(&mut self, ident: GroupKey) -> u32 {
+        if let Some(id) = self.group_ids.get(&ident) {
+            return *id;
+        }
+        let key_id = self.key_id(&ident.key);
+        let id = self.groups.len() as u32;
+        self.group_ids.insert(ident.clone(), id);
+        self.groups.push(Group::new(ident, key_id, 0));
+        id
+    }
+
+    fn term_group(&mut self, kind: Kind, term: &PodTerm) -> u32 {
+        self.intern_group(GroupKey {
+            kind,
+            key: term.key.clone(),
+            namespaces: term.namespaces.clone(),
+            selector: term.selector.clone(),
+            filter: None,
+        })
+    }
+
+    fn init(&mut self) {
+        let input = self.input;
+        // Resource dimensions: cpu, memory and pods always, then whatever anything mentions.
+        self.cpu = self.dim(resources::CPU);
+        self.memory = self.dim(resources::MEMORY);
+        self.dim(resources::PODS);
+
+        // Pending pods.
+        for pod in &input.pods {
+            let id = self.intern_info(PodSpecInfo::from_pod(pod));
+            self.pod_info.push(id);
+        }
+        let existing_pods: Vec<Vec<u32>> = input
+            .nodes
+            .iter()
+            .map(|n| &n.pods)
+            .chain(input.in_flight.iter().map(|c| &c.pods))
+            .map(|pods| pods.iter().map(|p| self.intern_info(PodSpecInfo::from_pod(p))).collect())
+            .collect();
+        let daemon_infos: Vec<PodSpecInfo> = input.daemon_set_pods.iter().map(|p| PodSpecInfo::from_pod(p)).collect();
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for info in &self.infos {
+            names.extend(info.spec.requests.names().map(str::to_owned));
+        }
+        for d in &daemon_infos {
+            names.extend(d.requests.names().map(str::to_owned));
+        }
+        for p in &input.node_pools {
+            for it in p.instance_types {
+                names.extend(it.capacity.names().map(str::to_owned));
+                for req in it.requirements.keys() {
+                    self.well_known.insert(req.to_owned());
+                }
+            }
+        }
+        for n in &input.nodes {
+            names.extend(n.allocatable.names().map(str::to_owned));
+        }
+        for name in &names {
+            self.dim(name);
+        }
+        for i in 0..self.infos.len() {
+            let v: Rc<[u64]> = Rc::from(self.vector(&self.infos[i].spec.requests));
+            self.infos[i].requests = v;
+        }
+
+        self.init_pools(&daemon_infos);
+        self.any_prefer_no_schedule = self.pools.iter().flat_map(|p| &p.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE)
+            || input.nodes.iter().flat_map(|n| &n.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE);
+
+        // Topology groups of every term of every pod, pending or bound.
+        for i in 0..self.infos.len() {
+            let spec = self.infos[i].spec.clone();
+            let strict = spec.required_terms.first().map_or_else(|| spec.node_selector.clone(), |t| spec.node_selector.intersection(t));
+            let filter = self.intern_req(strict);
+            let mut spread = Vec::new();
+            for term in &spec.spread {
+                spread.push(self.intern_group(GroupKey {
+                    kind: Kind::Spread { max_skew: term.max_skew, min_domains: term.min_domains },
+                    key: term.key.clone(),
+                    namespaces: super::pod::Namespaces::Listed([spec.namespace.clone()].into_iter().collect()),
+                    selector: term.selector.clone(),
+                    filter: term.honor_node_affinity.then_some(filter),
+                }));
+            }
+            let affinity = spec.affinity.iter().map(|t| self.term_group(Kind::Affinity, t)).collect();
+            let pref_affinity = spec.preferred_affinity.iter().map(|t| self.term_group(Kind::Affinity, t)).collect();
+            let anti: Vec<u32> = spec.anti_affinity.iter().map(|t| self.term_group(Kind::Anti, t)).collect();
+            let pref_anti = spec.preferred_anti_affinity.iter().map(|t| self.term_group(Kind::Anti, t)).collect();
+            for g in &anti {
+                self.groups[*g as usize].has_required_owners = true;
+            }
+            let info = &mut self.infos[i];
+            info.spread_groups = spread;
+            info.affinity_groups = affinity;
+            info.preferred_affinity_groups = pref_affinity;
+            info.anti_groups = anti;
+            info.preferred_anti_groups = pref_anti;
+        }
+        self.init_universe();
+        for g in &mut self.groups {
+            let n = g.key_id.map_or(0, |k| self.universe[k].len());
+            g.counts = vec![0; n];
+            g.owner_counts = vec![0; n];
+        }
+        // Which groups select which pods.
+        let ns_labels = &input.namespace_labels;
+        for info in &mut self.infos {
+            for (gid, g) in self.groups.iter().enumerate() {
+                if g.ident.namespaces.contains(&info.spec.namespace, ns_labels) && g.ident.selector.matches(&info.spec.labels) {
+                    info.selected_by.push(gid as u32);
+                    if g.ident.kind == Kind::Anti && g.has_required_owners {
+                        info.inverse.push(gid as u32);
+                    }
+                }
+            }
+        }
+        // Hostname groups whose pending owners or selected pods need eligible-claim lists.
+        let pending: BTreeSet<u32> = self.pod_info.iter().copied().collect();
+        for i in pending {
+            let info = &self.infos[i as usize];
+            for g in info.spread_groups.iter().chain(&info.anti_groups).chain(&info.preferred_anti_groups) {
+                self.groups[*g as usize].track_eligible = true;
+            }
+            for g in &info.inverse {
+                self.groups[*g as usize].track_eligible_inverse = true;
+            }
+        }
+        self.tracked_groups = (0..self.groups.len() as u32)
+            .filter(|g| {
+                let g = &self.groups[*g as usize];
+                g.is_hostname() && (g.track_eligible || g.track_eligible_inverse)
+            })
+            .collect();
+
+        self.init_existing(&existing_pods, &daemon_infos);
+    }
+
+    fn init_pools(&mut self, daemons: &[PodSpecInfo]) {
+        let input = self.input;
+        let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
+        let weight = |i: &usize| input.node_pools[*i].node_pool.spec.weight.unwrap_or(0);
+        let name = |i: &usize| input.node_pools[*i].node_pool.metadata.name.clone().unwrap_or_default();
+        order.sort_by(|a, b| weight(b).cmp(&weight(a)).then_with(|| name(a).cmp(&name(b))));
+        for i in order {
+            let p = &input.node_pools[i];
+            let np = p.node_pool;
+            let pool_name = np.metadata.name.clone().unwrap_or_default();
+            let template = &np.spec.template;
+            let mut invalid = None;
+            let mut reqs = Requirements::from_api(&template.spec.requirements).unwrap_or_else(|e| {
+                invalid = Some(e.to_string());
+                Requirements::new()
+            });
+            let mut pool_labels = template.metadata.labels.clone();
+            pool_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
+            for (k, v) in &pool_labels {
+                reqs.add(Requirement::in_values(k, [v]));
+            }
+            let taints = template.spec.taints.clone();
+            let mut types = Vec::new();
+            for it in p.instance_types {
+                if it.requirements.intersects(&reqs).is_ok() {
+                    types.push(it);
+                }
+            }
+            // DaemonSet overhead and host ports per type.
+            let dims = self.dims.len();
+            let mut alloc = Vec::with_capacity(types.len() * dims);
+            let mut daemon_lists = Vec::with_capacity(types.len());
+            let mut daemon_ports = Vec::new();
+            for it in &types {
+                let type_reqs = reqs.intersection(&it.requirements);
+                let mut overhead = ResourceList::new();
+                for d in daemons {
+                    if daemon_runs_on(d, &taints, &type_reqs) {
+                        overhead = overhead.saturating_add(&d.requests);
+                    }
+                }
+                let eff = it.allocatable().saturating_sub(&overhead);
+                alloc.extend(self.vector(&eff));
+                daemon_lists.push(overhead);
+            }
+            for d in daemons {
+                if daemon_runs_on(d, &taints, &reqs) {
+                    daemon_ports.extend(d.host_ports.iter().cloned());
+                }
+            }
+            // Limits.
+            let mut limits = Vec::new();
+            let mut node_limit = None;
+            for (name, q) in &np.spec.limits {
+                let Ok(limit) = resources::parse(name, &q.0) else {
+                    invalid = Some(format!("limit {name}={} is not a quantity", q.0));
+                    continue;
+                };
+                let remaining = limit.saturating_sub(p.usage.get(name));
+                if name == resources::NODES {
+                    node_limit = Some((limit, remaining));
+                } else {
+                    limits.push((name.clone(), limit, remaining));
+                }
+            }
+            let mut limit_cost = Vec::with_capacity(types.len() * limits.len());
+            for it in &types {
+                for (name, _, _) in &limits {
+                    limit_cost.push(it.capacity.get(name));
+                }
+            }
+            self.pools.push(Pool {
+                name: pool_name,
+                reqs,
+                labels: pool_labels,
+                taints,
+                startup_taints: template.spec.startup_taints.clone(),
+                types,
+                alloc,
+                daemon: daemon_lists,
+                limits,
+                limit_cost,
+                node_limit,
+                daemon_ports,
+                base: None,
+                invalid,
+            });
+        }
+        for i in 0..self.pools.len() {
+            if self.pools[i].invalid.is_none() {
+                let reqs = self.pools[i].reqs.clone();
+                self.pools[i].base = self.intern_state(i, reqs);
+            }
+        }
+    }
+
+    fn init_universe(&mut self) {
+        for k in 0..self.keys.len() {
+            let key = self.keys[k].clone();
+            let mut values: BTreeSet<String> = BTreeSet::new();
+            for pool in &self.pools {
+                if pool.invalid.is_some() {
+                    continue;
+                }
+                for it in &pool.types {
+                    let r = pool.reqs.intersection(&it.requirements_with_offerings());
+                    if let Some(req) = r.get(&key) {
+                        if req.is_finite() {
+                            values.extend(req.values().map(str::to_owned));
+                        }
+                    }
+                }
+            }
+            for n in &self.input.nodes {
+                if let Some(v) = n.labels.get(&key) {
+                    values.insert(v.clone());
+                }
+            }
+            for c in &self.input.in_flight {
+                if let Some(req) = c.requirements.get(&key) {
+                    if req.len() == Some(1) {
+                        values.extend(req.values().map(str::to_owned));
+                    }
+                }
+            }
+            self.universe[k] = values.into_iter().collect();
+        }
+    }
+
+    fn domain_id(&self, key: usize, value: &str) -> Option<u16> {
+        self.universe[key].binary_search_by(|v| v.as_str().cmp(value)).ok().map(|i| i as u16)
+    }
+
+    fn init_existing(&mut self, existing_pods: &[Vec<u32>], daemons: &[PodSpecInfo]) {
+        let input = self.input;
+        let dims = self.dims.len();
+        let n_nodes = input.nodes.len();
+        for (i, node) in input.nodes.iter().enumerate() {
+            let domains = (0..self.keys.len()).map(|k| node.labels.get(&self.keys[k]).and_then(|v| self.domain_id(k, v))).collect();
+            let cap = self.vector(&node.allocatable);
+            self.bins.push(Bin {
+                kind: BinKind::Node { idx: i, cap, domains },
+                used: vec![0; dims],
+                pods: Vec::new(),
+                ports: Vec::new(),
+                pending: Vec::new(),
+            });
+        }
+        for (i, claim) in input.in_flight.iter().enumerate() {
+            let domains = (0..self.keys.len())
+                .map(|k| {
+                    let req = claim.requirements.get(&self.keys[k])?;
+                    if req.len() == Some(1) { req.values().next().and_then(|v| self.domain_id(k, v)) } else { None }
+                })
+                .collect();
+            let cap = self.vector(&claim.allocatable);
+            let mut used: Vec<u64> = vec![0; dims];
+            let mut ports = Vec::new();
+            for d in daemons {
+                if daemon_runs_on(d, &claim.taints, &claim.requirements) {
+                    let v = self.vector(&d.requests);
+                    for (u, x) in used.iter_mut().zip(v) {
+                        *u = (*u).saturating_add(x);
+                    }
+                    ports.extend(d.host_ports.iter().cloned());
+                }
+            }
+            self.bins.push(Bin { kind: BinKind::InFlight { idx: i, cap, domains }, used, pods: Vec::new(), ports, pending: Vec::new() });
+        }
+        for (b, infos) in existing_pods.iter().enumerate() {
+            for info in infos {
+                let req = self.infos[*info as usize].requests.clone();
+                let bin = &mut self.bins[b];
+                for (u, x) in bin.used.iter_mut().zip(req.iter()) {
+                    *u = u.saturating_add(*x);
+                }
+                bin.ports.extend(self.infos[*info as usize].spec.host_ports.iter().cloned());
+                self.record(b as u32, *info, None);
+            }
+        }
+        for b in 0..(n_nodes + input.in_flight.len()) {
+            let free = self.bin_cap(b as u32).map_or(0, |cap| cap[self.cpu].saturating_sub(self.bins[b].used[self.cpu]));
+            self.existing_index.insert((free, b as u32));
+        }
+    }
+
+    // ------------------------------------------------------------ states
+
+    fn intern_state(&mut self, pool: usize, reqs: Requirements) -> Option<u32> {
+        if let Some(id) = self.state_ids.get(&(pool, reqs.clone())) {
+            return Some(*id);
+        }
+        let dims = self.dims.len();
+        let p = &self.pools[pool];
+        let mut entries: Vec<(f64, &str, u32, String, String)> = Vec::new();
+        for (t, it) in p.types.iter().enumerate() {
+            if it.requirements.intersects(&reqs).is_err() {
+                continue;
+            }
+            if let Some(o) = it.cheapest_offering(&reqs) {
+                entries.push((o.price, it.name.as_str(), t as u32, o.zone.clone(), o.capacity_type.clone()));
+            }
+        }
+        if entries.is_empty() {
+            return None;
+        }
+        entries.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        let order: Vec<u32> = entries.iter().map(|e| e.2).collect();
+        let price = entries.iter().map(|e| e.0).collect();
+        let offering = entries.into_iter().map(|e| (e.3, e.4)).collect();
+        let mut suffix = vec![0; (order.len() + 1) * dims];
+        for i in (0..order.len()).rev() {
+            let t = order[i] as usize;
+            for d in 0..dims {
+                suffix[i * dims + d] = suffix[(i + 1) * dims + d].max(p.alloc[t * dims + d]);
+            }
+        }
+        let min_values = reqs.has_min_values();
+        let id = self.states.len() as u32;
+        self.states.push(State {
+            pool,
+            reqs: reqs.clone(),
+            order,
+            price,
+            offering,
+            suffix,
+            slack: BTreeSet::new(),
+            domains: vec![None; self.keys.len()],
+            min_values,
+        });
+        self.state_ids.insert((pool, reqs), id);
+        Some(id)
+    }
+
+    /// The state reached by adding pod requirements `req` to state `st`, if compatible and
+    /// some type remains.
+    fn transition(&mut self, st: u32, req: u32) -> Option<u32> {
+        if let Some(r) = self.transitions.get(&(st, req)) {
+            return *r;
+        }
+        let state = &self.states[st as usize];
+        let pod_reqs = &self.reqs[req as usize];
+        let result = if state.reqs.compatible(pod_reqs, |k| self.well_known.contains(k)).is_err() {
+            None
+        } else {
+            let merged = state.reqs.intersection(pod_reqs);
+            if merged == state.reqs {
+                Some(st)
+            } else {
+                let pool = state.pool;
+                self.intern_state(pool, merged)
+            }
+        };
+        self.transitions.insert((st, req), result);
+        result
+    }
+
+    /// The state with topology key `key` restricted to `domains`.
+    fn narrow(&mut self, st: u32, key: usize, domains: Vec<u16>) -> Option<u32> {
+        let memo = (st, key, domains);
+        if let Some(r) = self.narrows.get(&memo) {
+            return *r;
+        }
+        let values: Vec<&str> = memo.2.iter().map(|d| self.universe[key][*d as usize].as_str()).collect();
+        let mut reqs = self.states[st as usize].reqs.clone();
+        reqs.add(Requirement::in_values(&self.keys[key], values));
+        let pool = self.states[st as usize].pool;
+        let result = if reqs == self.states[st as usize].reqs { Some(st) } else { self.intern_state(pool, reqs) };
+        self.narrows.insert(memo, result);
+        result
+    }
+
+    /// Domains of `key` that some type of state `st` can land in.
+    fn state_domains(&mut self, st: u32, key: usize) -> Rc<[u16]> {
+        if let Some(Some(d)) = self.states[st as usize].domains.get(key) {
+            return d.clone();
+        }
+        let state = &self.states[st as usize];
+        let pool = &self.pools[state.pool];
+        let name = self.keys[key].as_str();
+        let mut out = Vec::new();
+        for (d, value) in self.universe[key].iter().enumerate() {
+            if !state.reqs.allows(name, value) {
+                continue;
+            }
+            let mut narrowed = state.reqs.clone();
+            narrowed.add(Requirement::in_values(name, [value]));
+            let reachable = state.order.iter().any(|t| {
+                let it = pool.types[*t as usize];
+                it.requirements.allows(name, value) && it.cheapest_offering(&narrowed).is_some()
+            });
+            if reachable {
+                out.push(d as u16);
+            }
+        }
+        let rc: Rc<[u16]> = Rc::from(out);
+        if self.states[st as usize].domains.len() <= key {
+            self.states[st as usize].domains.resize(key + 1, None);
+        }
+        self.states[st as usize].domains[key] = Some(rc.clone());
+        rc
+    }
+
+    fn type_alloc(&self, pool: usize, t: u32) -> &[u64] {
+        let dims = self.dims.len();
+        &self.pools[pool].alloc[t as usize * dims..(t as usize + 1) * dims]
+    }
+
+    /// The first position in `st`'s price order at or after `start` whose type holds
+    /// `used + add` within the pool's limits (charging the difference from `old_type`).
+    fn find_type(&self, st: u32, start: usize, used: &[u64], add: &[u64], old_type: Option<u32>) -> Option<usize> {
+        let dims = self.dims.len();
+        let state = &self.states[st as usize];
+        let pool = &self.pools[state.pool];
+        for i in start..state.order.len() {
+            if !fits_add(used, add, &state.suffix[i * dims..(i + 1) * dims]) {
+                return None;
+            }
+            let t = state.order[i];
+            if !fits_add(used, add, self.type_alloc(state.pool, t)) {
+                continue;
+            }
+            if !self.within_limits(pool, t, old_type) {
+                continue;
+            }
+            if state.min_values && self.min_values_shortfall(st, i, used, add).is_some() {
+                continue;
+            }
+            return Some(i);
+        }
+        None
+    }
+
+    fn within_limits(&self, pool: &Pool<'_>, t: u32, old_type: Option<u32>) -> bool {
+        let n = pool.limits.len();
+        (0..n).all(|j| {
+            let new = pool.limit_cost[t as usize * n + j];
+            let old = old_type.map_or(0, |o| pool.limit_cost[o as usize * n + j]);
+            new.saturating_sub(old) <= pool.limits[j].2
+        })
+    }
+
+    /// For a state with `minValues`, the first requirement the types from position `from` on
+    /// that hold `used + add` do not satisfy: (key, minValues, distinct values found).
+    fn min_values_shortfall(&self, st: u32, from: usize, used: &[u64], add: &[u64]) -> Option<(String, u32, usize)> {
+        let state = &self.states[st as usize];
+        let pool = &self.pools[state.pool];
+        for req in state.reqs.iter() {
+            let Some(min) = req.min_values() else { continue };
+            let mut seen: BTreeSet<&str> = BTreeSet::new();
+            for t in &state.order[from..] {
+                if !fits_add(used, add, self.type_alloc(state.pool, *t)) {
+                    continue;
+                }
+                if let Some(tr) = pool.types[*t as usize].requirements.get(req.key()) {
+                    seen.extend(tr.values().filter(|v| req.has(v)));
+                }
+            }
+            if seen.len() < min as usize {
+                return Some((req.key().to_owned(), min, seen.len()));
+            }
+        }
+        None
+    }
+
+    // ------------------------------------------------------------ shapes
+
+    fn shape(&mut self, info_id: u32, relax: Relax) -> u32 {
+        if let Some(s) = self.shape_ids.get(&(info_id, relax)) {
+            return *s;
+        }
+        let info = &self.infos[info_id as usize];
+        let spec = &info.spec;
+        let mut strict = spec.node_selector.clone();
+        if let Some(term) = spec.required_terms.get(relax.required_term as usize) {
+            strict.add_all(term);
+        }
+        let mut full = strict.clone();
+        if let Some(pref) = spec.preferred_terms.get(relax.preferred_node as usize) {
+            full.add_all(pref);
+        }
+        let mut tolerations = info.tolerations.clone();
+        if relax.tolerate_prefer_no_schedule {
+            tolerations.push(taints::tolerate_prefer_no_schedule());
+        }
+        let hard = spec.hard_spread_count();
+        let mut owned: Vec<u32> = Vec::new();
+        owned.extend(&info.spread_groups[..hard]);
+        owned.extend(info.spread_groups[hard..].iter().skip(relax.soft_spread as usize));
+        owned.extend(&info.affinity_groups);
+        owned.extend(info.preferred_affinity_groups.iter().skip(relax.preferred_affinity as usize));
+        owned.extend(&info.anti_groups);
+        owned.extend(info.preferred_anti_groups.iter().skip(relax.preferred_anti as usize));
+        owned.sort_unstable();
+        owned.dedup();
+        let owned_required_anti = info.anti_groups.clone();
+        let inverse = info.inverse.clone();
+        let mut host_affinity = Vec::new();
+        let mut exclusive = Vec::new();
+        for g in &owned {
+            let group = &self.groups[*g as usize];
+            if !group.is_hostname() {
+                continue;
+            }
+            match group.ident.kind {
+                Kind::Affinity => host_affinity.push(*g),
+                Kind::Anti | Kind::Spread { .. } => exclusive.push((*g, false)),
+            }
+        }
+        for g in &inverse {
+            if self.groups[*g as usize].is_hostname() {
+                exclusive.push((*g, true));
+            }
+        }
+        let req = self.intern_req(full);
+        let strict_req = self.intern_req(strict);
+        let id = self.shapes.len() as u32;
+        self.shapes.push(Shape {
+            info: info_id,
+            req,
+            strict_req,
+            tolerations,
+            owned,
+            owned_required_anti,
+            host_affinity,
+            exclusive,
+            tolerates_pool: vec![None; self.pools.len()],
+            compat_states: Vec::new(),
+            states_checked: 0,
+        });
+        self.shape_ids.insert((info_id, relax), id);
+        id
+    }
+
+    fn initial_relax(&self, info: &Info) -> Relax {
+        match self.input.options.preference_policy {
+            PreferencePolicy::Respect => Relax::default(),
+            PreferencePolicy::Ignore => Relax {
+                preferred_affinity: info.preferred_affinity_groups.len() as u32,
+                preferred_anti: info.preferred_anti_groups.len() as u32,
+                preferred_node: info.spec.preferred_terms.len() as u32,
+                soft_spread: (info.spec.spread.len() - info.spec.hard_spread_count()) as u32,
+                ..Relax::default()
+            },
+        }
+    }
+
+    /// The next relaxation in upstream's order: the next required node-affinity term, then
+    /// preferred pod affinity, preferred pod anti-affinity, preferred node affinity,
+    /// `ScheduleAnyway` spreads, and finally tolerating `PreferNoSchedule` taints.
+    fn next_relax(&self, info: &Info, r: Relax) -> Option<Relax> {
+        let spec = &info.spec;
+        if (r.required_term as usize) + 1 < spec.required_terms.len() {
+            return Some(Relax { required_term: r.required_term + 1, ..r });
+        }
+        if (r.preferred_affinity as usize) < info.preferred_affinity_groups.len() {
+            return Some(Relax { preferred_affinity: r.preferred_affinity + 1, ..r });
+        }
+        if (r.preferred_anti as usize) < info.preferred_anti_groups.len() {
+            return Some(Relax { preferred_anti: r.preferred_anti + 1, ..r });
+        }
+        if (r.preferred_node as usize) < spec.preferred_terms.len() {
+            return Some(Relax { preferred_node: r.preferred_node + 1, ..r });
+        }
+        if (r.soft_spread as usize) < spec.spread.len() - spec.hard_spread_count() {
+            return Some(Relax { soft_spread: r.soft_spread + 1, ..r });
+        }
+        if !r.tolerate_prefer_no_schedule && self.any_prefer_no_schedule {
+            return Some(Relax { tolerate_prefer_no_schedule: true, ..r });
+        }
+        None
+    }
+
+    fn tolerates(&mut self, shape: u32, pool: usize) -> bool {
+        if let Some(ok) = self.shapes[shape as usize].tolerates_pool[pool] {
+            return ok;
+        }
+        let ok = taints::first_untolerated(&self.pools[pool].taints, &self.shapes[shape as usize].tolerations).is_none();
+        self.shapes[shape as usize].tolerates_pool[pool] = Some(ok);
+        ok
+    }
+
+    fn refresh_compat(&mut self, shape: u32) {
+        loop {
+            let checked = self.shapes[shape as usize].states_checked;
+            if checked >= self.states.len() {
+                return;
+            }
+            let st = checked as u32;
+            self.shapes[shape as usize].states_checked += 1;
+            let pool = self.states[checked].pool;
+            if !self.tolerates(shape, pool) {
+                continue;
+            }
+            let req = self.shapes[shape as usize].req;
+            if self.transition(st, req).is_some() {
+                self.shapes[shape as usize].compat_states.push(st);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ bins
+
+    fn bin_cap(&self, bin: u32) -> Option<&[u64]> {
+        match &self.bins[bin as usize].kind {
+            BinKind::Node { cap, .. } | BinKind::InFlight { cap, .. } => Some(cap),
+            BinKind::Claim { .. } => None,
+        }
+    }
+
+    fn claim_slack(&self, bin: u32) -> u64 {
+        let b = &self.bins[bin as usize];
+        match b.kind {
+            BinKind::Claim { state, pos } => {
+                let s = &self.states[state as usize];
+                let t = s.order[pos];
+                self.type_alloc(s.pool, t)[self.cpu].saturating_sub(b.used[self.cpu])
+            }
+            _ => 0,
+        }
+    }
+
+    fn pending_count(&self, bin: Option<u32>, group: u32) -> u32 {
+        bin.and_then(|b| self.bins[b as usize].pending.iter().find(|(g, _)| *g == group).map(|(_, c)| *c)).unwrap_or(0)
+    }
+
+    fn ports_conflict(have: &[HostPort], add: &[HostPort]) -> bool {
+        add.iter().any(|a| have.iter().any(|h| h.conflicts(a)))
+    }
+
+    // ------------------------------------------------------------ topology
+
+    /// Checks a shape's topology constraints on a host; for a claim, returns the narrowing of
+    /// topology keys the placement needs (key, allowed domains).
+    fn topology_check(&mut self, host: &HostView<'_>, shape: u32) -> Result<Vec<(usize, Vec<u16>)>, TopoFail> {
+        let s = &self.shapes[shape as usize];
+        let info_id = s.info;
+        if s.owned.is_empty() && self.infos[info_id as usize].inverse.is_empty() {
+            return Ok(Vec::new());
+        }
+        let owned = s.owned.clone();
+        let strict = s.strict_req;
+        let inverse = self.infos[info_id as usize].inverse.clone();
+        let bin = match host {
+            HostView::Fixed { bin, .. } => Some(*bin),
+            HostView::Claim { bin, .. } => *bin,
+        };
+        let mut narrowed: Vec<(usize, Vec<u16>)> = Vec::new();
+        for g in owned {
+            let group = &self.groups[g as usize];
+            let selects_self = self.infos[info_id as usize].selected_by.binary_search(&g).is_ok();
+            let Some(k) = group.key_id else {
+                let count = bin.map_or(0, |b| group.host_count(b));
+                match group.ident.kind {
+                    Kind::Spread { max_skew, .. } => {
+                        if count + u32::from(selects_self) > max_skew {
+                            return Err(TopoFail { group: g, why: format!("this node already has {count} matching pods") });
+                        }
+                    }
+                    Kind::Affinity => {
+                        if count == 0 && !(group.host_total == 0 && selects_self) {
+                            return Err(TopoFail { group: g, why: "no matching pod is on this node".to_owned() });
+                        }
+                    }
+                    Kind::Anti => {
+                        if count > 0 {
+                            return Err(TopoFail { group: g, why: "a matching pod is already on this node".to_owned() });
+                        }
+                    }
+                }
+                continue;
+            };
+            let allowed = self.allowed_domains(host, k, &narrowed);
+            let key = self.keys[k].clone();
+            let pod_allows = |d: u16| self.reqs[strict as usize].allows(&key, &self.universe[k][d as usize]);
+            let group = &self.groups[g as usize];
+            let pend = self.pending_count(bin, g);
+            let fixed = matches!(host, HostView::Fixed { .. });
+            let choice: Vec<u16> = match group.ident.kind {
+                Kind::Spread { max_skew, min_domains } => {
+                    let eligible: Vec<u16> = (0..self.universe[k].len() as u16).filter(|d| pod_allows(*d)).collect();
+                    let mut min = eligible.iter().map(|d| group.counts[*d as usize]).min().unwrap_or(0);
+                    if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
+                        min = 0;
+                    }
+                    let count = |d: u16| i64::from(group.counts[d as usize]) + i64::from(pend);
+                    let best = allowed
+                        .iter()
+                        .copied()
+                        .filter(|d| pod_allows(*d) && count(*d) + i64::from(selects_self) - i64::from(min) <= i64::from(max_skew))
+                        .min_by_key(|d| (count(*d), *d));
+                    match best {
+                        Some(d) => vec![d],
+                        None => {
+                            let why = if allowed.is_empty() {
+                                format!("the node has no {key} label")
+                            } else {
+                                let counts: Vec<String> = eligible
+                                    .iter()
+                                    .map(|d| format!("{}={}", self.universe[k][*d as usize], group.counts[*d as usize]))
+                                    .collect();
+                                format!("every allowed domain would exceed the skew (counts: {})", counts.join(", "))
+                            };
+                            return Err(TopoFail { group: g, why });
+                        }
+                    }
+                }
+                Kind::Affinity => {
+                    let present: Vec<u16> = allowed.iter().copied().filter(|d| pod_allows(*d) && group.counts[*d as usize] > 0).collect();
+                    let anywhere = (0..self.universe[k].len() as u16).any(|d| pod_allows(d) && group.counts[d as usize] > 0);
+                    if let Some(d) = present.first() {
+                        vec![*d]
+                    } else if anywhere {
+                        return Err(TopoFail { group: g, why: "matching pods are in other domains".to_owned() });
+                    } else if pend > 0 || selects_self {
+                        match allowed.iter().copied().find(|d| pod_allows(*d)) {
+                            Some(d) => vec![d],
+                            None => return Err(TopoFail { group: g, why: format!("no allowed {key} domain") }),
+                        }
+                    } else {
+                        return Err(TopoFail { group: g, why: "no matching pod exists or is being placed".to_owned() });
+                    }
+                }
+                Kind::Anti => {
+                    if pend > 0 {
+                        return Err(TopoFail { group: g, why: "a matching pod is already on this node".to_owned() });
+                    }
+                    if fixed && allowed.is_empty() {
+                        continue;
+                    }
+                    match allowed.iter().copied().find(|d| pod_allows(*d) && group.counts[*d as usize] == 0) {
+                        Some(d) => vec![d],
+                        None => return Err(TopoFail { group: g, why: format!("every allowed {key} domain has a matching pod") }),
+                    }
+                }
+            };
+            set_narrowed(&mut narrowed, k, choice);
+        }
+        for g in inverse {
+            let group = &self.groups[g as usize];
+            let Some(k) = group.key_id else {
+                if bin.is_some_and(|b| group.owner_host_count(b) > 0) {
+                    return Err(TopoFail { group: g, why: "a pod on this node has anti-affinity to this pod".to_owned() });
+                }
+                continue;
+            };
+            let allowed = self.allowed_domains(host, k, &narrowed);
+            let group = &self.groups[g as usize];
+            if matches!(host, HostView::Fixed { .. }) && allowed.is_empty() {
+                continue;
+            }
+            let free: Vec<u16> = allowed.iter().copied().filter(|d| group.owner_counts[*d as usize] == 0).collect();
+            if free.is_empty() {
+                return Err(TopoFail { group: g, why: "pods with anti-affinity to this pod occupy every allowed domain".to_owned() });
+            }
+            if free.len() < allowed.len() {
+                set_narrowed(&mut narrowed, k, free);
+            }
+        }
+        Ok(narrowed)
+    }
+
+    fn allowed_domains(&mut self, host: &HostView<'_>, key: usize, narrowed: &[(usize, Vec<u16>)]) -> Vec<u16> {
+        if let Some((_, v)) = narrowed.iter().find(|(k, _)| *k == key) {
+            return v.clone();
+        }
+        match host {
+            HostView::Fixed { domains, .. } => domains.get(key).copied().flatten().into_iter().collect(),
+            HostView::Claim { state, .. } => self.state_domains(*state, key).to_vec(),
+        }
+    }
+
+    /// Counts a pod placed on a bin in every group that selects it, and as an owner of its
+    /// required anti-affinity terms.
+    fn record(&mut self, bin: u32, info: u32, owned_required_anti: Option<&[u32]>) {
+        let selected = self.infos[info as usize].selected_by.clone();
+        for g in selected {
+            let (hostname, key) = {
+                let group = &self.groups[g as usize];
+                (group.is_hostname(), group.key_id)
+            };
+            if hostname {
+                let group = &mut self.groups[g as usize];
+                *group.host.entry(bin).or_insert(0) += 1;
+                group.host_total += 1;
+                continue;
+            }
+            let Some(k) = key else { continue };
+            if !self.counts_on(bin, g) {
+                continue;
+            }
+            match self.bin_domain(bin, k) {
+                Some(d) => self.groups[g as usize].counts[d as usize] += 1,
+                None => {
+                    if matches!(self.bins[bin as usize].kind, BinKind::Claim { .. }) {
+                        let pending = &mut self.bins[bin as usize].pending;
+                        match pending.iter_mut().find(|(pg, _)| *pg == g) {
+                            Some((_, c)) => *c += 1,
+                            None => pending.push((g, 1)),
+                        }
+                    }
+                }
+            }
+        }
+        let owners: Vec<u32> = match owned_required_anti {
+            Some(o) => o.to_vec(),
+            None => self.infos[info as usize].anti_groups.clone(),
+        };
+        for g in owners {
+            match self.groups[g as usize].key_id {
+                None => *self.groups[g as usize].owner_host.entry(bin).or_insert(0) += 1,
+                Some(k) => match self.bin_domain(bin, k) {
+                    Some(d) => self.groups[g as usize].owner_counts[d as usize] += 1,
+                    None => {
+                        if let BinKind::Claim { state, .. } = self.bins[bin as usize].kind {
+                            for d in self.state_domains(state, k).iter() {
+                                self.groups[g as usize].owner_counts[*d as usize] += 1;
+                            }
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Whether a spread group with a node filter counts pods on this bin.
+    fn counts_on(&mut self, bin: u32, g: u32) -> bool {
+        let Some(filter) = self.groups[g as usize].ident.filter else { return true };
+        if self.reqs[filter as usize].is_empty() {
+            return true;
+        }
+        match &self.bins[bin as usize].kind {
+            BinKind::Node { idx, .. } => self.reqs[filter as usize].matches_labels(&self.input.nodes[*idx].labels).is_ok(),
+            BinKind::InFlight { idx, .. } => self.input.in_flight[*idx].requirements.intersects(&self.reqs[filter as usize]).is_ok(),
+            BinKind::Claim { state, .. } => {
+                let st = *state;
+                if let Some(ok) = self.filter_ok.get(&(st, filter)) {
+                    return *ok;
+                }
+                let ok = self.states[st as usize].reqs.intersects(&self.reqs[filter as usize]).is_ok();
+                self.filter_ok.insert((st, filter), ok);
+                ok
+            }
+        }
+    }
+
+    fn bin_domain(&mut self, bin: u32, key: usize) -> Option<u16> {
+        match &self.bins[bin as usize].kind {
+            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.get(key).copied().flatten(),
+            BinKind::Claim { state, .. } => {
+                let d = self.state_domains(*state, key);
+                (d.len() == 1).then(|| d[0])
+            }
+        }
+    }
+
+    /// Attributes pending counts of a claim to the domains its state now pins.
+    fn flush_pending(&mut self, bin: u32) {
+        if self.bins[bin as usize].pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.bins[bin as usize].pending);
+        let mut keep = Vec::new();
+        for (g, c) in pending {
+            let Some(k) = self.groups[g as usize].key_id else { continue };
+            match self.bin_domain(bin, k) {
+                Some(d) => self.groups[g as usize].counts[d as usize] += c,
+                None => keep.push((g, c)),
+            }
+        }
+        self.bins[bin as usize].pending = keep;
+    }
+
+    // ------------------------------------------------------------ evaluation
+
+    fn eval_claim(&mut self, bin: u32, shape: u32, add: &[u64]) -> Option<Eval> {
+        let BinKind::Claim { state: st0, pos: pos0 } = self.bins[bin as usize].kind else { return None };
+        let pool = self.states[st0 as usize].pool;
+        if !self.tolerates(shape, pool) {
+            return None;
+        }
+        let info = self.shapes[shape as usize].info;
+        if !self.infos[info as usize].spec.host_ports.is_empty()
+            && Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports)
+        {
+            return None;
+        }
+        let req = self.shapes[shape as usize].req;
+        let st1 = self.transition(st0, req)?;
+        let dims = self.dims.len();
+        let start1 = if st1 == st0 { pos0 } else { 0 };
+        if !fits_add(&self.bins[bin as usize].used, add, &self.states[st1 as usize].suffix[start1 * dims..(start1 + 1) * dims]) {
+            return None;
+        }
+        let narrowing = self.topology_check(&HostView::Claim { bin: Some(bin), state: st1 }, shape).ok()?;
+        let mut st = st1;
+        for (k, domains) in narrowing {
+            st = self.narrow(st, k, domains)?;
+        }
+        let start = if st == st0 { pos0 } else { 0 };
+        let old_type = self.states[st0 as usize].order[pos0];
+        let pos = self.find_type(st, start, &self.bins[bin as usize].used, add, Some(old_type))?;
+        let price = self.states[st as usize].price[pos];
+        Some(Eval { state: st, pos, delta: price - self.states[st0 as usize].price[pos0], price })
+    }
+
+    fn eval_new(&mut self, pool: usize, shape: u32, add: &[u64]) -> Option<Eval> {
+        let base = self.pools[pool].base?;
+        if !self.tolerates(shape, pool) {
+            return None;
+        }
+        if self.pools[pool].node_limit.is_some_and(|(_, r)| r == 0) {
+            return None;
+        }
+        let info = self.shapes[shape as usize].info;
+        if Self::ports_conflict(&self.pools[pool].daemon_ports, &self.infos[info as usize].spec.host_ports) {
+            return None;
+        }
+        let req = self.shapes[shape as usize].req;
+        let st1 = self.transition(base, req)?;
+        let dims = self.dims.len();
+        let zero = vec![0; dims];
+        if !fits_add(&zero, add, &self.states[st1 as usize].suffix[..dims]) {
+            return None;
+        }
+        let narrowing = self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape).ok()?;
+        let mut st = st1;
+        for (k, domains) in narrowing {
+            st = self.narrow(st, k, domains)?;
+        }
+        let pos = self.find_type(st, 0, &zero, add, None)?;
+        let price = self.states[st as usize].price[pos];
+        Some(Eval { state: st, pos, delta: price, price })
+    }
+
+    fn existing_fits(&mut self, bin: u32, shape: u32, add: &[u64]) -> bool {
+        let info = self.shapes[shape as usize].info;
+        let Some(cap) = self.bin_cap(bin) else { return false };
+        if !fits_add(&self.bins[bin as usize].used, add, cap) {
+            return false;
+        }
+        let (taints, node_reqs): (&[Taint], Option<&Requirements>) = match &self.bins[bin as usize].kind {
+            BinKind::Node { idx, .. } => (&self.input.nodes[*idx].taints, None),
+            BinKind::InFlight { idx, .. } => (&self.input.in_flight[*idx].taints, Some(&self.input.in_flight[*idx].requirements)),
+            BinKind::Claim { .. } => return false,
+        };
+        if taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations).is_some() {
+            return false;
+        }
+        let req = self.shapes[shape as usize].req;
+        let ok = match self.existing_req_ok.get(&(bin, req)) {
+            Some(ok) => *ok,
+            None => {
+                let pod_reqs = &self.reqs[req as usize];
+                let ok = match (&self.bins[bin as usize].kind, node_reqs) {
+                    (BinKind::Node { idx, .. }, _) => pod_reqs.matches_labels(&self.input.nodes[*idx].labels).is_ok(),
+                    (_, Some(r)) => r.implies(pod_reqs, |k| self.well_known.contains(k)).is_ok(),
+                    _ => false,
+                };
+                self.existing_req_ok.insert((bin, req), ok);
+                ok
+            }
+        };
+        if !ok {
+            return false;
+        }
+        if Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports) {
+            return false;
+        }
+        let domains = match &self.bins[bin as usize].kind {
+            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.clone(),
+            BinKind::Claim { .. } => return false,
+        };
+        self.topology_check(&HostView::Fixed { bin, domains: &domains }, shape).is_ok()
+    }
+
+    // ------------------------------------------------------------ search
+
+    fn find_existing(&mut self, shape: u32, add: &[u64]) -> Option<u32> {
+        let cpu = add[self.cpu];
+        let candidates: Vec<u32> = self.existing_index.range((cpu, 0)..).take(EXISTING_SCAN).map(|(_, b)| *b).collect();
+        candidates.into_iter().find(|b| self.existing_fits(*b, shape, add))
+    }
+
+    fn find_claim(&mut self, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+        // Hostname affinity: only claims that already hold a matching pod.
+        let host_affinity = self.shapes[shape as usize].host_affinity.clone();
+        if let Some(g) = host_affinity.iter().find(|g| self.groups[**g as usize].host_total > 0) {
+            let mut bins: Vec<u32> = self.groups[*g as usize].host.keys().copied().collect();
+            bins.sort_unstable();
+            return self.best_of(bins.into_iter().take(LIST_SCAN), shape, add);
+        }
+        // Hostname anti-affinity / spread: only claims still eligible for the group.
+        let exclusive = self.shapes[shape as usize].exclusive.clone();
+        if !exclusive.is_empty() {
+            let (g, inverse) = *exclusive.iter().min_by_key(|(g, inv)| {
+                let group = &self.groups[*g as usize];
+                if *inv { group.eligible_inverse.len() } else { group.eligible.len() }
+            })?;
+            return self.scan_eligible(g, inverse, shape, add);
+        }
+        self.refresh_compat(shape);
+        let compat = self.shapes[shape as usize].compat_states.clone();
+        let cpu = add[self.cpu];
+        let mut best: Option<(u32, Eval, u64)> = None;
+        let mut growth: Option<(u32, Eval)> = None;
+        let mut buf = std::mem::take(&mut self.scratch);
+        // Room at no extra cost, best fit on CPU first.
+        for st in &compat {
+            buf.clear();
+            buf.extend(self.states[*st as usize].slack.range((cpu, 0)..).take(ZERO_SCAN).map(|(_, b)| *b));
+            for b in &buf {
+                let Some(e) = self.eval_claim(*b, shape, add) else { continue };
+                if e.delta <= PRICE_EPSILON {
+                    let slack = self.claim_slack(*b);
+                    if best.as_ref().is_none_or(|(bb, _, bs)| (slack, *b) < (*bs, *bb)) {
+                        best = Some((*b, e, slack));
+                    }
+                    break;
+                }
+                if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
+                    growth = Some((*b, e));
+                }
+            }
+        }
+        if let Some((b, e, _)) = best {
+            self.scratch = buf;
+            return Some((b, e));
+        }
+        // Otherwise the claim whose price grows least, most slack first.
+        for st in &compat {
+            buf.clear();
+            buf.extend(self.states[*st as usize].slack.range(..(cpu, 0)).rev().take(GROW_SCAN).map(|(_, b)| *b));
+            for b in &buf {
+                let Some(e) = self.eval_claim(*b, shape, add) else { continue };
+                if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
+                    growth = Some((*b, e));
+                }
+            }
+        }
+        self.scratch = buf;
+        growth
+    }
+
+    fn best_of(&mut self, bins: impl Iterator<Item = u32>, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+        let mut best: Option<(u32, Eval)> = None;
+        for b in bins {
+            if !matches!(self.bins[b as usize].kind, BinKind::Claim { .. }) {
+                continue;
+            }
+            if let Some(e) = self.eval_claim(b, shape, add) {
+                if best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
+                    best = Some((b, e));
+                }
+            }
+        }
+        best
+    }
+
+    fn scan_eligible(&mut self, g: u32, inverse: bool, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+        let mut list = {
+            let group = &mut self.groups[g as usize];
+            std::mem::take(if inverse { &mut group.eligible_inverse } else { &mut group.eligible })
+        };
+        let threshold = self.groups[g as usize].owner_threshold();
+        let mut best: Option<(u32, Eval)> = None;
+        let (mut read, mut write, mut examined) = (0, 0, 0);
+        while read < list.len() && examined < LIST_SCAN {
+            let b = list[read];
+            read += 1;
+            let group = &self.groups[g as usize];
+            let blocked = if inverse { group.owner_host_count(b) > 0 } else { group.host_count(b) > threshold };
+            if blocked {
+                continue;
+            }
+            list[write] = b;
+            write += 1;
+            examined += 1;
+            if let Some(e) = self.eval_claim(b, shape, add) {
+                let zero = e.delta <= PRICE_EPSILON;
+                if best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
+                    best = Some((b, e));
+                }
+                if zero {
+                    break;
+                }
+            }
+        }
+        list.drain(write..read);
+        let group = &mut self.groups[g as usize];
+        *(if inverse { &mut group.eligible_inverse } else { &mut group.eligible }) = list;
+        best
+    }
+
+    fn find_new(&mut self, shape: u32, add: &[u64]) -> Option<(usize, Eval)> {
+        if self.max_new_claims.is_some_and(|m| self.new_claims >= m) {
+            return None;
+        }
+        (0..self.pools.len()).find_map(|p| self.eval_new(p, shape, add).map(|e| (p, e)))
+    }
+
+    // ------------------------------------------------------------ commit
+
+    fn commit_existing(&mut self, bin: u32, pod: usize, shape: u32) {
+        let info = self.shapes[shape as usize].info;
+        let add = self.infos[info as usize].requests.clone();
+        let cpu = self.cpu;
+        let old_free = self.bin_cap(bin).map_or(0, |c| c[cpu].saturating_sub(self.bins[bin as usize].used[cpu]));
+        self.existing_index.remove(&(old_free, bin));
+        let b = &mut self.bins[bin as usize];
+        for (u, x) in b.used.iter_mut().zip(add.iter()) {
+            *u = u.saturating_add(*x);
+        }
+        b.pods.push(pod as u32);
+        b.ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
+        let free = self.bin_cap(bin).map_or(0, |c| c[cpu].saturating_sub(self.bins[bin as usize].used[cpu]));
+        self.existing_index.insert((free, bin));
+        let owners = self.shapes[shape as usize].owned_required_anti.clone();
+        self.record(bin, info, Some(&owners));
+        self.placement[pod] = Some(bin);
+    }
+
+    fn charge(&mut self, pool: usize, new_type: u32, old_type: Option<u32>) {
+        let p = &mut self.pools[pool];
+        let n = p.limits.len();
+        for j in 0..n {
+            let new = p.limit_cost[new_type as usize * n + j];
+            let old = old_type.map_or(0, |o| p.limit_cost[o as usize * n + j]);
+            p.limits[j].2 = p.limits[j].2.saturating_sub(new.saturating_sub(old)).saturating_add(old.saturating_sub(new));
+        }
+        if old_type.is_none() {
+            if let Some((_, r)) = &mut p.node_limit {
+                *r = r.saturating_sub(1);
+            }
+        }
+    }
+
+    fn commit_claim(&mut self, bin: u32, pod: usize, shape: u32, e: Eval) {
+        let info = self.shapes[shape as usize].info;
+        let add = self.infos[info as usize].requests.clone();
+        let BinKind::Claim { state: st0, pos: pos0 } = self.bins[bin as usize].kind else { return };
+        let slack0 = self.claim_slack(bin);
+        self.states[st0 as usize].slack.remove(&(slack0, bin));
+        let pool = self.states[st0 as usize].pool;
+        let old_type = self.states[st0 as usize].order[pos0];
+        let new_type = self.states[e.state as usize].order[e.pos];
+        self.charge(pool, new_type, Some(old_type));
+        let b = &mut self.bins[bin as usize];
+        b.kind = BinKind::Claim { state: e.state, pos: e.pos };
+        for (u, x) in b.used.iter_mut().zip(add.iter()) {
+            *u = u.saturating_add(*x);
+        }
+        b.pods.push(pod as u32);
+        b.ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
+        let slack = self.claim_slack(bin);
+        self.states[e.state as usize].slack.insert((slack, bin));
+        self.flush_pending(bin);
+        let owners = self.shapes[shape as usize].owned_required_anti.clone();
+        self.record(bin, info, Some(&owners));
+        self.placement[pod] = Some(bin);
+    }
+
+    fn open_claim(&mut self, pool: usize, pod: usize, shape: u32, e: Eval) {
+        let info = self.shapes[shape as usize].info;
+        let add = self.infos[info as usize].requests.clone();
+        let bin = self.bins.len() as u32;
+        self.new_claims += 1;
+        let new_type = self.states[e.state as usize].order[e.pos];
+        self.charge(pool, new_type, None);
+        let mut ports = self.pools[pool].daemon_ports.clone();
+        ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
+        self.bins.push(Bin { kind: BinKind::Claim { state: e.state, pos: e.pos }, used: add.to_vec(), pods: vec![pod as u32], ports, pending: Vec::new() });
+        let slack = self.claim_slack(bin);
+        self.states[e.state as usize].slack.insert((slack, bin));
+        for g in self.tracked_groups.clone() {
+            let group = &mut self.groups[g as usize];
+            if group.track_eligible {
+                group.eligible.push(bin);
+            }
+            if group.track_eligible_inverse {
+                group.eligible_inverse.push(bin);
+            }
+        }
+        let owners = self.shapes[shape as usize].owned_required_anti.clone();
+        self.record(bin, info, Some(&owners));
+        self.placement[pod] = Some(bin);
+    }
+
+    // ------------------------------------------------------------ main loop
+
+    fn try_place(&mut self, pod: usize, shape: u32) -> bool {
+        let info = self.shapes[shape as usize].info;
+        let add = self.infos[info as usize].requests.clone();
+        if !self.existing_index.is_empty() {
+            if let Some(bin) = self.find_existing(shape, &add) {
+                self.commit_existing(bin, pod, shape);
+                return true;
+            }
+        }
+        let best = self.find_claim(shape, &add);
+        if let Some((bin, e)) = best {
+            if e.delta <= PRICE_EPSILON {
+                self.commit_claim(bin, pod, shape, e);
+                return true;
+            }
+        }
+        let fresh = self.find_new(shape, &add);
+        match (best, fresh) {
+            (Some((bin, e)), Some((pool, f))) => {
+                if e.delta <= f.price + PRICE_EPSILON {
+                    self.commit_claim(bin, pod, shape, e);
+                } else {
+                    self.open_claim(pool, pod, shape, f);
+                }
+                true
+            }
+            (Some((bin, e)), None) => {
+                self.commit_claim(bin, pod, shape, e);
+                true
+            }
+            (None, Some((pool, f))) => {
+                self.open_claim(pool, pod, shape, f);
+                true
+            }
+            (None, None) => false,
+        }
+    }
+
+    fn place(&mut self, pod: usize) -> bool {
+        let info_id = self.pod_info[pod];
+        if self.infos[info_id as usize].spec.invalid.is_some() {
+            return false;
+        }
+        let initial = self.initial_relax(&self.infos[info_id as usize]);
+        let mut relax = initial;
+        loop {
+            let shape = self.shape(info_id, relax);
+            if self.try_place(pod, shape) {
+                self.relaxed[pod] = relax != initial;
+                return true;
+            }
+            match self.next_relax(&self.infos[info_id as usize], relax) {
+                Some(r) => relax = r,
+                None => return false,
+            }
+        }
+    }
+
+    pub(crate) fn run(mut self) -> Plan {
+        let mut queue: Vec<usize> = (0..self.input.pods.len()).collect();
+        {
+            let infos = &self.infos;
+            let pod_info = &self.pod_info;
+            let (cpu, memory) = (self.cpu, self.memory);
+            queue.sort_by(|a, b| {
+                let ra = &infos[pod_info[*a] as usize].requests;
+                let rb = &infos[pod_info[*b] as usize].requests;
+                rb[cpu].cmp(&ra[cpu]).then(rb[memory].cmp(&ra[memory])).then(pod_info[*a].cmp(&pod_info[*b])).then(a.cmp(b))
+            });
+        }
+        loop {
+            let mut failed = Vec::new();
+            let before = queue.len();
+            for pod in queue {
+                if !self.place(pod) {
+                    failed.push(pod);
+                }
+            }
+            if failed.is_empty() || failed.len() == before {
+                break;
+            }
+            queue = failed;
+        }
+        self.finish()
+    }
+
+    // ------------------------------------------------------------ output
+
+    fn finish(mut self) -> Plan {
+        let mut plan = Plan::default();
+        let n_existing = self.input.nodes.len() + self.input.in_flight.len();
+        for b in 0..n_existing {
+            let bin = &self.bins[b];
+            if bin.pods.is_empty() {
+                continue;
+            }
+            let (target, name) = match &bin.kind {
+                BinKind::Node { idx, .. } => (Target::Node, self.input.nodes[*idx].name.clone()),
+                BinKind::InFlight { idx, .. } => (Target::InFlightClaim, self.input.in_flight[*idx].name.clone()),
+                BinKind::Claim { .. } => continue,
+            };
+            plan.existing.push(ExistingPlacement { target, name, pods: bin.pods.iter().map(|p| *p as usize).collect() });
+        }
+        for b in n_existing..self.bins.len() {
+            if let Some(claim) = self.new_claim(b) {
+                plan.new_claims.push(claim);
+            }
+        }
+        for pod in 0..self.input.pods.len() {
+            if self.placement[pod].is_none() {
+                let u = self.explain(pod);
+                plan.unschedulable.push(u);
+            } else if self.relaxed[pod] {
+                plan.relaxed.push(pod);
+            }
+        }
+        plan
+    }
+
+    fn new_claim(&mut self, b: usize) -> Option<NewClaim> {
+        let BinKind::Claim { state, pos } = self.bins[b].kind else { return None };
+        let st = &self.states[state as usize];
+        let pool = &self.pools[st.pool];
+        let used = &self.bins[b].used;
+        let zero = vec![0; self.dims.len()];
+        let chosen = st.order[pos];
+        let cheapest = st.price[pos];
+        let ratio = self.input.options.max_price_ratio;
+        // Types that hold the pods, cheapest first, within the limits' leftover headroom.
+        let mut fitting: Vec<usize> = Vec::new();
+        for i in pos..st.order.len() {
+            let t = st.order[i];
+            if fits_add(used, &zero, self.type_alloc(st.pool, t)) && self.within_limits(pool, t, Some(chosen)) {
+                fitting.push(i);
+            }
+        }
+        let mut options: Vec<usize> = fitting
+            .iter()
+            .copied()
+            .filter(|i| ratio.is_none_or(|r| st.price[*i] <= cheapest * r + PRICE_EPSILON))
+            .collect();
+        if st.min_values {
+            for req in st.reqs.iter() {
+                let Some(min) = req.min_values() else { continue };
+                let distinct = |opts: &[usize]| {
+                    opts.iter()
+                        .filter_map(|i| pool.types[st.order[*i] as usize].requirements.get(req.key()))
+                        .flat_map(|r| r.values().filter(|v| req.has(v)).map(str::to_owned))
+                        .collect::<BTreeSet<_>>()
+                        .len()
+                };
+                let extra: Vec<usize> = fitting.iter().copied().filter(|i| !options.contains(i)).collect();
+                let mut extra = extra.into_iter();
+                while distinct(&options) < min as usize {
+                    match extra.next() {
+                        Some(i) => options.push(i),
+                        None => break,
+                    }
+                }
+            }
+            options.sort_unstable();
+        }
+        options.truncate(self.input.options.max_instance_types.max(1));
+        // Reserve the headroom the most expensive option could use.
+        let n = pool.limits.len();
+        let mut extra_charge = vec![0_u64; n];
+        for i in &options {
+            let t = st.order[*i] as usize;
+            for (j, e) in extra_charge.iter_mut().enumerate() {
+                *e = (*e).max(pool.limit_cost[t * n + j].saturating_sub(pool.limit_cost[chosen as usize * n + j]));
+            }
+        }
+        let instance_types: Vec<InstanceTypeOption> = options
+            .iter()
+            .map(|i| {
+                let it = pool.types[st.order[*i] as usize];
+                let (zone, capacity_type) = st.offering[*i].clone();
+                InstanceTypeOption { name: it.name.clone(), price: st.price[*i], zone, capacity_type, allocatable: it.allocatable() }
+            })
+            .collect();
+        let mut requirements = st.reqs.clone();
+        requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, instance_types.iter().map(|o| o.name.as_str())));
+        let pod_requests: ResourceList =
+            self.dims.iter().zip(used.iter()).filter(|(_, v)| **v > 0).map(|(n, v)| (n.clone(), *v)).collect();
+        let claim = NewClaim {
+            node_pool: pool.name.clone(),
+            requirements,
+            taints: pool.taints.clone(),
+            startup_taints: pool.startup_taints.clone(),
+            labels: pool.labels.clone(),
+            pods: self.bins[b].pods.iter().map(|p| *p as usize).collect(),
+            pod_requests,
+            daemon_requests: pool.daemon[chosen as usize].clone(),
+            instance_types,
+        };
+        let pool_ix = st.pool;
+        let p = &mut self.pools[pool_ix];
+        for (j, e) in extra_charge.into_iter().enumerate() {
+            p.limits[j].2 = p.limits[j].2.saturating_sub(e);
+        }
+        Some(claim)
+    }
+
+    fn pod_name(&self, pod: usize) -> String {
+        let meta = &self.input.pods[pod].metadata;
+        format!("{}/{}", meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
+    }
+
+    fn explain(&mut self, pod: usize) -> Unschedulable {
+        let info_id = self.pod_info[pod];
+        let mut out = Unschedulable {
+            pod,
+            pod_name: self.pod_name(pod),
+            existing: Vec::new(),
+            node_pools: Vec::new(),
+            invalid: self.infos[info_id as usize].spec.invalid.clone(),
+        };
+        if out.invalid.is_some() {
+            return out;
+        }
+        // Explain at the most relaxed level: that is what was tried last.
+        let mut relax = self.initial_relax(&self.infos[info_id as usize]);
+        while let Some(r) = self.next_relax(&self.infos[info_id as usize], relax) {
+            relax = r;
+        }
+        let shape = self.shape(info_id, relax);
+        let add = self.infos[info_id as usize].requests.clone();
+        let mut existing: BTreeMap<String, usize> = BTreeMap::new();
+        for b in 0..(self.input.nodes.len() + self.input.in_flight.len()) {
+            let reason = self.existing_reason(b as u32, shape, &add);
+            *existing.entry(reason).or_insert(0) += 1;
+        }
+        out.existing = existing.into_iter().collect();
+        for p in 0..self.pools.len() {
+            let reason = self.pool_reason(p, shape, &add);
+            out.node_pools.push(PoolRejection { node_pool: self.pools[p].name.clone(), reason });
+        }
+        out
+    }
+
+    fn existing_reason(&mut self, bin: u32, shape: u32, add: &[u64]) -> String {
+        let (taints, labels_ok) = match &self.bins[bin as usize].kind {
+            BinKind::Node { idx, .. } => {
+                let node = &self.input.nodes[*idx];
+                (&node.taints, self.reqs[self.shapes[shape as usize].req as usize].matches_labels(&node.labels))
+            }
+            BinKind::InFlight { idx, .. } => {
+                let c = &self.input.in_flight[*idx];
+                (&c.taints, c.requirements.implies(&self.reqs[self.shapes[shape as usize].req as usize], |k| self.well_known.contains(k)))
+            }
+            BinKind::Claim { .. } => return String::new(),
+        };
+        if let Some(t) = taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations) {
+            return format!("have taint {} the pod does not tolerate", DisplayTaint(t));
+        }
+        if let Err(e) = labels_ok {
+            return format!("do not match: the pod {}", e.describe("the node"));
+        }
+        if let Some(cap) = self.bin_cap(bin) {
+            let used = &self.bins[bin as usize].used;
+            if let Some(d) = (0..self.dims.len()).find(|d| used[*d].saturating_add(add[*d]) > cap[*d]) {
+                return format!("lack {}", self.dims[d]);
+            }
+        }
+        let info = self.shapes[shape as usize].info;
+        if Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports) {
+            return "have a conflicting host port".to_owned();
+        }
+        let domains = match &self.bins[bin as usize].kind {
+            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.clone(),
+            BinKind::Claim { .. } => Vec::new(),
+        };
+        match self.topology_check(&HostView::Fixed { bin, domains: &domains }, shape) {
+            Err(f) => format!("violate {}", self.groups[f.group as usize]),
+            Ok(_) => "were passed over".to_owned(),
+        }
+    }
+
+    fn pool_reason(&mut self, p: usize, shape: u32, add: &[u64]) -> PoolReason {
+        if let Some(m) = &self.pools[p].invalid {
+            return PoolReason::InvalidNodePool(m.clone());
+        }
+        let pool = &self.pools[p];
+        if let Some(t) = taints::first_untolerated(&pool.taints, &self.shapes[shape as usize].tolerations) {
+            return PoolReason::TaintNotTolerated(DisplayTaint(t).to_string());
+        }
+        let pod_reqs = self.reqs[self.shapes[shape as usize].req as usize].clone();
+        if let Err(e) = pool.reqs.compatible(&pod_reqs, |k| self.well_known.contains(k)) {
+            return PoolReason::Requirements(e.describe(&format!("NodePool {}", pool.name)));
+        }
+        let combined = pool.reqs.intersection(&pod_reqs);
+        let shown = {
+            let mut r = combined.clone();
+            r.remove(labels::NODE_POOL);
+            r.to_string()
+        };
+        let matching: Vec<usize> = (0..pool.types.len()).filter(|t| pool.types[*t].requirements.intersects(&combined).is_ok()).collect();
+        if matching.is_empty() {
+            return PoolReason::NoInstanceType { requirements: shown };
+        }
+        let offered: Vec<usize> = matching.iter().copied().filter(|t| pool.types[*t].cheapest_offering(&combined).is_some()).collect();
+        if offered.is_empty() {
+            let unavailable = matching
+                .iter()
+                .filter(|t| pool.types[**t].offerings.iter().any(|o| !o.available && o.allowed_by(&combined)))
+                .count();
+            return PoolReason::NoAvailableOffering { requirements: shown, unavailable_types: unavailable };
+        }
+        let dims = self.dims.len();
+        let alloc = |t: usize| &pool.alloc[t * dims..(t + 1) * dims];
+        let zero = vec![0; dims];
+        let fitting: Vec<usize> = offered.iter().copied().filter(|t| fits_add(&zero, add, alloc(*t))).collect();
+        if fitting.is_empty() {
+            let mut shortfalls = Vec::new();
+            for d in 0..dims {
+                if add[d] == 0 {
+                    continue;
+                }
+                let Some(best) = offered.iter().copied().max_by_key(|t| (alloc(*t)[d], std::cmp::Reverse(pool.types[*t].name.clone()))) else {
+                    continue;
+                };
+                if alloc(best)[d] < add[d] {
+                    shortfalls.push(Shortfall {
+                        resource: self.dims[d].clone(),
+                        requested: add[d],
+                        largest_type: pool.types[best].name.clone(),
+                        largest: alloc(best)[d],
+                    });
+                }
+            }
+            let mut ranked: Vec<(u64, String, Vec<(String, u64, u64)>)> = offered
+                .iter()
+                .map(|t| {
+                    let a = alloc(*t);
+                    let lacks: Vec<(String, u64, u64)> =
+                        (0..dims).filter(|d| add[*d] > a[*d]).map(|d| (self.dims[d].clone(), add[d], a[d])).collect();
+                    // Shortfall as parts per million of the request, summed over resources.
+                    let score = (0..dims)
+                        .filter(|d| add[*d] > a[*d])
+                        .map(|d| ((add[d] - a[d]) as u128 * 1_000_000 / u128::from(add[d].max(1))) as u64)
+                        .sum();
+                    (score, pool.types[*t].name.clone(), lacks)
+                })
+                .collect();
+            ranked.sort();
+            let closest = ranked.into_iter().take(3).map(|(_, name, lacks)| Closest { name, lacks }).collect();
+            return PoolReason::TooLarge { shortfalls, closest };
+        }
+        if let Some((limit, 0)) = pool.node_limit {
+            return PoolReason::LimitReached { resource: resources::NODES.to_owned(), limit, remaining: 0, needed: 1 };
+        }
+        if !fitting.iter().any(|t| self.within_limits(pool, *t as u32, None)) {
+            let cheapest = fitting
+                .iter()
+                .copied()
+                .min_by(|a, b| {
+                    let pa = pool.types[*a].cheapest_offering(&combined).map_or(f64::MAX, |o| o.price);
+                    let pb = pool.types[*b].cheapest_offering(&combined).map_or(f64::MAX, |o| o.price);
+                    pa.total_cmp(&pb)
+                })
+                .unwrap_or(fitting[0]);
+            let n = pool.limits.len();
+            if let Some(j) = (0..n).find(|j| pool.limit_cost[cheapest * n + j] > pool.limits[*j].2) {
+                let (name, limit, remaining) = pool.limits[j].clone();
+                return PoolReason::LimitReached { resource: name, limit, remaining, needed: pool.limit_cost[cheapest * n + j] };
+            }
+        }
+        let info = self.shapes[shape as usize].info;
+        if let Some(port) = self.infos[info as usize].spec.host_ports.iter().find(|hp| pool.daemon_ports.iter().any(|d| d.conflicts(hp))) {
+            return PoolReason::HostPort(port.to_string());
+        }
+        let Some(base) = pool.base else { return PoolReason::NoInstanceType { requirements: shown } };
+        let Some(st) = self.transition(base, self.shapes[shape as usize].req) else {
+            return PoolReason::NoInstanceType { requirements: shown };
+        };
+        if self.states[st as usize].min_values {
+            if let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add) {
+                return PoolReason::MinValues { key, min_values, available };
+            }
+        }
+        match self.topology_check(&HostView::Claim { bin: None, state: st }, shape) {
+            Err(f) => PoolReason::Topology(format!("{}: {}", self.groups[f.group as usize], f.why)),
+            Ok(_) => PoolReason::Topology("the pod's constraints conflict with pods placed earlier in this round".to_owned()),
+        }
+    }
+}
+
+fn set_narrowed(narrowed: &mut Vec<(usize, Vec<u16>)>, key: usize, domains: Vec<u16>) {
+    match narrowed.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, d)) => *d = domains,
+        None => narrowed.push((key, domains)),
+    }
+}
+
+/// Whether a DaemonSet pod would run on a node with these taints and requirements.
+fn daemon_runs_on(daemon: &PodSpecInfo, taints: &[Taint], reqs: &Requirements) -> bool {
+    if taints::first_untolerated(taints, &daemon.tolerations()).is_some() {
+        return false;
+    }
+    let mut daemon_reqs = daemon.node_selector.clone();
+    if let Some(t) = daemon.required_terms.first() {
+        daemon_reqs.add_all(t);
+    }
+    reqs.intersects(&daemon_reqs).is_ok()
+}

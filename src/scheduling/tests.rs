@@ -1,0 +1,690 @@
+//! Table-driven cases with known answers, and property tests over random pods and catalogues.
+
+use super::*;
+use crate::apis::labels;
+use crate::cloud::Offering;
+use crate::resources::{CPU, MEMORY, NVIDIA_GPU, PODS};
+use k8s_openapi::api::core::v1::Pod;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+fn node_pool(name: &str, spec: Value) -> NodePool {
+    let mut template_spec = json!({
+        "requirements": [],
+        "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
+    });
+    if let (Some(t), Some(extra)) = (template_spec.as_object_mut(), spec.get("template").and_then(Value::as_object)) {
+        for (k, v) in extra {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+    let mut np = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+        "spec": {"template": {"spec": template_spec}}
+    });
+    for key in ["limits", "weight"] {
+        if let Some(v) = spec.get(key) {
+            np["spec"][key] = v.clone();
+        }
+    }
+    if let Some(labels) = spec.get("labels") {
+        np["spec"]["template"]["metadata"] = json!({"labels": labels});
+    }
+    match serde_json::from_value(np) {
+        Ok(np) => np,
+        Err(e) => panic!("bad test NodePool: {e}"),
+    }
+}
+
+/// A type with `cpu` vCPUs and `mem_gib` GiB, 100m/100Mi overhead, on-demand in every zone.
+fn instance_type(name: &str, cpu: u64, mem_gib: u64, price: f64) -> InstanceType {
+    let capacity = ResourceList::new().with(CPU, cpu * 1000).with(MEMORY, mem_gib << 30).with(PODS, 110);
+    let mut it = InstanceType::new(name, capacity);
+    it.overhead.kube_reserved = ResourceList::new().with(CPU, 100).with(MEMORY, 100 << 20);
+    it.requirements.add(Requirement::in_values(labels::ARCH, ["amd64"]));
+    it.offerings = ZONES.iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price)).collect();
+    it
+}
+
+fn gpu_type(name: &str, cpu: u64, mem_gib: u64, gpus: u64, price: f64) -> InstanceType {
+    let mut it = instance_type(name, cpu, mem_gib, price);
+    it.capacity.set(NVIDIA_GPU, gpus);
+    it
+}
+
+/// 1, 2, 4, 8, 16, 32 and 64 vCPU types with 4 GiB per vCPU at $0.05 per vCPU-hour.
+fn general_catalogue() -> Vec<InstanceType> {
+    [1, 2, 4, 8, 16, 32, 64].iter().map(|c| instance_type(&format!("g.{c}x"), *c, c * 4, 0.05 * *c as f64)).collect()
+}
+
+fn pod(name: &str, cpu: &str, mem: &str, extra: Value) -> Pod {
+    let mut p = json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}
+    });
+    if let Some(labels) = extra.get("labels") {
+        p["metadata"]["labels"] = labels.clone();
+    }
+    if let Some(spec) = extra.get("spec").and_then(Value::as_object) {
+        for (k, v) in spec {
+            p["spec"][k] = v.clone();
+        }
+    }
+    if let Some(limits) = extra.get("requests") {
+        p["spec"]["containers"][0]["resources"]["requests"] = limits.clone();
+    }
+    match serde_json::from_value(p) {
+        Ok(p) => p,
+        Err(e) => panic!("bad test pod: {e}"),
+    }
+}
+
+fn claim_of(plan: &Plan, pod: usize) -> Option<&NewClaim> {
+    plan.new_claims.iter().find(|c| c.pods.contains(&pod))
+}
+
+fn zone_of(claim: &NewClaim) -> Option<String> {
+    let req = claim.requirements.get(labels::ZONE)?;
+    (req.len() == Some(1)).then(|| req.values().next().map(str::to_owned)).flatten()
+}
+
+#[test]
+fn a_two_vcpu_pod_gets_the_cheapest_type_that_fits_not_a_large_one() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1800m", "2Gi", json!({}));
+    let input = Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert_eq!(plan.new_claims.len(), 1);
+    let claim = &plan.new_claims[0];
+    assert_eq!(claim.instance_types[0].name, "g.2x");
+    assert!(claim.instance_types.iter().all(|o| o.price <= 0.1 * 1.5 + 1e-9), "no oversized options: {:?}", claim.instance_types);
+    let allowed = claim.requirements.get(labels::INSTANCE_TYPE).map(|r| r.values().collect::<Vec<_>>());
+    assert_eq!(allowed, Some(vec!["g.2x"]));
+    assert!((plan.total_price() - 0.1).abs() < 1e-9);
+}
+
+#[test]
+fn three_pods_with_hostname_anti_affinity_get_three_claims() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
+    let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("db-{i}"), "100m", "128Mi", anti.clone())).collect();
+    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.unschedulable.is_empty());
+    assert_eq!(plan.new_claims.len(), 3);
+    assert!(plan.new_claims.iter().all(|c| c.pods.len() == 1));
+}
+
+#[test]
+fn zone_spread_puts_pods_evenly_over_three_zones() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let spread = json!({"labels": {"app": "web"}, "spec": {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}}]}});
+    let pods: Vec<Pod> = (0..6).map(|i| pod(&format!("web-{i}"), "500m", "512Mi", spread.clone())).collect();
+    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.unschedulable.is_empty());
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &plan.new_claims {
+        let zone = zone_of(c);
+        assert!(zone.is_some(), "every claim with spread pods is pinned to a zone: {}", c.requirements);
+        *per_zone.entry(zone.unwrap_or_default()).or_insert(0) += c.pods.len();
+    }
+    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{per_zone:?}");
+    assert_eq!(plan.new_claims.len(), 3, "one node per zone is enough");
+}
+
+#[test]
+fn a_gpu_pod_lands_only_on_gpu_types() {
+    let np = node_pool("default", json!({}));
+    let mut catalogue = general_catalogue();
+    catalogue.push(gpu_type("p.4x", 4, 16, 1, 1.0));
+    catalogue.push(gpu_type("p.8x", 8, 32, 4, 3.0));
+    let gpu = pod("train", "1", "4Gi", json!({"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "2"}}));
+    let web = pod("web", "1", "1Gi", json!({}));
+    let input = Input { pods: vec![&gpu, &web], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.unschedulable.is_empty());
+    let claim = claim_of(&plan, 0).map(|c| c.instance_types.iter().map(|o| o.name.as_str()).collect::<Vec<_>>());
+    assert_eq!(claim, Some(vec!["p.8x"]), "only the 4-GPU type has 2 GPUs");
+}
+
+#[test]
+fn a_pod_too_big_for_every_type_is_told_the_resource_and_the_largest_type() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let big = pod("huge", "96", "8Gi", json!({}));
+    let input = Input { pods: vec![&big], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.new_claims.is_empty());
+    assert_eq!(plan.unschedulable.len(), 1);
+    let u = &plan.unschedulable[0];
+    match &u.node_pools[0].reason {
+        PoolReason::TooLarge { shortfalls, closest } => {
+            assert_eq!(shortfalls.len(), 1);
+            assert_eq!(shortfalls[0].resource, "cpu");
+            assert_eq!(shortfalls[0].largest_type, "g.64x");
+            assert_eq!(shortfalls[0].largest, 63_900);
+            assert_eq!(closest[0].name, "g.64x");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let text = u.to_string();
+    assert!(text.contains("needs 96 cpu; the largest type allowed by NodePool default, g.64x, has 63.9 allocatable"), "{text}");
+}
+
+#[test]
+fn a_node_pool_at_its_limit_is_skipped_with_a_reason() {
+    let limited = node_pool("limited", json!({"weight": 50, "limits": {"cpu": "8"}}));
+    let fallback = node_pool("fallback", json!({}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1", "1Gi", json!({}));
+    let mut full = PoolInput::new(&limited, &catalogue);
+    full.usage = ResourceList::new().with(CPU, 8000);
+    let input = Input { pods: vec![&p], node_pools: vec![full.clone(), PoolInput::new(&fallback, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert_eq!(plan.new_claims.len(), 1);
+    assert_eq!(plan.new_claims[0].node_pool, "fallback");
+
+    let only = Input { pods: vec![&p], node_pools: vec![full], ..Input::default() };
+    let plan = schedule(&only);
+    let reason = &plan.unschedulable[0].node_pools[0].reason;
+    assert!(matches!(reason, PoolReason::LimitReached { resource, remaining: 0, .. } if resource == "cpu"), "{reason:?}");
+    assert!(plan.unschedulable[0].to_string().contains("limit cpu=8 reached"), "{}", plan.unschedulable[0]);
+}
+
+#[test]
+fn limits_count_new_claims_against_the_pool() {
+    let limited = node_pool("limited", json!({"limits": {"cpu": "4"}}));
+    let catalogue = general_catalogue();
+    let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
+    let pods: Vec<Pod> = (0..4).map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone())).collect();
+    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&limited, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert_eq!(plan.new_claims.len(), 2, "two 2-vCPU nodes use the 4 vCPU limit");
+    assert_eq!(plan.unschedulable.len(), 2);
+}
+
+#[test]
+fn weights_pick_the_heavier_pool() {
+    let light = node_pool("light", json!({"weight": 10}));
+    let heavy = node_pool("heavy", json!({"weight": 90}));
+    let unweighted = node_pool("a-unweighted", json!({}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1", "1Gi", json!({}));
+    let pools = vec![PoolInput::new(&light, &catalogue), PoolInput::new(&unweighted, &catalogue), PoolInput::new(&heavy, &catalogue)];
+    let input = Input { pods: vec![&p], node_pools: pools, ..Input::default() };
+    let plan = schedule(&input);
+    assert_eq!(plan.new_claims[0].node_pool, "heavy");
+}
+
+#[test]
+fn taints_without_tolerations_skip_a_pool_with_a_reason_but_startup_taints_never_block() {
+    let tainted = node_pool("gpu", json!({"weight": 10, "template": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}));
+    let startup = node_pool("cilium", json!({"template": {"startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoSchedule"}]}}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1", "1Gi", json!({}));
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&tainted, &catalogue), PoolInput::new(&startup, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(plan.new_claims[0].node_pool, "cilium");
+    assert_eq!(plan.new_claims[0].startup_taints.len(), 1);
+
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&tainted, &catalogue)], ..Input::default() });
+    assert_eq!(plan.unschedulable[0].node_pools[0].reason, PoolReason::TaintNotTolerated("nvidia.com/gpu=true:NoSchedule".to_owned()));
+
+    let tolerant = pod("cuda", "1", "1Gi", json!({"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}));
+    let plan = schedule(&Input { pods: vec![&tolerant], node_pools: vec![PoolInput::new(&tainted, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.len(), 1);
+}
+
+#[test]
+fn existing_nodes_with_room_are_used_before_new_claims() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let running = pod("running", "3", "4Gi", json!({}));
+    let node = ExistingNode {
+        name: "node-1".to_owned(),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into_iter().collect(),
+        allocatable: ResourceList::new().with(CPU, 3900).with(MEMORY, 15 << 30).with(PODS, 110),
+        pods: vec![&running],
+        ..ExistingNode::default()
+    };
+    let small = pod("small", "500m", "1Gi", json!({}));
+    let large = pod("large", "2", "1Gi", json!({}));
+    let plan = schedule(&Input {
+        pods: vec![&small, &large],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        nodes: vec![node],
+        ..Input::default()
+    });
+    assert_eq!(plan.existing, vec![ExistingPlacement { target: Target::Node, name: "node-1".to_owned(), pods: vec![0] }]);
+    assert_eq!(plan.new_claims.len(), 1);
+    assert_eq!(plan.new_claims[0].pods, vec![1]);
+}
+
+#[test]
+fn in_flight_claims_take_pods_their_every_possible_node_satisfies() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let claim = InFlightClaim {
+        name: "default-abc".to_owned(),
+        node_pool: "default".to_owned(),
+        requirements: [Requirement::in_values(labels::ZONE, ["zone-a", "zone-b"])].into_iter().collect(),
+        allocatable: ResourceList::new().with(CPU, 1900).with(MEMORY, 7 << 30).with(PODS, 110),
+        ..InFlightClaim::default()
+    };
+    let anywhere = pod("anywhere", "1", "1Gi", json!({}));
+    let zone_a = pod("zone-a", "500m", "1Gi", json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}));
+    let plan = schedule(&Input {
+        pods: vec![&anywhere, &zone_a],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        in_flight: vec![claim],
+        ..Input::default()
+    });
+    assert_eq!(plan.existing.len(), 1);
+    assert_eq!(plan.existing[0].target, Target::InFlightClaim);
+    assert_eq!(plan.existing[0].pods, vec![0]);
+    assert_eq!(claim_of(&plan, 1).and_then(zone_of), Some("zone-a".to_owned()), "the claim might land in zone-b");
+}
+
+#[test]
+fn daemon_set_overhead_is_reserved_on_new_nodes() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let daemon = pod("agent", "500m", "512Mi", json!({}));
+    let p = pod("web", "1500m", "1Gi", json!({}));
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        daemon_set_pods: vec![&daemon],
+        ..Input::default()
+    });
+    let claim = &plan.new_claims[0];
+    assert_eq!(claim.instance_types[0].name, "g.4x", "1.5 + 0.5 cpu does not fit the 1.9 allocatable of g.2x");
+    assert_eq!(claim.daemon_requests.get(CPU), 500);
+    assert_eq!(claim.requests().get(CPU), 2000);
+}
+
+#[test]
+fn node_affinity_operators_narrow_the_types() {
+    let np = node_pool("default", json!({}));
+    let mut catalogue = general_catalogue();
+    for it in &mut catalogue {
+        let cpus = it.capacity.get(CPU) / 1000;
+        it.requirements.add(Requirement::in_values("example.com/cpus", [cpus.to_string()]));
+        it.requirements.add(Requirement::in_values("example.com/family", ["g"]));
+    }
+    let wants = |ops: Value| pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": ops}]}}}}}));
+    let cases = [
+        (json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["4"]}]), "g.8x"),
+        (json!([{"key": "example.com/cpus", "operator": "Gte", "values": ["4"]}]), "g.4x"),
+        (json!([{"key": "example.com/cpus", "operator": "Lt", "values": ["2"]}]), "g.1x"),
+        (json!([{"key": "example.com/cpus", "operator": "Lte", "values": ["2"]}]), "g.1x"),
+        (json!([{"key": "example.com/cpus", "operator": "In", "values": ["16", "32"]}]), "g.16x"),
+        (json!([{"key": "example.com/cpus", "operator": "NotIn", "values": ["1", "2"]}]), "g.4x"),
+        (json!([{"key": "example.com/family", "operator": "Exists"}]), "g.1x"),
+        (json!([{"key": "example.com/gpu", "operator": "DoesNotExist"}]), "g.1x"),
+    ];
+    for (ops, want) in cases {
+        let p = wants(ops.clone());
+        let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+        assert_eq!(plan.new_claims.first().map(|c| c.instance_types[0].name.as_str()), Some(want), "{ops}");
+    }
+    let impossible = wants(json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["64"]}]));
+    let plan = schedule(&Input { pods: vec![&impossible], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::NoInstanceType { .. }), "{:?}", plan.unschedulable);
+}
+
+#[test]
+fn preferred_affinity_is_respected_and_relaxed_only_when_needed() {
+    let np = node_pool("default", json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-b"]}]}}));
+    let catalogue = general_catalogue();
+    let prefers = |zone: &str| {
+        pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}]}}}}))
+    };
+    let b = prefers("zone-b");
+    let plan = schedule(&Input { pods: vec![&b], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.first().and_then(zone_of), Some("zone-b".to_owned()));
+    assert!(plan.relaxed.is_empty());
+    let c = prefers("zone-c");
+    let plan = schedule(&Input { pods: vec![&c], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.len(), 1, "the impossible preference is dropped");
+    assert_eq!(plan.relaxed, vec![0]);
+}
+
+#[test]
+fn required_node_affinity_terms_are_ored() {
+    let np = node_pool("default", json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}}));
+    let catalogue = general_catalogue();
+    let p = pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]},
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}}));
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.first().and_then(zone_of), Some("zone-b".to_owned()));
+}
+
+#[test]
+fn pods_sharing_a_host_port_never_share_a_node() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let port = json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}], "resources": {"requests": {"cpu": "100m"}}}]}});
+    let pods: Vec<Pod> = (0..2).map(|i| pod(&format!("p{i}"), "100m", "100Mi", port.clone())).collect();
+    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.len(), 2);
+}
+
+#[test]
+fn zonal_pod_affinity_follows_the_first_pod() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let affinity = json!({"labels": {"app": "cache"}, "spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}});
+    let pods: Vec<Pod> = (0..5).map(|i| pod(&format!("cache-{i}"), "20", "8Gi", affinity.clone())).collect();
+    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert!(plan.unschedulable.is_empty());
+    let zones: BTreeSet<Option<String>> = plan.new_claims.iter().map(zone_of).collect();
+    assert_eq!(zones.len(), 1, "{zones:?}");
+    assert!(zones.iter().all(Option::is_some));
+}
+
+#[test]
+fn unavailable_offerings_are_avoided_and_explained() {
+    let np = node_pool("default", json!({}));
+    let mut catalogue = general_catalogue();
+    for it in &mut catalogue {
+        for o in &mut it.offerings {
+            o.available = o.zone != "zone-a" || it.name == "g.64x";
+        }
+    }
+    let a = pod("a", "1", "1Gi", json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}));
+    let plan = schedule(&Input { pods: vec![&a], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims[0].instance_types[0].name, "g.64x", "only g.64x is available in zone-a");
+    for it in &mut catalogue {
+        for o in &mut it.offerings {
+            o.available = o.zone != "zone-a";
+        }
+    }
+    let plan = schedule(&Input { pods: vec![&a], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::NoAvailableOffering { unavailable_types: 7, .. }), "{:?}", plan.unschedulable);
+}
+
+#[test]
+fn min_values_keep_enough_instance_types_in_the_options() {
+    let np = node_pool("default", json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}));
+    let catalogue = general_catalogue();
+    let p = pod("p", "100m", "100Mi", json!({}));
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let names: Vec<&str> = plan.new_claims[0].instance_types.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["g.1x", "g.2x", "g.4x"], "price ratio alone would keep one");
+    let spec = plan.new_claims[0].to_node_claim_spec(&np);
+    let it = spec.requirements.iter().find(|r| r.key == labels::INSTANCE_TYPE);
+    assert_eq!(it.and_then(|r| r.min_values), Some(3));
+
+    let strict = node_pool("strict", json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g.1x", "g.2x"], "minValues": 2}]}}));
+    let big = pod("big", "1500m", "1Gi", json!({}));
+    let plan = schedule(&Input { pods: vec![&big], node_pools: vec![PoolInput::new(&strict, &catalogue)], ..Input::default() });
+    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::MinValues { min_values: 2, available: 1, .. }), "{:?}", plan.unschedulable);
+}
+
+#[test]
+fn a_new_claim_becomes_a_node_claim_spec() {
+    let np = node_pool("default", json!({"labels": {"team": "web"}, "template": {"taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]}}));
+    let catalogue = general_catalogue();
+    let p = pod("p", "1", "1Gi", json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web"}]}}));
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let claim = &plan.new_claims[0];
+    let spec = claim.to_node_claim_spec(&np);
+    assert_eq!(spec.taints.len(), 1);
+    assert_eq!(spec.node_class_ref.kind, "KWOKNodeClass");
+    assert_eq!(spec.resources.requests.get("cpu").map(|q| q.0.as_str()), Some("1"));
+    let keys: Vec<&str> = spec.requirements.iter().map(|r| r.key.as_str()).collect();
+    assert!(keys.contains(&labels::NODE_POOL) && keys.contains(&"team") && keys.contains(&labels::INSTANCE_TYPE), "{keys:?}");
+    assert_eq!(claim.labels.get("team").map(String::as_str), Some("web"));
+}
+
+#[test]
+fn pods_fill_the_slack_of_nodes_already_paid_for() {
+    // 1.5 cpu pods round up to 2-vCPU nodes; the 250m pods ride along for free.
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
+    let mut pods: Vec<Pod> = (0..4).map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone())).collect();
+    pods.extend((0..4).map(|i| pod(&format!("side-{i}"), "250m", "256Mi", json!({}))));
+    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert_eq!(plan.new_claims.len(), 4);
+    assert!((plan.total_price() - 0.4).abs() < 1e-9, "4 × g.2x, nothing bigger: {}", plan.total_price());
+}
+
+// ---------------------------------------------------------------- properties
+
+#[derive(Clone, Debug)]
+struct PodCase {
+    cpu_m: u64,
+    mem_mi: u64,
+    gpu: u64,
+    zone: Option<usize>,
+    anti: bool,
+    spread: bool,
+}
+
+fn pod_case() -> impl Strategy<Value = PodCase> {
+    (1_u64..40, 1_u64..64, prop::bool::weighted(0.1), prop::option::weighted(0.2, 0..3_usize), prop::bool::weighted(0.2), prop::bool::weighted(0.2))
+        .prop_map(|(cpu, mem, gpu, zone, anti, spread)| PodCase { cpu_m: cpu * 100, mem_mi: mem * 128, gpu: u64::from(gpu), zone, anti, spread })
+}
+
+fn catalogue_case() -> impl Strategy<Value = Vec<(u64, u64, u64, u32, u8)>> {
+    // (vcpu, GiB, gpus, price in cents, zone availability bitmask)
+    prop::collection::vec((1_u64..17, 1_u64..65, prop::bool::weighted(0.2).prop_map(u64::from), 1_u32..400, 1_u8..8), 1..8)
+}
+
+fn build_pods(cases: &[PodCase]) -> Vec<Pod> {
+    cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut extra = json!({"requests": {"cpu": format!("{}m", c.cpu_m), "memory": format!("{}Mi", c.mem_mi)}});
+            if c.gpu > 0 {
+                extra["requests"]["nvidia.com/gpu"] = json!(c.gpu.to_string());
+            }
+            let mut labels = json!({"app": "generic"});
+            if c.anti {
+                labels = json!({"app": "db"});
+                extra["spec"] = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+            } else if c.spread {
+                labels = json!({"app": "web"});
+                extra["spec"] = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+            }
+            if let Some(z) = c.zone {
+                let spec = extra.get("spec").cloned().unwrap_or_else(|| json!({}));
+                let mut spec = spec;
+                spec["nodeSelector"] = json!({"topology.kubernetes.io/zone": ZONES[z]});
+                extra["spec"] = spec;
+            }
+            extra["labels"] = labels;
+            pod(&format!("p{i}"), "1", "1Gi", extra)
+        })
+        .collect()
+}
+
+fn build_catalogue(types: &[(u64, u64, u64, u32, u8)]) -> Vec<InstanceType> {
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, (cpu, mem, gpu, cents, zones))| {
+            let mut it = if *gpu > 0 {
+                gpu_type(&format!("t{i}"), *cpu, *mem, *gpu, f64::from(*cents) / 100.0)
+            } else {
+                instance_type(&format!("t{i}"), *cpu, *mem, f64::from(*cents) / 100.0)
+            };
+            for (z, o) in it.offerings.iter_mut().enumerate() {
+                o.available = zones & (1 << z) != 0;
+            }
+            it
+        })
+        .collect()
+}
+
+fn check_plan(plan: &Plan, pods: &[Pod], cases: &[PodCase], catalogue: &[InstanceType], nodes: &[ExistingNode]) -> Result<(), TestCaseError> {
+    // Every pod accounted for exactly once.
+    let mut seen = vec![0_u32; pods.len()];
+    for c in &plan.new_claims {
+        for p in &c.pods {
+            seen[*p] += 1;
+        }
+    }
+    for e in &plan.existing {
+        for p in &e.pods {
+            seen[*p] += 1;
+        }
+    }
+    for u in &plan.unschedulable {
+        seen[u.pod] += 1;
+    }
+    prop_assert!(seen.iter().all(|s| *s == 1), "accounting: {:?}", seen);
+    for c in &plan.new_claims {
+        prop_assert!(!c.instance_types.is_empty());
+        // Every option holds the pods plus DaemonSets.
+        for o in &c.instance_types {
+            let it = catalogue.iter().find(|it| it.name == o.name);
+            prop_assert!(it.is_some());
+            let alloc = it.map(InstanceType::allocatable).unwrap_or_default();
+            prop_assert!(c.requests().fits_in(&alloc), "{} does not fit {} on {}", c.requests(), alloc, o.name);
+            prop_assert!(c.requirements.allows(labels::ZONE, &o.zone), "option offering zone must be allowed");
+        }
+        let mut sum = ResourceList::new();
+        for p in &c.pods {
+            sum = sum.saturating_add(&pod_requests(pods[*p].spec.as_ref().unwrap_or(&Default::default())).unwrap_or_default());
+        }
+        prop_assert_eq!(&sum, &c.pod_requests);
+        // Node selectors and anti-affinity.
+        let mut db = 0;
+        for p in &c.pods {
+            if let Some(z) = cases[*p].zone {
+                prop_assert!(zone_of(c).as_deref() == Some(ZONES[z]) || c.requirements.get(labels::ZONE).is_some_and(|r| r.len() == Some(1) && r.has(ZONES[z])));
+            }
+            if cases[*p].anti {
+                db += 1;
+            }
+        }
+        prop_assert!(db <= 1, "two anti-affine pods share a node");
+    }
+    // Zone spread: every claim with spread pods is pinned, and zone counts differ by at most 1
+    // among zones the spread pods could use.
+    let mut per_zone: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &plan.new_claims {
+        let n = c.pods.iter().filter(|p| cases[**p].spread && !cases[**p].anti).count() as i64;
+        if n > 0 {
+            let z = zone_of(c);
+            prop_assert!(z.is_some());
+            *per_zone.entry(z.unwrap_or_default()).or_insert(0) += n;
+        }
+    }
+    for e in &plan.existing {
+        let n = e.pods.iter().filter(|p| cases[**p].spread && !cases[**p].anti).count() as i64;
+        let zone = nodes.iter().find(|node| node.name == e.name).and_then(|node| node.labels.get(labels::ZONE));
+        if let (true, Some(z)) = (n > 0, zone) {
+            *per_zone.entry(z.clone()).or_insert(0) += n;
+        }
+    }
+    let unconstrained = cases.iter().filter(|c| c.spread && !c.anti).all(|c| c.zone.is_none());
+    if unconstrained && !per_zone.is_empty() {
+        let usable: Vec<&str> = ZONES
+            .iter()
+            .copied()
+            .filter(|z| catalogue.iter().any(|it| it.offerings.iter().any(|o| o.available && o.zone == *z)) || nodes.iter().any(|n| n.labels.get(labels::ZONE).is_some_and(|l| l == z)))
+            .collect();
+        let counts: Vec<i64> = usable.iter().map(|z| per_zone.get(*z).copied().unwrap_or(0)).collect();
+        let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+        prop_assert!(max - min <= 1, "zone skew {:?}", per_zone);
+    }
+    Ok(())
+}
+
+proptest! {
+    // No regression files: the top level of the repository is fixed.
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_are_valid_deterministic_and_account_for_every_pod(cases in prop::collection::vec(pod_case(), 1..30), types in catalogue_case()) {
+        let np = node_pool("default", json!({}));
+        let catalogue = build_catalogue(&types);
+        let pods = build_pods(&cases);
+        let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+        let plan = schedule(&input);
+        check_plan(&plan, &pods, &cases, &catalogue, &[])?;
+        prop_assert_eq!(&plan, &schedule(&input), "same input, same plan");
+        for u in &plan.unschedulable {
+            prop_assert!(!u.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn pods_on_existing_nodes_fit(cases in prop::collection::vec(pod_case(), 1..20), free_m in prop::collection::vec(0_u64..4000, 1..4)) {
+        let np = node_pool("default", json!({}));
+        let catalogue = general_catalogue();
+        let pods = build_pods(&cases);
+        let nodes: Vec<ExistingNode> = free_m.iter().enumerate().map(|(i, m)| ExistingNode {
+            name: format!("n{i}"),
+            labels: [(labels::ZONE.to_owned(), ZONES[i % 3].to_owned()), (labels::HOSTNAME.to_owned(), format!("n{i}"))].into_iter().collect(),
+            allocatable: ResourceList::new().with(CPU, *m).with(MEMORY, 4 << 30).with(PODS, 4),
+            ..ExistingNode::default()
+        }).collect();
+        let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], nodes: nodes.clone(), ..Input::default() };
+        let plan = schedule(&input);
+        check_plan(&plan, &pods, &cases, &catalogue, &nodes)?;
+        for e in &plan.existing {
+            let node = nodes.iter().find(|n| n.name == e.name);
+            prop_assert!(node.is_some());
+            let mut sum = ResourceList::new();
+            let mut db = 0;
+            for p in &e.pods {
+                sum = sum.saturating_add(&pod_requests(pods[*p].spec.as_ref().unwrap_or(&Default::default())).unwrap_or_default());
+                if let Some(z) = cases[*p].zone {
+                    prop_assert_eq!(node.and_then(|n| n.labels.get(labels::ZONE)).map(String::as_str), Some(ZONES[z]));
+                }
+                db += usize::from(cases[*p].anti);
+            }
+            prop_assert!(db <= 1);
+            prop_assert!(sum.fits_in(&node.map(|n| n.allocatable.clone()).unwrap_or_default()), "{} on {:?}", sum, node);
+        }
+    }
+
+    #[test]
+    fn no_cheaper_single_node_answer_is_missed(cases in prop::collection::vec((1_u64..30, 1_u64..32), 1..6), types in catalogue_case()) {
+        let np = node_pool("default", json!({}));
+        let catalogue = build_catalogue(&types);
+        let pods: Vec<Pod> = cases.iter().enumerate()
+            .map(|(i, (cpu, mem))| pod(&format!("p{i}"), &format!("{}m", cpu * 100), &format!("{}Mi", mem * 128), json!({})))
+            .collect();
+        let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+        let plan = schedule(&input);
+        let total = pods.iter().fold(ResourceList::new(), |acc, p| acc.saturating_add(&pod_requests(p.spec.as_ref().unwrap_or(&Default::default())).unwrap_or_default()));
+        let single = catalogue.iter()
+            .filter(|it| total.fits_in(&it.allocatable()))
+            .filter_map(|it| it.cheapest_offering(&Requirements::new()).map(|o| o.price))
+            .fold(f64::INFINITY, f64::min);
+        if single.is_finite() {
+            prop_assert!(plan.unschedulable.is_empty());
+            prop_assert!(plan.total_price() <= single + 1e-9, "plan {} vs one node {}", plan.total_price(), single);
+        }
+    }
+}

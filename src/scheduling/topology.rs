@@ -1,0 +1,119 @@
+//! Topology groups: the pods a spread constraint or (anti-)affinity term counts, per domain.
+//!
+//! Like upstream, one group is shared by every pod whose term is identical (a Deployment's
+//! replicas), counts are kept per domain (zone values, or individual nodes and claims for
+//! `kubernetes.io/hostname`), and a required anti-affinity term also keeps where its *owners*
+//! are, so that pods it selects avoid them (anti-affinity is symmetric). Domains are interned
+//! per topology key into small integers.
+
+use super::pod::Namespaces;
+use super::selector::Selector;
+use std::collections::HashMap;
+use std::fmt;
+
+/// What a group constrains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// Topology spread.
+    Spread { max_skew: u32, min_domains: Option<u32> },
+    /// Pod affinity: go where selected pods are.
+    Affinity,
+    /// Pod anti-affinity: avoid where selected pods are.
+    Anti,
+}
+
+/// Identity of a group, for sharing it between pods.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct GroupKey {
+    pub kind: Kind,
+    pub key: String,
+    pub namespaces: Namespaces,
+    pub selector: Selector,
+    /// Spread with `nodeAffinityPolicy: Honor`: the owner's node requirements (interned id).
+    pub filter: Option<u32>,
+}
+
+/// Counts for one group.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub ident: GroupKey,
+    /// Index of the topology key in the solver's key table; `None` for the hostname key.
+    pub key_id: Option<usize>,
+    /// Selected pods per domain id (non-hostname keys).
+    pub counts: Vec<u32>,
+    /// Owners (required anti-affinity only) per domain id.
+    pub owner_counts: Vec<u32>,
+    /// Selected pods per bin (hostname key).
+    pub host: HashMap<u32, u32>,
+    /// Owners per bin (hostname key).
+    pub owner_host: HashMap<u32, u32>,
+    /// Selected pods on any host (hostname key).
+    pub host_total: u64,
+    /// Whether some pod owns this group as a required anti-affinity term.
+    pub has_required_owners: bool,
+    /// New-claim bins that may still take an owner (hostname key), lazily pruned.
+    pub eligible: Vec<u32>,
+    /// New-claim bins that may still take a selected pod (hostname anti-affinity), lazily pruned.
+    pub eligible_inverse: Vec<u32>,
+    /// Whether new claims are added to `eligible` / `eligible_inverse`.
+    pub track_eligible: bool,
+    pub track_eligible_inverse: bool,
+}
+
+impl Group {
+    pub fn new(ident: GroupKey, key_id: Option<usize>, domains: usize) -> Self {
+        Self {
+            ident,
+            key_id,
+            counts: vec![0; domains],
+            owner_counts: vec![0; domains],
+            host: HashMap::new(),
+            owner_host: HashMap::new(),
+            host_total: 0,
+            has_required_owners: false,
+            eligible: Vec::new(),
+            eligible_inverse: Vec::new(),
+            track_eligible: false,
+            track_eligible_inverse: false,
+        }
+    }
+
+    pub fn is_hostname(&self) -> bool {
+        self.key_id.is_none()
+    }
+
+    /// The most selected pods a bin may already have and still take an owner.
+    pub fn owner_threshold(&self) -> u32 {
+        match self.ident.kind {
+            Kind::Spread { max_skew, .. } => max_skew,
+            Kind::Anti => 0,
+            Kind::Affinity => u32::MAX,
+        }
+    }
+
+    pub fn host_count(&self, bin: u32) -> u32 {
+        self.host.get(&bin).copied().unwrap_or(0)
+    }
+
+    pub fn owner_host_count(&self, bin: u32) -> u32 {
+        self.owner_host.get(&bin).copied().unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Group {
+    /// `topology spread on topology.kubernetes.io/zone (maxSkew 1) over pods app=web`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = &self.ident.key;
+        match self.ident.kind {
+            Kind::Spread { max_skew, min_domains } => {
+                write!(f, "topology spread on {key} (maxSkew {max_skew}")?;
+                if let Some(m) = min_domains {
+                    write!(f, ", minDomains {m}")?;
+                }
+                write!(f, ") over pods {}", self.ident.selector)
+            }
+            Kind::Affinity => write!(f, "pod affinity on {key} to pods {}", self.ident.selector),
+            Kind::Anti => write!(f, "pod anti-affinity on {key} to pods {}", self.ident.selector),
+        }
+    }
+}

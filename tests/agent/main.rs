@@ -1,0 +1,298 @@
+//! The agent's provisioning loop against a real control plane, with the kwok provider: pending
+//! pods become NodeClaims, NodeClaims become Nodes that kwok keeps Ready, pods run.
+//!
+//! The agent runs in-process (`karpenter_core::controllers::run`), one test at a time: two
+//! agents on one cluster would fight over the same pods.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+#[path = "../support/rig.rs"]
+mod rig;
+
+use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::cloud::kwok::KwokProvider;
+use karpenter_core::controllers::{self, Settings};
+use karpenter_core::metrics::Metrics;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use rig::rig;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One agent on the rig at a time.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An agent running in this process until dropped.
+struct Agent {
+    task: tokio::task::JoinHandle<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl Agent {
+    async fn start() -> Self {
+        let client = rig().client().await;
+        let provider = Arc::new(KwokProvider::new(client.clone()));
+        let metrics = Arc::new(Metrics::new());
+        let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
+        let task = tokio::spawn({
+            let metrics = metrics.clone();
+            async move {
+                let _ = controllers::run(client, provider, settings, metrics).await;
+            }
+        });
+        Self { task, metrics }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn apply(yaml: &str) {
+    let out = rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
+    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A KWOKNodeClass and a NodePool named `name`, with optional limits (a YAML flow map).
+fn node_pool(name: &str, limits: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.kwok.sh/v1alpha1
+kind: KWOKNodeClass
+metadata: {{name: {name}}}
+spec: {{}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  limits: {limits}
+  template:
+    metadata:
+      labels: {{test-pool: {name}}}
+    spec:
+      requirements:
+        - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
+"#
+    )
+}
+
+/// A Deployment of `replicas` pods requesting `cpu` each, pinned to the pool `pool`.
+fn deployment(namespace: &str, name: &str, pool: &str, replicas: u32, cpu: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{test-pool: {pool}}}
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: "{cpu}"}}}}
+"#
+    )
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn pool_claims(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("list claims").items
+}
+
+async fn running_pods(client: &kube::Client, namespace: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = api.list(&ListParams::default()).await.expect("list pods").items;
+    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
+}
+
+/// Deletes the workload, then the pool's claims (through the agent, which must still run), then
+/// the pool, and waits until the claims' Nodes are gone.
+async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
+    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
+    wait_for("the pool's claims to be gone", Duration::from_secs(60), || async {
+        pool_claims(client, pool).await.is_empty().then_some(())
+    })
+    .await;
+    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "kwoknodeclass", pool, "--wait=false"]);
+}
+
+fn hourly_price(node: &Node) -> f64 {
+    node.labels().get(labels::INSTANCE_PRICE).and_then(|p| p.parse().ok()).unwrap_or(f64::INFINITY)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&node_pool("inflate-pool", "{}"));
+    apply(&deployment("inflate-test", "inflate", "inflate-pool", 15, "1"));
+
+    wait_for("15 running pods", Duration::from_secs(90), || async {
+        (running_pods(&client, "inflate-test").await.len() == 15).then_some(())
+    })
+    .await;
+    let claims = pool_claims(&client, "inflate-pool").await;
+    assert!(!claims.is_empty());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut total = 0.0;
+    for claim in &claims {
+        assert!(claim.is_true("Registered") && claim.is_true("Initialized"), "{} not ready", claim.name_any());
+        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node name");
+        total += hourly_price(&nodes.get(&node_name).await.expect("node"));
+    }
+    // No more expensive than the cheapest fleet of one instance type that holds the 15 pods.
+    let cheapest_fleet = karpenter_core::cloud::kwok::catalogue::catalogue()
+        .iter()
+        .filter_map(|it| {
+            let pods_per_node = it.allocatable().get(karpenter_core::resources::CPU) / 1000;
+            let nodes = 15_u64.div_ceil(pods_per_node.min(it.allocatable().get("pods")).max(1));
+            let price = it.offerings.iter().map(|o| o.price).fold(f64::INFINITY, f64::min);
+            (pods_per_node > 0).then_some(nodes as f64 * price)
+        })
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        total <= cheapest_fleet + 1e-9,
+        "fleet costs ${total:.4}/h; one instance type could do it for ${cheapest_fleet:.4}/h"
+    );
+    clean_up(&client, "inflate-test", "inflate-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_no_pool_can_fit_stays_pending_with_a_reason_and_others_still_run() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&node_pool("fit-pool", "{}"));
+    apply(&deployment("fit-test", "huge", "fit-pool", 1, "500"));
+    let events: Api<Event> = Api::namespaced(client.clone(), "fit-test");
+    let message = wait_for("a FailedProvisioning event on the huge pod", Duration::from_secs(60), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedProvisioning")).and_then(|e| e.message)
+    })
+    .await;
+    assert!(message.contains("cpu"), "the reason does not name the resource: {message}");
+    apply(&deployment("fit-test", "small", "fit-pool", 2, "500m"));
+    wait_for("the small pods to run", Duration::from_secs(60), || async {
+        (running_pods(&client, "fit-test").await.len() == 2).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "fit-test");
+    let huge = pods.list(&ListParams::default().labels("app=huge")).await.expect("pods").items;
+    assert!(huge.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()), "the huge pod was placed");
+    clean_up(&client, "fit-test", "fit-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_pool_at_its_limit_gets_no_more_claims() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let agent = Agent::start().await;
+    apply(&node_pool("limited-pool", "{cpu: \"4\"}"));
+    apply(&deployment("limit-test", "limited", "limited-pool", 10, "1"));
+    wait_for("some pods running", Duration::from_secs(60), || async {
+        (!running_pods(&client, "limit-test").await.is_empty()).then_some(())
+    })
+    .await;
+    // Give the agent a few more rounds to (wrongly) go over the limit.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let claims = pool_claims(&client, "limited-pool").await;
+    let cpu: u64 = claims
+        .iter()
+        .map(|c| {
+            let capacity = c.status.as_ref().map(|s| s.capacity.clone()).unwrap_or_default();
+            karpenter_core::resources::ResourceList::from_quantities(&capacity).expect("capacity").get("cpu")
+        })
+        .sum();
+    assert!(cpu <= 4000, "the pool's claims hold {cpu}m CPU against a 4 CPU limit");
+    assert!(running_pods(&client, "limit-test").await.len() < 10, "all pods ran despite the limit");
+    assert!(agent.metrics.encode().expect("metrics").contains("karpenter_pods_unschedulable"));
+    clean_up(&client, "limit-test", "limited-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_node_claim_removes_its_node_and_instance() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&node_pool("delete-pool", "{}"));
+    apply(&deployment("delete-test", "one", "delete-pool", 1, "1"));
+    let claim = wait_for("a ready claim", Duration::from_secs(60), || async {
+        pool_claims(&client, "delete-pool").await.into_iter().find(|c| c.is_true("Initialized"))
+    })
+    .await;
+    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    wait_for("the node and the claim to be gone", Duration::from_secs(60), || async {
+        let node_gone = nodes.get_opt(&node_name).await.ok()?.is_none();
+        let claim_gone = claims.get_opt(&claim.name_any()).await.ok()?.is_none();
+        (node_gone && claim_gone).then_some(())
+    })
+    .await;
+    clean_up(&client, "delete-test", "delete-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let agent = Agent::start().await;
+    apply(&node_pool("restart-pool", "{}"));
+    // Pods too big to share a node: each needs a claim of its own.
+    apply(&deployment("restart-test", "restart", "restart-pool", 6, "6"));
+    wait_for("the first claims", Duration::from_secs(60), || async {
+        (!pool_claims(&client, "restart-pool").await.is_empty()).then_some(())
+    })
+    .await;
+    drop(agent);
+    let _agent = Agent::start().await;
+    wait_for("6 running pods", Duration::from_secs(90), || async {
+        (running_pods(&client, "restart-test").await.len() == 6).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let claims = pool_claims(&client, "restart-pool").await;
+    let pods = running_pods(&client, "restart-test").await;
+    for claim in &claims {
+        let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
+        let used = pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node);
+        assert!(used, "claim {} has no pods: a duplicate", claim.name_any());
+    }
+    clean_up(&client, "restart-test", "restart-pool").await;
+}

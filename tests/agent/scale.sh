@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Measures the agent on the rig: scale a Deployment to N pods (default: 15, then 2000) with the
+# kwok provider and report the time from a pod becoming unschedulable to its NodeClaim being
+# created (p50/p99, from the agent's histogram), the time until every pod runs, and the agent's
+# peak RSS. A figure, not a test.
+#
+# Usage: tests/agent/scale.sh [N ...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+sizes=("$@")
+[[ ${#sizes[@]} -gt 0 ]] || sizes=(15 2000)
+
+cargo build --workspace --quiet
+bin="$(tests/rig/rig bin | tail -n 1)"
+
+for n in "${sizes[@]}"; do
+  dir="$(mktemp -d /tmp/karpenter-scale-XXXXXX)"
+  tests/rig/rig up "$dir" --owner-pid $$ >/dev/null
+  k=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
+  target/debug/karpenter-agent crds | "${k[@]}" apply --server-side -f - >/dev/null
+  "${k[@]}" wait --for condition=Established --timeout 60s crd --all >/dev/null
+  "${k[@]}" apply -f examples/kwok/kwoknodeclass.yaml -f examples/kwok/nodepool.yaml -f examples/inflate.yaml >/dev/null
+  "${k[@]}" patch nodepool default --type merge -p '{"spec":{"limits":{"cpu":"100000","memory":"100000Gi"}}}' >/dev/null
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  target/debug/karpenter-agent run --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
+  agent=$!
+  sleep 2
+  # Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
+  if [[ "$n" -gt 100 ]]; then cpu=250m; else cpu=1; fi
+  "${k[@]}" set resources deployment inflate --requests "cpu=$cpu,memory=128Mi" >/dev/null
+  start=$(date +%s.%N)
+  "${k[@]}" scale deployment inflate --replicas "$n" >/dev/null
+  peak=0
+  while :; do
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+    [[ "$rss" -gt "$peak" ]] && peak=$rss
+    running=$("${k[@]}" get pods -l app=inflate --field-selector status.phase=Running --no-headers 2>/dev/null | wc -l)
+    [[ "$running" -ge "$n" ]] && break
+    elapsed=$(python3 -c "print($(date +%s.%N) - $start)")
+    if python3 -c "import sys; sys.exit(0 if $elapsed > 600 else 1)"; then echo "timeout: $running/$n running" >&2; break; fi
+    sleep 0.5
+  done
+  end=$(date +%s.%N)
+  for _ in 1 2 3 4 5 6; do
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+    [[ "$rss" -gt "$peak" ]] && peak=$rss
+    sleep 0.5
+  done
+  metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
+  claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
+  kill "$agent"; wait "$agent" 2>/dev/null || true
+  tests/rig/rig down "$dir" --purge >/dev/null
+  python3 - "$n" "$start" "$end" "$peak" "$claims" <<PY
+import sys, re
+n, start, end, peak, claims = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+text = """$metrics"""
+buckets = []
+for line in text.splitlines():
+    m = re.match(r'karpenter_pods_unschedulable_to_nodeclaim_seconds_bucket\{le="([^"]+)"\} (\d+)', line)
+    if m:
+        buckets.append((float(m.group(1)), int(m.group(2))))
+count = buckets[-1][1] if buckets else 0
+def quantile(q):
+    for le, c in buckets:
+        if count and c >= q * count:
+            return le
+    return float("nan")
+print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}  "
+      f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB")
+PY
+done
