@@ -141,6 +141,53 @@ impl<P: CloudProvider> Context<P> {
     }
 }
 
+/// The annotation `kubectl apply` keeps a full copy of the object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no loop reads from a cached Pod (commands, env, volumes, probes, container
+/// statuses): with thousands of pods cached, this is most of the agent's memory.
+fn trim_pod(pod: &mut Pod) {
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.ephemeral_containers = None;
+        for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            container.env = None;
+            container.env_from = None;
+            container.command = None;
+            container.args = None;
+            container.volume_mounts = None;
+            container.volume_devices = None;
+            container.liveness_probe = None;
+            container.readiness_probe = None;
+            container.startup_probe = None;
+            container.lifecycle = None;
+            container.security_context = None;
+        }
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.pod_ips = None;
+        status.host_ips = None;
+    }
+}
+
+/// Drops the image list and volume bookkeeping from a cached Node.
+fn trim_node(node: &mut Node) {
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
 /// Starts every control loop over `client` and `provider` and runs them until one of them
 /// stops (the lifecycle controller stops on SIGTERM/SIGINT). Dropping the future stops them all.
 pub async fn run<P: CloudProvider + 'static>(
@@ -164,6 +211,7 @@ pub async fn run<P: CloudProvider + 'static>(
     fn spawn_reflector<K>(
         api: Api<K>,
         writer: reflector::store::Writer<K>,
+        trim: fn(&mut K),
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
     ) -> tokio::task::JoinHandle<()>
     where
@@ -173,7 +221,10 @@ pub async fn run<P: CloudProvider + 'static>(
         tokio::spawn(async move {
             let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
-                .modify(|object: &mut K| object.managed_fields_mut().clear());
+                .modify(move |object: &mut K| {
+                    object.managed_fields_mut().clear();
+                    trim(object);
+                });
             reflector::reflector(writer, stream)
                 .for_each(|event| {
                     match &event {
@@ -188,10 +239,10 @@ pub async fn run<P: CloudProvider + 'static>(
 
     let tracker = pending.clone();
     let reflectors = [
-        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}),
-        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, |_| {}),
-        spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}),
-        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, move |event| match event {
+        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, |_| {}),
+        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, |_| {}),
+        spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
+        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, move |event| match event {
             watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => tracker.observe(pod),
             watcher::Event::Delete(pod) => tracker.forget(pod),
             watcher::Event::Init | watcher::Event::InitDone => {}

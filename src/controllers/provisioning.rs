@@ -103,10 +103,10 @@ pub async fn next_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Durati
 
 /// Runs provisioning until the wake-up channel closes.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, pending: Arc<PendingPods>, mut wake: mpsc::Receiver<()>) {
-    let mut last_warned: HashMap<String, Instant> = HashMap::new();
+    let mut memory = Memory::default();
     while next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max).await {
         let started = Instant::now();
-        match provision(&ctx, &pending, &mut last_warned).await {
+        match provision(&ctx, &pending, &mut memory).await {
             Ok(Some(round)) => {
                 info!(pods = round.pods, nodeclaims = round.created, unschedulable = round.unschedulable,
                     elapsed_ms = started.elapsed().as_millis(), "scheduling round");
@@ -128,6 +128,20 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, pending: Arc<
         }
     }
 }
+
+/// What provisioning remembers between rounds.
+#[derive(Default)]
+pub struct Memory {
+    /// When each pod last got a FailedProvisioning Event, so a pod is not warned about every round.
+    last_warned: HashMap<String, Instant>,
+    /// Claims this agent created that the reflector may not have delivered yet. Under load a
+    /// watch can lag a round behind; without this, the next round would provision the same pods
+    /// again.
+    created: HashMap<String, (Instant, Arc<NodeClaim>)>,
+}
+
+/// How long a claim we created counts as capacity before the reflector shows it.
+const CREATED_CLAIM_MEMORY: Duration = Duration::from_secs(60);
 
 /// What one round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -202,7 +216,7 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&Pod]) -> NodeCl
 pub async fn provision<P: CloudProvider>(
     ctx: &Context<P>,
     pending: &PendingPods,
-    last_warned: &mut HashMap<String, Instant>,
+    memory: &mut Memory,
 ) -> Result<Option<Round>, Error> {
     let all_pods = ctx.pods.state();
     let pending_pods: Vec<&Pod> = all_pods.iter().map(AsRef::as_ref).filter(|p| is_provisionable(p)).collect();
@@ -216,7 +230,11 @@ pub async fn provision<P: CloudProvider>(
         pools.sort_by_key(|p| p.name_any());
         pools
     };
-    let claims = ctx.claims.state();
+    let mut claims = ctx.claims.state();
+    memory.created.retain(|name, (at, _)| {
+        at.elapsed() < CREATED_CLAIM_MEMORY && !claims.iter().any(|c| c.metadata.name.as_ref() == Some(name))
+    });
+    claims.extend(memory.created.values().map(|(_, claim)| claim.clone()));
     let nodes = ctx.nodes.state();
 
     // One catalogue per node class.
@@ -278,7 +296,16 @@ pub async fn provision<P: CloudProvider>(
             continue;
         }
         match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), Vec::new()) {
-            Ok(flight) => in_flight.push(flight),
+            Ok(mut flight) => {
+                // Before launch the claim holds at least what it was sized for.
+                let launched = claim.status.as_ref().is_some_and(|s| !s.allocatable.is_empty());
+                if !launched {
+                    if let Ok(requests) = crate::resources::ResourceList::from_quantities(&claim.spec.resources.requests) {
+                        flight.allocatable = flight.allocatable.max_by_resource(&requests);
+                    }
+                }
+                in_flight.push(flight);
+            }
             Err(e) => debug!(nodeclaim = %claim.name_any(), error = %e, "in-flight claim left out of the simulation"),
         }
     }
@@ -345,6 +372,7 @@ pub async fn provision<P: CloudProvider>(
         match result {
             Ok(claim) => {
                 round.created += 1;
+                memory.created.insert(claim.name_any(), (Instant::now(), Arc::new(claim.clone())));
                 ctx.metrics.nodeclaims_created.inc();
                 let now = Instant::now();
                 for pod in planned.pods.iter().filter_map(|&i| pending_pods.get(i)) {
@@ -364,14 +392,14 @@ pub async fn provision<P: CloudProvider>(
 
     ctx.metrics.pods_unschedulable.set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
     let now = Instant::now();
-    last_warned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(300));
+    memory.last_warned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(300));
     for unschedulable in &plan.unschedulable {
         let Some(pod) = pending_pods.get(unschedulable.pod) else { continue };
         let key = pod.metadata.uid.clone().unwrap_or_else(|| unschedulable.pod_name.clone());
-        if last_warned.contains_key(&key) {
+        if memory.last_warned.contains_key(&key) {
             continue;
         }
-        last_warned.insert(key, now);
+        memory.last_warned.insert(key, now);
         let note = truncate(&unschedulable.to_string(), 1000);
         info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
         let event = Event {

@@ -296,3 +296,58 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
     }
     clean_up(&client, "restart-test", "restart-pool").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_node_removes_its_claim_and_the_pods_get_a_new_node() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&node_pool("node-delete-pool", "{}"));
+    apply(&deployment("node-delete-test", "one", "node-delete-pool", 1, "1"));
+    let claim = wait_for("a ready claim", Duration::from_secs(60), || async {
+        pool_claims(&client, "node-delete-pool").await.into_iter().find(|c| c.is_true("Initialized"))
+    })
+    .await;
+    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    rig().kubectl_ok(&["delete", "node", &node_name, "--wait=false"]);
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    wait_for("the claim to go with its node", Duration::from_secs(60), || async {
+        claims.get_opt(&claim.name_any()).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for("the pod to run on a new node", Duration::from_secs(90), || async {
+        let pods = running_pods(&client, "node-delete-test").await;
+        let on_new = pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| n != node_name));
+        on_new.then_some(())
+    })
+    .await;
+    clean_up(&client, "node-delete-test", "node-delete-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_no_claim_owns_is_garbage_collected() {
+    let _guard = exclusive();
+    let client = rig().client().await;
+    let agent = Agent::start().await;
+    // What a crash between launching and recording the launch leaves behind: a simulated
+    // instance tagged for a claim that does not exist.
+    let orphan = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: orphan-instance
+  labels:
+    kwok.x-k8s.io/node: fake
+    karpenter.kwok.sh/nodeclaim: never-created
+    karpenter.sh/nodepool: gone
+spec:
+  providerID: kwok://orphan-instance
+"#;
+    apply(orphan);
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the orphan to be deleted", Duration::from_secs(30), || async {
+        nodes.get_opt("orphan-instance").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(agent.metrics.encode().expect("metrics").contains("karpenter_instances_garbage_collected_total 1"));
+}

@@ -50,6 +50,7 @@ for n in "${sizes[@]}"; do
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
   kill "$agent"; wait "$agent" 2>/dev/null || true
+  [[ -n "${KEEP_SCALE_LOGS:-}" ]] && cp "$dir/agent.log" "/tmp/agent-scale-$n.log"
   tests/rig/rig down "$dir" --purge >/dev/null
   python3 - "$n" "$start" "$end" "$peak" "$claims" <<PY
 import sys, re
