@@ -136,12 +136,12 @@ pub fn parse(resource: &str, text: &str) -> Result<u64, QuantityError> {
 /// binary suffix for byte resources (`4Gi`, `512Mi`), a plain integer otherwise.
 pub fn format(resource: &str, amount: u64) -> String {
     if milli_scaled(resource) {
-        return if amount % 1000 == 0 { (amount / 1000).to_string() } else { format!("{amount}m") };
+        return if amount.is_multiple_of(1000) { (amount / 1000).to_string() } else { format!("{amount}m") };
     }
     if is_bytes(resource) && amount > 0 {
         for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
             let unit = 1_u64 << shift;
-            if amount % unit == 0 {
+            if amount.is_multiple_of(unit) {
                 return format!("{}{suffix}", amount / unit);
             }
         }
@@ -325,6 +325,7 @@ impl fmt::Display for ResourceList {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

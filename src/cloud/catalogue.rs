@@ -113,6 +113,7 @@ impl InstanceType {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
     use crate::resources::{CPU, MEMORY};

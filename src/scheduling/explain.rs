@@ -196,6 +196,7 @@ impl fmt::Display for PoolRejection {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
 

@@ -371,12 +371,14 @@ const SINGLE_NODE_CHECK: (usize, usize) = (16, 256);
 
 /// Places `input.pods`. See the module docs.
 pub fn schedule(input: &Input<'_>) -> Plan {
-    let plan = solver::Solver::new(input, None).run();
+    let solver = solver::Solver::new(input, None);
+    let hopeless = solver.single_node_hopeless();
+    let plan = solver.run();
     // Greedy packing can split a small batch that one bigger node would hold for less (when a
     // catalogue's next size up is cheap). For small plans, also pack everything onto one new
     // node and keep that if it places as many pods for less.
     let (max_claims, max_pods) = SINGLE_NODE_CHECK;
-    if plan.new_claims.len() > 1 && plan.new_claims.len() <= max_claims && input.pods.len() <= max_pods {
+    if !hopeless && plan.new_claims.len() > 1 && plan.new_claims.len() <= max_claims && input.pods.len() <= max_pods {
         let single = solver::Solver::new(input, Some(1)).run();
         if single.placed_pods() >= plan.placed_pods() && single.total_price() < plan.total_price() - 1e-9 {
             return single;

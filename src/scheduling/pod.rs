@@ -161,6 +161,9 @@ pub struct SpreadTerm {
     pub honor_node_affinity: bool,
 }
 
+/// A toleration's `(key, operator, value, effect)`.
+pub type TolerationKey = (Option<String>, Option<String>, Option<String>, Option<String>);
+
 /// Everything the scheduler reads from one pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PodSpecInfo {
@@ -176,8 +179,8 @@ pub struct PodSpecInfo {
     pub required_terms: Vec<Requirements>,
     /// Preferred node affinity terms, heaviest first.
     pub preferred_terms: Vec<Requirements>,
-    /// Tolerations as `(key, operator, value, effect)`.
-    pub tolerations: Vec<(Option<String>, Option<String>, Option<String>, Option<String>)>,
+    /// Tolerations as `(key, operator, value, effect)` (hashable, unlike the API type).
+    pub tolerations: Vec<TolerationKey>,
     /// Topology spread constraints, hard ones first then soft ones, each in pod order.
     pub spread: Vec<SpreadTerm>,
     /// Required pod affinity terms.
@@ -199,24 +202,25 @@ impl PodSpecInfo {
     pub fn from_pod(pod: &Pod) -> Self {
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
         let labels = pod.metadata.labels.clone().unwrap_or_default();
-        let spec = pod.spec.clone().unwrap_or_default();
+        let empty = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&empty);
         let mut invalid = None;
-        let requests = pod_requests(&spec).unwrap_or_else(|e| {
+        let requests = pod_requests(spec).unwrap_or_else(|e| {
             invalid = Some(e.to_string());
             ResourceList::new().with(resources::PODS, 1)
         });
         let node_selector = Requirements::from_labels(spec.node_selector.iter().flatten());
-        let affinity = spec.affinity.clone().unwrap_or_default();
-        let node_affinity = affinity.node_affinity.unwrap_or_default();
+        let affinity = spec.affinity.as_ref();
+        let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
         let mut required_terms = Vec::new();
-        for term in node_affinity.required_during_scheduling_ignored_during_execution.iter().flat_map(|r| &r.node_selector_terms) {
+        for term in node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()).iter().flat_map(|r| &r.node_selector_terms) {
             match Requirements::from_node_selector(term.match_expressions.as_deref().unwrap_or_default()) {
                 Ok(r) => required_terms.push(r),
                 Err(e) => invalid = Some(e.to_string()),
             }
         }
         let mut preferred: Vec<(i32, usize, Requirements)> = Vec::new();
-        for (i, p) in node_affinity.preferred_during_scheduling_ignored_during_execution.iter().flatten().enumerate() {
+        for (i, p) in node_affinity.and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref()).iter().flat_map(|v| v.iter()).enumerate() {
             // An unparsable preference is dropped rather than failing the pod.
             if let Ok(r) = Requirements::from_node_selector(p.preference.match_expressions.as_deref().unwrap_or_default()) {
                 preferred.push((p.weight, i, r));
@@ -263,8 +267,8 @@ impl PodSpecInfo {
             terms.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
             terms.into_iter().map(|(_, (_, t))| t).collect::<Vec<_>>()
         };
-        let pod_affinity = affinity.pod_affinity.unwrap_or_default();
-        let pod_anti = affinity.pod_anti_affinity.unwrap_or_default();
+        let pod_affinity = affinity.and_then(|a| a.pod_affinity.clone()).unwrap_or_default();
+        let pod_anti = affinity.and_then(|a| a.pod_anti_affinity.clone()).unwrap_or_default();
         Self {
             labels: labels.clone(),
             requests,
@@ -291,7 +295,7 @@ impl PodSpecInfo {
                     .map(|w| (w.weight, term(&w.pod_affinity_term)))
                     .collect(),
             ),
-            host_ports: host_ports(&spec),
+            host_ports: host_ports(spec),
             invalid,
             namespace,
         }
@@ -318,6 +322,7 @@ impl PodSpecInfo {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ContainerPort, ResourceRequirements};

@@ -186,12 +186,11 @@ impl Requirement {
 
     /// Filters finite sets by the bounds, and turns empty bounds into the empty set.
     fn canonical(mut self) -> Self {
-        if let (Some(gte), Some(lte)) = (self.gte, self.lte) {
-            if gte > lte {
+        if let (Some(gte), Some(lte)) = (self.gte, self.lte)
+            && gte > lte {
                 self.complement = false;
                 self.values.clear();
             }
-        }
         if !self.complement {
             let (gte, lte) = (self.gte, self.lte);
             if gte.is_some() || lte.is_some() {
@@ -283,11 +282,10 @@ impl Requirement {
     pub fn has_intersection(&self, other: &Self) -> bool {
         let gte = max_opt(self.gte, other.gte);
         let lte = min_opt(self.lte, other.lte);
-        if let (Some(g), Some(l)) = (gte, lte) {
-            if g > l {
+        if let (Some(g), Some(l)) = (gte, lte)
+            && g > l {
                 return false;
             }
-        }
         match (self.complement, other.complement) {
             (true, true) => true,
             (true, false) => other.values.iter().any(|v| !self.values.contains(v) && within_bounds(v, gte, lte)),
@@ -639,6 +637,7 @@ impl fmt::Display for Requirements {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
     use RequirementOperator::*;

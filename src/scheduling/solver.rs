@@ -18,6 +18,7 @@ use crate::cloud::InstanceType;
 use crate::resources::{self, ResourceList};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 /// Claims examined per requirement state when looking for one with room at no extra cost.
@@ -101,14 +102,14 @@ struct State {
     /// Pool type indexes, cheapest first.
     order: Vec<u32>,
     price: Vec<f64>,
-    /// Zone and capacity type of each type's cheapest offering.
-    offering: Vec<(String, String)>,
+    /// Index of each type's cheapest offering in its `offerings`.
+    offering: Vec<u16>,
     /// `(order.len() + 1) × dims`: componentwise max allocatable of `order[i..]`.
     suffix: Vec<u64>,
     /// Open claims in this state by (CPU slack, bin).
     slack: BTreeSet<(u64, u32)>,
     /// Per topology key: the domains some type of this state can land in (lazy).
-    domains: Vec<Option<Rc<[u16]>>>,
+    domains: Vec<Option<DomainSet>>,
     min_values: bool,
 }
 
@@ -135,50 +136,150 @@ struct Eval {
     price: f64,
 }
 
-/// Why a topology check failed: the group and a short description.
-struct TopoFail {
-    group: u32,
-    why: String,
+/// A set of domains of one topology key, as bits of the key's sorted universe.
+type DomainSet = u128;
+/// Topology keys other than the hostname keep at most this many domains (zones, racks, ...).
+const MAX_DOMAINS: usize = 128;
+
+/// The domains in a set, lowest first.
+fn bits(mut set: DomainSet) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (set != 0).then(|| {
+            let d = set.trailing_zeros() as usize;
+            set &= set - 1;
+            d
+        })
+    })
 }
 
-enum HostView<'x> {
-    Fixed { bin: u32, domains: &'x [Option<u16>] },
+/// Why a topology check failed, kept cheap: the sentence is built only for explanations.
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    HostFull(u32),
+    NoMatchOnHost,
+    MatchOnHost,
+    NoLabel,
+    Skew,
+    ElsewhereOnly,
+    NoDomain,
+    NoMatchingPod,
+    AllTaken,
+    OwnerOnHost,
+    OwnersEverywhere,
+}
+
+struct TopoFail {
+    group: u32,
+    why: Why,
+}
+
+impl TopoFail {
+    /// Whether every claim of a state fails the same way as a fresh claim in it (so the state
+    /// can be skipped without looking at its claims).
+    fn holds_for_whole_state(&self) -> bool {
+        matches!(self.why, Why::NoLabel | Why::Skew | Why::ElsewhereOnly | Why::NoDomain | Why::AllTaken | Why::OwnersEverywhere)
+    }
+}
+
+enum HostView {
+    Fixed { bin: u32 },
     Claim { bin: Option<u32>, state: u32 },
 }
+
+impl HostView {
+    fn bin(&self) -> Option<u32> {
+        match self {
+            Self::Fixed { bin } => Some(*bin),
+            Self::Claim { bin, .. } => *bin,
+        }
+    }
+}
+
+/// FxHash: the memo tables hash small integer keys millions of times; SipHash's DoS resistance
+/// buys nothing here, and a fixed hasher keeps runs identical.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        }
+        for b in chunks.remainder() {
+            self.add(u64::from(*b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.add(i as u64);
+        self.add((i >> 64) as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+type FxSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
 pub(crate) struct Solver<'i, 'a> {
     input: &'i Input<'a>,
     dims: Vec<String>,
-    dim_index: HashMap<String, usize>,
+    dim_index: FxMap<String, usize>,
     cpu: usize,
     memory: usize,
-    well_known: HashSet<String>,
+    well_known: FxSet<String>,
     pools: Vec<Pool<'a>>,
     infos: Vec<Info>,
-    info_ids: HashMap<PodSpecInfo, u32>,
+    info_ids: FxMap<PodSpecInfo, u32>,
     pod_info: Vec<u32>,
     reqs: Vec<Requirements>,
-    req_ids: HashMap<Requirements, u32>,
+    req_ids: FxMap<Requirements, u32>,
     shapes: Vec<Shape>,
-    shape_ids: HashMap<(u32, Relax), u32>,
+    shape_ids: FxMap<(u32, Relax), u32>,
     states: Vec<State>,
-    state_ids: HashMap<(usize, Requirements), u32>,
-    transitions: HashMap<(u32, u32), Option<u32>>,
-    narrows: HashMap<(u32, usize, Vec<u16>), Option<u32>>,
-    filter_ok: HashMap<(u32, u32), bool>,
+    state_ids: FxMap<(usize, Requirements), u32>,
+    transitions: FxMap<(u32, u32), Option<u32>>,
+    narrows: FxMap<(u32, usize, DomainSet), Option<u32>>,
+    filter_ok: FxMap<(u32, u32), bool>,
+    pod_masks: FxMap<(u32, usize), DomainSet>,
+    /// Output of the last topology check: keys to narrow and their allowed domains.
+    narrowed: Vec<(usize, DomainSet)>,
     keys: Vec<String>,
-    key_ids: HashMap<String, usize>,
+    key_ids: FxMap<String, usize>,
     universe: Vec<Vec<String>>,
     groups: Vec<Group>,
-    group_ids: HashMap<GroupKey, u32>,
+    group_ids: FxMap<GroupKey, u32>,
     tracked_groups: Vec<u32>,
     bins: Vec<Bin>,
     existing_index: BTreeSet<(u64, u32)>,
-    existing_req_ok: HashMap<(u32, u32), bool>,
+    existing_req_ok: FxMap<(u32, u32), bool>,
     placement: Vec<Option<u32>>,
     relaxed: Vec<bool>,
     any_prefer_no_schedule: bool,
     scratch: Vec<u32>,
+    state_buf: Vec<u32>,
     /// When set, at most this many new claims may be opened (the single-node check).
     max_new_claims: Option<usize>,
     new_claims: usize,
@@ -193,36 +294,39 @@ impl<'i, 'a> Solver<'i, 'a> {
         let mut s = Self {
             input,
             dims: Vec::new(),
-            dim_index: HashMap::new(),
+            dim_index: FxMap::default(),
             cpu: 0,
             memory: 0,
             well_known: requirements::WELL_KNOWN_LABELS.iter().map(|k| (*k).to_owned()).collect(),
             pools: Vec::new(),
             infos: Vec::new(),
-            info_ids: HashMap::new(),
+            info_ids: FxMap::default(),
             pod_info: Vec::new(),
             reqs: Vec::new(),
-            req_ids: HashMap::new(),
+            req_ids: FxMap::default(),
             shapes: Vec::new(),
-            shape_ids: HashMap::new(),
+            shape_ids: FxMap::default(),
             states: Vec::new(),
-            state_ids: HashMap::new(),
-            transitions: HashMap::new(),
-            narrows: HashMap::new(),
-            filter_ok: HashMap::new(),
+            state_ids: FxMap::default(),
+            transitions: FxMap::default(),
+            narrows: FxMap::default(),
+            filter_ok: FxMap::default(),
+            pod_masks: FxMap::default(),
+            narrowed: Vec::new(),
             keys: Vec::new(),
-            key_ids: HashMap::new(),
+            key_ids: FxMap::default(),
             universe: Vec::new(),
             groups: Vec::new(),
-            group_ids: HashMap::new(),
+            group_ids: FxMap::default(),
             tracked_groups: Vec::new(),
             bins: Vec::new(),
             existing_index: BTreeSet::new(),
-            existing_req_ok: HashMap::new(),
+            existing_req_ok: FxMap::default(),
             placement: vec![None; input.pods.len()],
             relaxed: vec![false; input.pods.len()],
             any_prefer_no_schedule: false,
             scratch: Vec::new(),
+            state_buf: Vec::new(),
             max_new_claims,
             new_claims: 0,
         };
@@ -348,7 +452,9 @@ impl<'i, 'a> Solver<'i, 'a> {
             for it in p.instance_types {
                 names.extend(it.capacity.names().map(str::to_owned));
                 for req in it.requirements.keys() {
-                    self.well_known.insert(req.to_owned());
+                    if !self.well_known.contains(req) {
+                        self.well_known.insert(req.to_owned());
+                    }
                 }
             }
         }
@@ -469,15 +575,18 @@ impl<'i, 'a> Solver<'i, 'a> {
             let mut daemon_lists = Vec::with_capacity(types.len());
             let mut daemon_ports = Vec::new();
             for it in &types {
-                let type_reqs = reqs.intersection(&it.requirements);
                 let mut overhead = ResourceList::new();
-                for d in daemons {
-                    if daemon_runs_on(d, &taints, &type_reqs) {
-                        overhead = overhead.saturating_add(&d.requests);
+                if !daemons.is_empty() {
+                    let type_reqs = reqs.intersection(&it.requirements);
+                    for d in daemons {
+                        if daemon_runs_on(d, &taints, &type_reqs) {
+                            overhead = overhead.saturating_add(&d.requests);
+                        }
                     }
                 }
-                let eff = it.allocatable().saturating_sub(&overhead);
-                alloc.extend(self.vector(&eff));
+                let capacity = self.vector(&it.capacity);
+                let reserved = self.vector(&it.overhead.total().saturating_add(&overhead));
+                alloc.extend(capacity.iter().zip(&reserved).map(|(c, r)| c.saturating_sub(*r)));
                 daemon_lists.push(overhead);
             }
             for d in daemons {
@@ -531,6 +640,9 @@ impl<'i, 'a> Solver<'i, 'a> {
         }
     }
 
+    /// The values each topology key can take: from the NodePools' requirements and template
+    /// labels, their types' labels and available offerings, and existing nodes. Sorted, and
+    /// capped at [`MAX_DOMAINS`] per key.
     fn init_universe(&mut self) {
         for k in 0..self.keys.len() {
             let key = self.keys[k].clone();
@@ -539,14 +651,21 @@ impl<'i, 'a> Solver<'i, 'a> {
                 if pool.invalid.is_some() {
                     continue;
                 }
+                if let Some(req) = pool.reqs.get(&key).filter(|r| r.is_finite()) {
+                    values.extend(req.values().map(str::to_owned));
+                    continue;
+                }
+                let mut of_pool: BTreeSet<String> = BTreeSet::new();
                 for it in &pool.types {
-                    let r = pool.reqs.intersection(&it.requirements_with_offerings());
-                    if let Some(req) = r.get(&key) {
-                        if req.is_finite() {
-                            values.extend(req.values().map(str::to_owned));
-                        }
+                    if key == labels::ZONE {
+                        of_pool.extend(it.offerings.iter().filter(|o| o.available).map(|o| o.zone.clone()));
+                    } else if key == labels::CAPACITY_TYPE {
+                        of_pool.extend(it.offerings.iter().filter(|o| o.available).map(|o| o.capacity_type.clone()));
+                    } else if let Some(req) = it.requirements.get(&key).filter(|r| r.is_finite()) {
+                        of_pool.extend(req.values().map(str::to_owned));
                     }
                 }
+                values.extend(of_pool.into_iter().filter(|v| pool.reqs.allows(&key, v)));
             }
             for n in &self.input.nodes {
                 if let Some(v) = n.labels.get(&key) {
@@ -554,13 +673,12 @@ impl<'i, 'a> Solver<'i, 'a> {
                 }
             }
             for c in &self.input.in_flight {
-                if let Some(req) = c.requirements.get(&key) {
-                    if req.len() == Some(1) {
+                if let Some(req) = c.requirements.get(&key)
+                    && req.len() == Some(1) {
                         values.extend(req.values().map(str::to_owned));
                     }
-                }
             }
-            self.universe[k] = values.into_iter().collect();
+            self.universe[k] = values.into_iter().take(MAX_DOMAINS).collect();
         }
     }
 
@@ -621,6 +739,20 @@ impl<'i, 'a> Solver<'i, 'a> {
         }
     }
 
+    /// Whether the pending pods can certainly not all share one node: some hostname
+    /// anti-affinity term has a pending owner and at least two pending pods it selects.
+    pub(crate) fn single_node_hopeless(&self) -> bool {
+        self.groups.iter().enumerate().any(|(g, group)| {
+            if !group.is_hostname() || group.ident.kind != Kind::Anti || !group.has_required_owners {
+                return false;
+            }
+            let g = g as u32;
+            let owners = self.pod_info.iter().filter(|i| self.infos[**i as usize].anti_groups.contains(&g)).count();
+            let selected = self.pod_info.iter().filter(|i| self.infos[**i as usize].selected_by.binary_search(&g).is_ok()).count();
+            owners >= 1 && selected >= 2
+        })
+    }
+
     // ------------------------------------------------------------ states
 
     fn intern_state(&mut self, pool: usize, reqs: Requirements) -> Option<u32> {
@@ -629,13 +761,14 @@ impl<'i, 'a> Solver<'i, 'a> {
         }
         let dims = self.dims.len();
         let p = &self.pools[pool];
-        let mut entries: Vec<(f64, &str, u32, String, String)> = Vec::new();
+        let mut entries: Vec<(f64, &str, u32, u16)> = Vec::new();
         for (t, it) in p.types.iter().enumerate() {
             if it.requirements.intersects(&reqs).is_err() {
                 continue;
             }
             if let Some(o) = it.cheapest_offering(&reqs) {
-                entries.push((o.price, it.name.as_str(), t as u32, o.zone.clone(), o.capacity_type.clone()));
+                let index = it.offerings.iter().position(|x| std::ptr::eq(x, o)).unwrap_or(0) as u16;
+                entries.push((o.price, it.name.as_str(), t as u32, index));
             }
         }
         if entries.is_empty() {
@@ -644,7 +777,7 @@ impl<'i, 'a> Solver<'i, 'a> {
         entries.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         let order: Vec<u32> = entries.iter().map(|e| e.2).collect();
         let price = entries.iter().map(|e| e.0).collect();
-        let offering = entries.into_iter().map(|e| (e.3, e.4)).collect();
+        let offering = entries.into_iter().map(|e| e.3).collect();
         let mut suffix = vec![0; (order.len() + 1) * dims];
         for i in (0..order.len()).rev() {
             let t = order[i] as usize;
@@ -693,29 +826,28 @@ impl<'i, 'a> Solver<'i, 'a> {
     }
 
     /// The state with topology key `key` restricted to `domains`.
-    fn narrow(&mut self, st: u32, key: usize, domains: Vec<u16>) -> Option<u32> {
-        let memo = (st, key, domains);
-        if let Some(r) = self.narrows.get(&memo) {
+    fn narrow(&mut self, st: u32, key: usize, domains: DomainSet) -> Option<u32> {
+        if let Some(r) = self.narrows.get(&(st, key, domains)) {
             return *r;
         }
-        let values: Vec<&str> = memo.2.iter().map(|d| self.universe[key][*d as usize].as_str()).collect();
+        let values: Vec<&str> = bits(domains).map(|d| self.universe[key][d].as_str()).collect();
         let mut reqs = self.states[st as usize].reqs.clone();
         reqs.add(Requirement::in_values(&self.keys[key], values));
         let pool = self.states[st as usize].pool;
         let result = if reqs == self.states[st as usize].reqs { Some(st) } else { self.intern_state(pool, reqs) };
-        self.narrows.insert(memo, result);
+        self.narrows.insert((st, key, domains), result);
         result
     }
 
     /// Domains of `key` that some type of state `st` can land in.
-    fn state_domains(&mut self, st: u32, key: usize) -> Rc<[u16]> {
+    fn state_domains(&mut self, st: u32, key: usize) -> DomainSet {
         if let Some(Some(d)) = self.states[st as usize].domains.get(key) {
-            return d.clone();
+            return *d;
         }
         let state = &self.states[st as usize];
         let pool = &self.pools[state.pool];
         let name = self.keys[key].as_str();
-        let mut out = Vec::new();
+        let mut out: DomainSet = 0;
         for (d, value) in self.universe[key].iter().enumerate() {
             if !state.reqs.allows(name, value) {
                 continue;
@@ -727,15 +859,15 @@ impl<'i, 'a> Solver<'i, 'a> {
                 it.requirements.allows(name, value) && it.cheapest_offering(&narrowed).is_some()
             });
             if reachable {
-                out.push(d as u16);
+                out |= 1 << d;
             }
         }
-        let rc: Rc<[u16]> = Rc::from(out);
-        if self.states[st as usize].domains.len() <= key {
-            self.states[st as usize].domains.resize(key + 1, None);
+        let domains = &mut self.states[st as usize].domains;
+        if domains.len() <= key {
+            domains.resize(key + 1, None);
         }
-        self.states[st as usize].domains[key] = Some(rc.clone());
-        rc
+        domains[key] = Some(out);
+        out
     }
 
     fn type_alloc(&self, pool: usize, t: u32) -> &[u64] {
@@ -967,162 +1099,188 @@ impl<'i, 'a> Solver<'i, 'a> {
 
     // ------------------------------------------------------------ topology
 
-    /// Checks a shape's topology constraints on a host; for a claim, returns the narrowing of
-    /// topology keys the placement needs (key, allowed domains).
-    fn topology_check(&mut self, host: &HostView<'_>, shape: u32) -> Result<Vec<(usize, Vec<u16>)>, TopoFail> {
-        let s = &self.shapes[shape as usize];
-        let info_id = s.info;
-        if s.owned.is_empty() && self.infos[info_id as usize].inverse.is_empty() {
-            return Ok(Vec::new());
+    /// The domains of `key` the pod's node selector and required node affinity allow.
+    fn pod_mask(&mut self, req: u32, key: usize) -> DomainSet {
+        if let Some(m) = self.pod_masks.get(&(req, key)) {
+            return *m;
         }
-        let owned = s.owned.clone();
-        let strict = s.strict_req;
-        let inverse = self.infos[info_id as usize].inverse.clone();
-        let bin = match host {
-            HostView::Fixed { bin, .. } => Some(*bin),
-            HostView::Claim { bin, .. } => *bin,
-        };
-        let mut narrowed: Vec<(usize, Vec<u16>)> = Vec::new();
-        for g in owned {
-            let group = &self.groups[g as usize];
-            let selects_self = self.infos[info_id as usize].selected_by.binary_search(&g).is_ok();
-            let Some(k) = group.key_id else {
+        let reqs = &self.reqs[req as usize];
+        let name = &self.keys[key];
+        let mut mask = 0;
+        for (d, value) in self.universe[key].iter().enumerate() {
+            if reqs.allows(name, value) {
+                mask |= 1 << d;
+            }
+        }
+        self.pod_masks.insert((req, key), mask);
+        mask
+    }
+
+    fn allowed_mask(&mut self, host: &HostView, key: usize) -> DomainSet {
+        if let Some((_, m)) = self.narrowed.iter().find(|(k, _)| *k == key) {
+            return *m;
+        }
+        match host {
+            HostView::Fixed { bin } => match &self.bins[*bin as usize].kind {
+                BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => {
+                    domains.get(key).copied().flatten().map_or(0, |d| 1 << d)
+                }
+                BinKind::Claim { .. } => 0,
+            },
+            HostView::Claim { state, .. } => self.state_domains(*state, key),
+        }
+    }
+
+    fn set_narrowed(&mut self, key: usize, domains: DomainSet) {
+        match self.narrowed.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, d)) => *d = domains,
+            None => self.narrowed.push((key, domains)),
+        }
+    }
+
+    /// Checks a shape's topology constraints on a host. For a claim, leaves in `self.narrowed`
+    /// the topology keys the placement must narrow (key, allowed domains).
+    fn topology_check(&mut self, host: &HostView, shape: u32) -> Result<(), TopoFail> {
+        self.narrowed.clear();
+        let info_id = self.shapes[shape as usize].info as usize;
+        let n_owned = self.shapes[shape as usize].owned.len();
+        let n_inverse = self.infos[info_id].inverse.len();
+        if n_owned == 0 && n_inverse == 0 {
+            return Ok(());
+        }
+        let strict = self.shapes[shape as usize].strict_req;
+        let bin = host.bin();
+        let fixed = matches!(host, HostView::Fixed { .. });
+        for i in 0..n_owned {
+            let g = self.shapes[shape as usize].owned[i];
+            let selects_self = self.infos[info_id].selected_by.binary_search(&g).is_ok();
+            let Some(k) = self.groups[g as usize].key_id else {
+                let group = &self.groups[g as usize];
                 let count = bin.map_or(0, |b| group.host_count(b));
-                match group.ident.kind {
-                    Kind::Spread { max_skew, .. } => {
-                        if count + u32::from(selects_self) > max_skew {
-                            return Err(TopoFail { group: g, why: format!("this node already has {count} matching pods") });
-                        }
-                    }
-                    Kind::Affinity => {
-                        if count == 0 && !(group.host_total == 0 && selects_self) {
-                            return Err(TopoFail { group: g, why: "no matching pod is on this node".to_owned() });
-                        }
-                    }
-                    Kind::Anti => {
-                        if count > 0 {
-                            return Err(TopoFail { group: g, why: "a matching pod is already on this node".to_owned() });
-                        }
-                    }
+                let why = match group.ident.kind {
+                    Kind::Spread { max_skew, .. } => (count + u32::from(selects_self) > max_skew).then_some(Why::HostFull(count)),
+                    Kind::Affinity => (count == 0 && !(group.host_total == 0 && selects_self)).then_some(Why::NoMatchOnHost),
+                    Kind::Anti => (count > 0).then_some(Why::MatchOnHost),
+                };
+                if let Some(why) = why {
+                    return Err(TopoFail { group: g, why });
                 }
                 continue;
             };
-            let allowed = self.allowed_domains(host, k, &narrowed);
-            let key = self.keys[k].clone();
-            let pod_allows = |d: u16| self.reqs[strict as usize].allows(&key, &self.universe[k][d as usize]);
-            let group = &self.groups[g as usize];
+            let allowed = self.allowed_mask(host, k);
+            let pod_mask = self.pod_mask(strict, k);
             let pend = self.pending_count(bin, g);
-            let fixed = matches!(host, HostView::Fixed { .. });
-            let choice: Vec<u16> = match group.ident.kind {
+            let group = &self.groups[g as usize];
+            let candidates = allowed & pod_mask;
+            let choice = match group.ident.kind {
                 Kind::Spread { max_skew, min_domains } => {
-                    let eligible: Vec<u16> = (0..self.universe[k].len() as u16).filter(|d| pod_allows(*d)).collect();
-                    let mut min = eligible.iter().map(|d| group.counts[*d as usize]).min().unwrap_or(0);
-                    if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
+                    let mut min = u32::MAX;
+                    for d in bits(pod_mask) {
+                        min = min.min(group.counts[d]);
+                    }
+                    if min == u32::MAX || min_domains.is_some_and(|m| pod_mask.count_ones() < m) {
                         min = 0;
                     }
-                    let count = |d: u16| i64::from(group.counts[d as usize]) + i64::from(pend);
-                    let best = allowed
-                        .iter()
-                        .copied()
-                        .filter(|d| pod_allows(*d) && count(*d) + i64::from(selects_self) - i64::from(min) <= i64::from(max_skew))
-                        .min_by_key(|d| (count(*d), *d));
+                    let limit = i64::from(min) + i64::from(max_skew) - i64::from(selects_self);
+                    let best = bits(candidates)
+                        .map(|d| (i64::from(group.counts[d]) + i64::from(pend), d))
+                        .filter(|(count, _)| *count <= limit)
+                        .min();
                     match best {
-                        Some(d) => vec![d],
-                        None => {
-                            let why = if allowed.is_empty() {
-                                format!("the node has no {key} label")
-                            } else {
-                                let counts: Vec<String> = eligible
-                                    .iter()
-                                    .map(|d| format!("{}={}", self.universe[k][*d as usize], group.counts[*d as usize]))
-                                    .collect();
-                                format!("every allowed domain would exceed the skew (counts: {})", counts.join(", "))
-                            };
-                            return Err(TopoFail { group: g, why });
-                        }
+                        Some((_, d)) => 1 << d,
+                        None => return Err(TopoFail { group: g, why: if allowed == 0 { Why::NoLabel } else { Why::Skew } }),
                     }
                 }
                 Kind::Affinity => {
-                    let present: Vec<u16> = allowed.iter().copied().filter(|d| pod_allows(*d) && group.counts[*d as usize] > 0).collect();
-                    let anywhere = (0..self.universe[k].len() as u16).any(|d| pod_allows(d) && group.counts[d as usize] > 0);
-                    if let Some(d) = present.first() {
-                        vec![*d]
-                    } else if anywhere {
-                        return Err(TopoFail { group: g, why: "matching pods are in other domains".to_owned() });
+                    if let Some(d) = bits(candidates).find(|d| group.counts[*d] > 0) {
+                        1 << d
+                    } else if bits(pod_mask).any(|d| group.counts[d] > 0) {
+                        return Err(TopoFail { group: g, why: Why::ElsewhereOnly });
                     } else if pend > 0 || selects_self {
-                        match allowed.iter().copied().find(|d| pod_allows(*d)) {
-                            Some(d) => vec![d],
-                            None => return Err(TopoFail { group: g, why: format!("no allowed {key} domain") }),
+                        match bits(candidates).next() {
+                            Some(d) => 1 << d,
+                            None => return Err(TopoFail { group: g, why: Why::NoDomain }),
                         }
                     } else {
-                        return Err(TopoFail { group: g, why: "no matching pod exists or is being placed".to_owned() });
+                        return Err(TopoFail { group: g, why: Why::NoMatchingPod });
                     }
                 }
                 Kind::Anti => {
                     if pend > 0 {
-                        return Err(TopoFail { group: g, why: "a matching pod is already on this node".to_owned() });
+                        return Err(TopoFail { group: g, why: Why::MatchOnHost });
                     }
-                    if fixed && allowed.is_empty() {
+                    if fixed && allowed == 0 {
                         continue;
                     }
-                    match allowed.iter().copied().find(|d| pod_allows(*d) && group.counts[*d as usize] == 0) {
-                        Some(d) => vec![d],
-                        None => return Err(TopoFail { group: g, why: format!("every allowed {key} domain has a matching pod") }),
+                    match bits(candidates).find(|d| group.counts[*d] == 0) {
+                        Some(d) => 1 << d,
+                        None => return Err(TopoFail { group: g, why: Why::AllTaken }),
                     }
                 }
             };
-            set_narrowed(&mut narrowed, k, choice);
+            self.set_narrowed(k, choice);
         }
-        for g in inverse {
-            let group = &self.groups[g as usize];
-            let Some(k) = group.key_id else {
-                if bin.is_some_and(|b| group.owner_host_count(b) > 0) {
-                    return Err(TopoFail { group: g, why: "a pod on this node has anti-affinity to this pod".to_owned() });
+        for i in 0..n_inverse {
+            let g = self.infos[info_id].inverse[i];
+            let Some(k) = self.groups[g as usize].key_id else {
+                if bin.is_some_and(|b| self.groups[g as usize].owner_host_count(b) > 0) {
+                    return Err(TopoFail { group: g, why: Why::OwnerOnHost });
                 }
                 continue;
             };
-            let allowed = self.allowed_domains(host, k, &narrowed);
-            let group = &self.groups[g as usize];
-            if matches!(host, HostView::Fixed { .. }) && allowed.is_empty() {
+            let allowed = self.allowed_mask(host, k);
+            if fixed && allowed == 0 {
                 continue;
             }
-            let free: Vec<u16> = allowed.iter().copied().filter(|d| group.owner_counts[*d as usize] == 0).collect();
-            if free.is_empty() {
-                return Err(TopoFail { group: g, why: "pods with anti-affinity to this pod occupy every allowed domain".to_owned() });
+            let group = &self.groups[g as usize];
+            let free = bits(allowed).filter(|d| group.owner_counts[*d] == 0).fold(0, |m, d| m | (1 << d));
+            if free == 0 {
+                return Err(TopoFail { group: g, why: Why::OwnersEverywhere });
             }
-            if free.len() < allowed.len() {
-                set_narrowed(&mut narrowed, k, free);
+            if free != allowed {
+                self.set_narrowed(k, free);
             }
         }
-        Ok(narrowed)
+        Ok(())
     }
 
-    fn allowed_domains(&mut self, host: &HostView<'_>, key: usize, narrowed: &[(usize, Vec<u16>)]) -> Vec<u16> {
-        if let Some((_, v)) = narrowed.iter().find(|(k, _)| *k == key) {
-            return v.clone();
-        }
-        match host {
-            HostView::Fixed { domains, .. } => domains.get(key).copied().flatten().into_iter().collect(),
-            HostView::Claim { state, .. } => self.state_domains(*state, key).to_vec(),
-        }
+    /// A sentence for a failed topology check.
+    fn describe(&self, f: &TopoFail) -> String {
+        let group = &self.groups[f.group as usize];
+        let why = match f.why {
+            Why::HostFull(n) => format!("the node already has {n} matching pods"),
+            Why::NoMatchOnHost => "no matching pod is on the node".to_owned(),
+            Why::MatchOnHost => "a matching pod is already on the node".to_owned(),
+            Why::NoLabel => format!("the node has no {} label", group.ident.key),
+            Why::Skew => {
+                let counts: Vec<String> = group
+                    .key_id
+                    .map(|k| self.universe[k].iter().zip(&group.counts).map(|(v, c)| format!("{v}={c}")).collect())
+                    .unwrap_or_default();
+                format!("every allowed domain would exceed the skew (counts: {})", counts.join(", "))
+            }
+            Why::ElsewhereOnly => "the matching pods are in domains this node cannot be in".to_owned(),
+            Why::NoDomain => format!("no allowed {} domain", group.ident.key),
+            Why::NoMatchingPod => "no matching pod exists or is being placed".to_owned(),
+            Why::AllTaken => format!("every allowed {} domain already has a matching pod", group.ident.key),
+            Why::OwnerOnHost => "a pod on the node has anti-affinity to this pod".to_owned(),
+            Why::OwnersEverywhere => "pods with anti-affinity to this pod occupy every allowed domain".to_owned(),
+        };
+        format!("{group}: {why}")
     }
 
     /// Counts a pod placed on a bin in every group that selects it, and as an owner of its
     /// required anti-affinity terms.
-    fn record(&mut self, bin: u32, info: u32, owned_required_anti: Option<&[u32]>) {
-        let selected = self.infos[info as usize].selected_by.clone();
-        for g in selected {
-            let (hostname, key) = {
-                let group = &self.groups[g as usize];
-                (group.is_hostname(), group.key_id)
-            };
-            if hostname {
+    fn record(&mut self, bin: u32, info: u32, owners_of_shape: Option<u32>) {
+        let n_selected = self.infos[info as usize].selected_by.len();
+        for i in 0..n_selected {
+            let g = self.infos[info as usize].selected_by[i];
+            let Some(k) = self.groups[g as usize].key_id else {
                 let group = &mut self.groups[g as usize];
                 *group.host.entry(bin).or_insert(0) += 1;
                 group.host_total += 1;
                 continue;
-            }
-            let Some(k) = key else { continue };
+            };
             if !self.counts_on(bin, g) {
                 continue;
             }
@@ -1139,19 +1297,24 @@ impl<'i, 'a> Solver<'i, 'a> {
                 }
             }
         }
-        let owners: Vec<u32> = match owned_required_anti {
-            Some(o) => o.to_vec(),
-            None => self.infos[info as usize].anti_groups.clone(),
+        let n_owned = match owners_of_shape {
+            Some(s) => self.shapes[s as usize].owned_required_anti.len(),
+            None => self.infos[info as usize].anti_groups.len(),
         };
-        for g in owners {
+        for i in 0..n_owned {
+            let g = match owners_of_shape {
+                Some(s) => self.shapes[s as usize].owned_required_anti[i],
+                None => self.infos[info as usize].anti_groups[i],
+            };
             match self.groups[g as usize].key_id {
                 None => *self.groups[g as usize].owner_host.entry(bin).or_insert(0) += 1,
                 Some(k) => match self.bin_domain(bin, k) {
                     Some(d) => self.groups[g as usize].owner_counts[d as usize] += 1,
                     None => {
+                        // Not pinned yet: block every domain the claim might land in.
                         if let BinKind::Claim { state, .. } = self.bins[bin as usize].kind {
-                            for d in self.state_domains(state, k).iter() {
-                                self.groups[g as usize].owner_counts[*d as usize] += 1;
+                            for d in bits(self.state_domains(state, k)) {
+                                self.groups[g as usize].owner_counts[d] += 1;
                             }
                         }
                     }
@@ -1186,7 +1349,7 @@ impl<'i, 'a> Solver<'i, 'a> {
             BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.get(key).copied().flatten(),
             BinKind::Claim { state, .. } => {
                 let d = self.state_domains(*state, key);
-                (d.len() == 1).then(|| d[0])
+                (d.count_ones() == 1).then(|| d.trailing_zeros() as u16)
             }
         }
     }
@@ -1208,6 +1371,15 @@ impl<'i, 'a> Solver<'i, 'a> {
         self.bins[bin as usize].pending = keep;
     }
 
+    /// Applies the narrowing the last topology check left, starting from state `st`.
+    fn apply_narrowing(&mut self, mut st: u32) -> Option<u32> {
+        for i in 0..self.narrowed.len() {
+            let (k, domains) = self.narrowed[i];
+            st = self.narrow(st, k, domains)?;
+        }
+        Some(st)
+    }
+
     // ------------------------------------------------------------ evaluation
 
     fn eval_claim(&mut self, bin: u32, shape: u32, add: &[u64]) -> Option<Eval> {
@@ -1216,10 +1388,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         if !self.tolerates(shape, pool) {
             return None;
         }
-        let info = self.shapes[shape as usize].info;
-        if !self.infos[info as usize].spec.host_ports.is_empty()
-            && Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports)
-        {
+        let info = self.shapes[shape as usize].info as usize;
+        if !self.infos[info].spec.host_ports.is_empty() && Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info].spec.host_ports) {
             return None;
         }
         let req = self.shapes[shape as usize].req;
@@ -1229,11 +1399,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         if !fits_add(&self.bins[bin as usize].used, add, &self.states[st1 as usize].suffix[start1 * dims..(start1 + 1) * dims]) {
             return None;
         }
-        let narrowing = self.topology_check(&HostView::Claim { bin: Some(bin), state: st1 }, shape).ok()?;
-        let mut st = st1;
-        for (k, domains) in narrowing {
-            st = self.narrow(st, k, domains)?;
-        }
+        self.topology_check(&HostView::Claim { bin: Some(bin), state: st1 }, shape).ok()?;
+        let st = self.apply_narrowing(st1)?;
         let start = if st == st0 { pos0 } else { 0 };
         let old_type = self.states[st0 as usize].order[pos0];
         let pos = self.find_type(st, start, &self.bins[bin as usize].used, add, Some(old_type))?;
@@ -1249,8 +1416,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         if self.pools[pool].node_limit.is_some_and(|(_, r)| r == 0) {
             return None;
         }
-        let info = self.shapes[shape as usize].info;
-        if Self::ports_conflict(&self.pools[pool].daemon_ports, &self.infos[info as usize].spec.host_ports) {
+        let info = self.shapes[shape as usize].info as usize;
+        if Self::ports_conflict(&self.pools[pool].daemon_ports, &self.infos[info].spec.host_ports) {
             return None;
         }
         let req = self.shapes[shape as usize].req;
@@ -1260,18 +1427,15 @@ impl<'i, 'a> Solver<'i, 'a> {
         if !fits_add(&zero, add, &self.states[st1 as usize].suffix[..dims]) {
             return None;
         }
-        let narrowing = self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape).ok()?;
-        let mut st = st1;
-        for (k, domains) in narrowing {
-            st = self.narrow(st, k, domains)?;
-        }
+        self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape).ok()?;
+        let st = self.apply_narrowing(st1)?;
         let pos = self.find_type(st, 0, &zero, add, None)?;
         let price = self.states[st as usize].price[pos];
         Some(Eval { state: st, pos, delta: price, price })
     }
 
     fn existing_fits(&mut self, bin: u32, shape: u32, add: &[u64]) -> bool {
-        let info = self.shapes[shape as usize].info;
+        let info = self.shapes[shape as usize].info as usize;
         let Some(cap) = self.bin_cap(bin) else { return false };
         if !fits_add(&self.bins[bin as usize].used, add, cap) {
             return false;
@@ -1298,52 +1462,71 @@ impl<'i, 'a> Solver<'i, 'a> {
                 ok
             }
         };
-        if !ok {
+        if !ok || Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info].spec.host_ports) {
             return false;
         }
-        if Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports) {
-            return false;
-        }
-        let domains = match &self.bins[bin as usize].kind {
-            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.clone(),
-            BinKind::Claim { .. } => return false,
-        };
-        self.topology_check(&HostView::Fixed { bin, domains: &domains }, shape).is_ok()
+        self.topology_check(&HostView::Fixed { bin }, shape).is_ok()
     }
 
     // ------------------------------------------------------------ search
 
     fn find_existing(&mut self, shape: u32, add: &[u64]) -> Option<u32> {
         let cpu = add[self.cpu];
-        let candidates: Vec<u32> = self.existing_index.range((cpu, 0)..).take(EXISTING_SCAN).map(|(_, b)| *b).collect();
-        candidates.into_iter().find(|b| self.existing_fits(*b, shape, add))
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.extend(self.existing_index.range((cpu, 0)..).take(EXISTING_SCAN).map(|(_, b)| *b));
+        let found = buf.iter().copied().find(|b| self.existing_fits(*b, shape, add));
+        self.scratch = buf;
+        found
     }
 
     fn find_claim(&mut self, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
         // Hostname affinity: only claims that already hold a matching pod.
-        let host_affinity = self.shapes[shape as usize].host_affinity.clone();
-        if let Some(g) = host_affinity.iter().find(|g| self.groups[**g as usize].host_total > 0) {
-            let mut bins: Vec<u32> = self.groups[*g as usize].host.keys().copied().collect();
-            bins.sort_unstable();
-            return self.best_of(bins.into_iter().take(LIST_SCAN), shape, add);
+        let n_affinity = self.shapes[shape as usize].host_affinity.len();
+        for i in 0..n_affinity {
+            let g = self.shapes[shape as usize].host_affinity[i];
+            if self.groups[g as usize].host_total > 0 {
+                let mut bins: Vec<u32> = self.groups[g as usize].host.keys().copied().collect();
+                bins.sort_unstable();
+                return self.best_of(bins.into_iter().take(LIST_SCAN), shape, add);
+            }
         }
         // Hostname anti-affinity / spread: only claims still eligible for the group.
-        let exclusive = self.shapes[shape as usize].exclusive.clone();
-        if !exclusive.is_empty() {
-            let (g, inverse) = *exclusive.iter().min_by_key(|(g, inv)| {
+        let exclusive = self.shapes[shape as usize]
+            .exclusive
+            .iter()
+            .min_by_key(|(g, inverse)| {
                 let group = &self.groups[*g as usize];
-                if *inv { group.eligible_inverse.len() } else { group.eligible.len() }
-            })?;
+                if *inverse { group.eligible_inverse.len() } else { group.eligible.len() }
+            })
+            .copied();
+        if let Some((g, inverse)) = exclusive {
             return self.scan_eligible(g, inverse, shape, add);
         }
         self.refresh_compat(shape);
-        let compat = self.shapes[shape as usize].compat_states.clone();
         let cpu = add[self.cpu];
         let mut best: Option<(u32, Eval, u64)> = None;
         let mut growth: Option<(u32, Eval)> = None;
         let mut buf = std::mem::take(&mut self.scratch);
+        let mut states = std::mem::take(&mut self.state_buf);
+        states.clear();
+        // States whose claims could take the pod at all (a fresh claim in them passes the
+        // topology checks that do not depend on the claim's own pods).
+        for i in 0..self.shapes[shape as usize].compat_states.len() {
+            let st = self.shapes[shape as usize].compat_states[i];
+            if self.states[st as usize].slack.is_empty() {
+                continue;
+            }
+            let st1 = self.transition(st, self.shapes[shape as usize].req);
+            let Some(st1) = st1 else { continue };
+            if let Err(f) = self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape)
+                && f.holds_for_whole_state() {
+                    continue;
+                }
+            states.push(st);
+        }
         // Room at no extra cost, best fit on CPU first.
-        for st in &compat {
+        for st in &states {
             buf.clear();
             buf.extend(self.states[*st as usize].slack.range((cpu, 0)..).take(ZERO_SCAN).map(|(_, b)| *b));
             for b in &buf {
@@ -1360,23 +1543,22 @@ impl<'i, 'a> Solver<'i, 'a> {
                 }
             }
         }
-        if let Some((b, e, _)) = best {
-            self.scratch = buf;
-            return Some((b, e));
-        }
-        // Otherwise the claim whose price grows least, most slack first.
-        for st in &compat {
-            buf.clear();
-            buf.extend(self.states[*st as usize].slack.range(..(cpu, 0)).rev().take(GROW_SCAN).map(|(_, b)| *b));
-            for b in &buf {
-                let Some(e) = self.eval_claim(*b, shape, add) else { continue };
-                if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
-                    growth = Some((*b, e));
+        if best.is_none() {
+            // Otherwise the claim whose price grows least, most slack first.
+            for st in &states {
+                buf.clear();
+                buf.extend(self.states[*st as usize].slack.range(..(cpu, 0)).rev().take(GROW_SCAN).map(|(_, b)| *b));
+                for b in &buf {
+                    let Some(e) = self.eval_claim(*b, shape, add) else { continue };
+                    if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
+                        growth = Some((*b, e));
+                    }
                 }
             }
         }
         self.scratch = buf;
-        growth
+        self.state_buf = states;
+        best.map(|(b, e, _)| (b, e)).or(growth)
     }
 
     fn best_of(&mut self, bins: impl Iterator<Item = u32>, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
@@ -1385,11 +1567,10 @@ impl<'i, 'a> Solver<'i, 'a> {
             if !matches!(self.bins[b as usize].kind, BinKind::Claim { .. }) {
                 continue;
             }
-            if let Some(e) = self.eval_claim(b, shape, add) {
-                if best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
+            if let Some(e) = self.eval_claim(b, shape, add)
+                && best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
                     best = Some((b, e));
                 }
-            }
         }
         best
     }
@@ -1452,8 +1633,7 @@ impl<'i, 'a> Solver<'i, 'a> {
         b.ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
         let free = self.bin_cap(bin).map_or(0, |c| c[cpu].saturating_sub(self.bins[bin as usize].used[cpu]));
         self.existing_index.insert((free, bin));
-        let owners = self.shapes[shape as usize].owned_required_anti.clone();
-        self.record(bin, info, Some(&owners));
+        self.record(bin, info, Some(shape));
         self.placement[pod] = Some(bin);
     }
 
@@ -1465,11 +1645,10 @@ impl<'i, 'a> Solver<'i, 'a> {
             let old = old_type.map_or(0, |o| p.limit_cost[o as usize * n + j]);
             p.limits[j].2 = p.limits[j].2.saturating_sub(new.saturating_sub(old)).saturating_add(old.saturating_sub(new));
         }
-        if old_type.is_none() {
-            if let Some((_, r)) = &mut p.node_limit {
+        if old_type.is_none()
+            && let Some((_, r)) = &mut p.node_limit {
                 *r = r.saturating_sub(1);
             }
-        }
     }
 
     fn commit_claim(&mut self, bin: u32, pod: usize, shape: u32, e: Eval) {
@@ -1492,8 +1671,7 @@ impl<'i, 'a> Solver<'i, 'a> {
         let slack = self.claim_slack(bin);
         self.states[e.state as usize].slack.insert((slack, bin));
         self.flush_pending(bin);
-        let owners = self.shapes[shape as usize].owned_required_anti.clone();
-        self.record(bin, info, Some(&owners));
+        self.record(bin, info, Some(shape));
         self.placement[pod] = Some(bin);
     }
 
@@ -1509,8 +1687,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         self.bins.push(Bin { kind: BinKind::Claim { state: e.state, pos: e.pos }, used: add.to_vec(), pods: vec![pod as u32], ports, pending: Vec::new() });
         let slack = self.claim_slack(bin);
         self.states[e.state as usize].slack.insert((slack, bin));
-        for g in self.tracked_groups.clone() {
-            let group = &mut self.groups[g as usize];
+        for i in 0..self.tracked_groups.len() {
+            let group = &mut self.groups[self.tracked_groups[i] as usize];
             if group.track_eligible {
                 group.eligible.push(bin);
             }
@@ -1518,8 +1696,7 @@ impl<'i, 'a> Solver<'i, 'a> {
                 group.eligible_inverse.push(bin);
             }
         }
-        let owners = self.shapes[shape as usize].owned_required_anti.clone();
-        self.record(bin, info, Some(&owners));
+        self.record(bin, info, Some(shape));
         self.placement[pod] = Some(bin);
     }
 
@@ -1528,19 +1705,17 @@ impl<'i, 'a> Solver<'i, 'a> {
     fn try_place(&mut self, pod: usize, shape: u32) -> bool {
         let info = self.shapes[shape as usize].info;
         let add = self.infos[info as usize].requests.clone();
-        if !self.existing_index.is_empty() {
-            if let Some(bin) = self.find_existing(shape, &add) {
+        if !self.existing_index.is_empty()
+            && let Some(bin) = self.find_existing(shape, &add) {
                 self.commit_existing(bin, pod, shape);
                 return true;
             }
-        }
         let best = self.find_claim(shape, &add);
-        if let Some((bin, e)) = best {
-            if e.delta <= PRICE_EPSILON {
+        if let Some((bin, e)) = best
+            && e.delta <= PRICE_EPSILON {
                 self.commit_claim(bin, pod, shape, e);
                 return true;
             }
-        }
         let fresh = self.find_new(shape, &add);
         match (best, fresh) {
             (Some((bin, e)), Some((pool, f))) => {
@@ -1701,7 +1876,8 @@ impl<'i, 'a> Solver<'i, 'a> {
             .iter()
             .map(|i| {
                 let it = pool.types[st.order[*i] as usize];
-                let (zone, capacity_type) = st.offering[*i].clone();
+                let offering = &it.offerings[st.offering[*i] as usize];
+                let (zone, capacity_type) = (offering.zone.clone(), offering.capacity_type.clone());
                 InstanceTypeOption { name: it.name.clone(), price: st.price[*i], zone, capacity_type, allocatable: it.allocatable() }
             })
             .collect();
@@ -1793,12 +1969,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         if Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports) {
             return "have a conflicting host port".to_owned();
         }
-        let domains = match &self.bins[bin as usize].kind {
-            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.clone(),
-            BinKind::Claim { .. } => Vec::new(),
-        };
-        match self.topology_check(&HostView::Fixed { bin, domains: &domains }, shape) {
-            Err(f) => format!("violate {}", self.groups[f.group as usize]),
+        match self.topology_check(&HostView::Fixed { bin }, shape) {
+            Err(f) => format!("violate {}", self.describe(&f)),
             Ok(_) => "were passed over".to_owned(),
         }
     }
@@ -1839,23 +2011,22 @@ impl<'i, 'a> Solver<'i, 'a> {
         let fitting: Vec<usize> = offered.iter().copied().filter(|t| fits_add(&zero, add, alloc(*t))).collect();
         if fitting.is_empty() {
             let mut shortfalls = Vec::new();
-            for d in 0..dims {
-                if add[d] == 0 {
-                    continue;
-                }
+            for (d, requested) in add.iter().copied().enumerate().filter(|(_, r)| *r > 0) {
                 let Some(best) = offered.iter().copied().max_by_key(|t| (alloc(*t)[d], std::cmp::Reverse(pool.types[*t].name.clone()))) else {
                     continue;
                 };
-                if alloc(best)[d] < add[d] {
+                if alloc(best)[d] < requested {
                     shortfalls.push(Shortfall {
                         resource: self.dims[d].clone(),
-                        requested: add[d],
+                        requested,
                         largest_type: pool.types[best].name.clone(),
                         largest: alloc(best)[d],
                     });
                 }
             }
-            let mut ranked: Vec<(u64, String, Vec<(String, u64, u64)>)> = offered
+            // (shortfall score, type name, what it lacks)
+            type Ranked = (u64, String, Vec<(String, u64, u64)>);
+            let mut ranked: Vec<Ranked> = offered
                 .iter()
                 .map(|t| {
                     let a = alloc(*t);
@@ -1900,22 +2071,14 @@ impl<'i, 'a> Solver<'i, 'a> {
         let Some(st) = self.transition(base, self.shapes[shape as usize].req) else {
             return PoolReason::NoInstanceType { requirements: shown };
         };
-        if self.states[st as usize].min_values {
-            if let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add) {
+        if self.states[st as usize].min_values
+            && let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add) {
                 return PoolReason::MinValues { key, min_values, available };
             }
-        }
         match self.topology_check(&HostView::Claim { bin: None, state: st }, shape) {
-            Err(f) => PoolReason::Topology(format!("{}: {}", self.groups[f.group as usize], f.why)),
+            Err(f) => PoolReason::Topology(self.describe(&f)),
             Ok(_) => PoolReason::Topology("the pod's constraints conflict with pods placed earlier in this round".to_owned()),
         }
-    }
-}
-
-fn set_narrowed(narrowed: &mut Vec<(usize, Vec<u16>)>, key: usize, domains: Vec<u16>) {
-    match narrowed.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, d)) => *d = domains,
-        None => narrowed.push((key, domains)),
     }
 }
 

@@ -17,11 +17,10 @@ pub const NO_EXECUTE: &str = "NoExecute";
 
 /// Whether one toleration matches one taint.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty()) {
-        if effect != taint.effect {
+    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect {
             return false;
         }
-    }
     let key = toleration.key.as_deref().unwrap_or("");
     match toleration.operator.as_deref().unwrap_or("Equal") {
         // An empty key with Exists tolerates everything.
@@ -59,6 +58,7 @@ impl fmt::Display for DisplayTaint<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
 

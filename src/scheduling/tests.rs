@@ -1,4 +1,5 @@
 //! Table-driven cases with known answers, and property tests over random pods and catalogues.
+#![allow(clippy::panic)]
 
 use super::*;
 use crate::apis::labels;
