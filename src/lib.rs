@@ -8,6 +8,7 @@
 pub mod apis;
 pub mod cloud;
 pub mod controllers;
+pub mod explain;
 pub mod metrics;
 pub mod resources;
 pub mod scheduling;

@@ -1,19 +1,46 @@
 //! `kubectl-karpenter`, run as `kubectl karpenter ...`. This file only parses flags and wires the
 //! library together; each subcommand lives in its own module.
 
+mod cluster;
+mod explain;
+#[cfg(test)]
+mod fixtures;
+mod output;
+mod status;
+mod table;
+mod watch;
+
 use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
+use std::process::ExitCode;
 
 /// Set up, watch and explain just-in-time node provisioning (Karpenter v1 API).
 #[derive(Parser)]
-#[command(name = "kubectl karpenter", bin_name = "kubectl karpenter", version, about)]
+#[command(
+    name = "kubectl karpenter",
+    bin_name = "kubectl karpenter",
+    version,
+    about,
+    after_help = "Examples:\n  kubectl karpenter status\n  kubectl karpenter status -o wide --nodepool default\n  kubectl karpenter status -w\n  kubectl karpenter explain nodeclaim default-abcde\n  kubectl karpenter completion bash > /etc/bash_completion.d/kubectl-karpenter"
+)]
 struct Cli {
+    #[command(flatten)]
+    connect: cluster::ConnectArgs,
+    /// More detail on stderr: the error chain, and the API calls made and how long they took.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// NodePools against their limits, NodeClaims with state and price, pending pods and why
+    /// they wait, and what it all costs.
+    Status(status::StatusArgs),
+    /// Why a NodeClaim exists, what it could have been, what happened to it, and whether it can
+    /// be disrupted now.
+    Explain(explain::ExplainArgs),
     /// Print a shell completion script (bash, zsh or fish).
     Completion {
         /// The shell to complete for.
@@ -23,12 +50,83 @@ enum Command {
     Version,
 }
 
-fn main() {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Completion { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "kubectl-karpenter", &mut std::io::stdout());
+fn main() -> ExitCode {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::FAILURE;
         }
-        Command::Version => println!("kubectl-karpenter {}", env!("CARGO_PKG_VERSION")),
+        Err(e) => {
+            // kubectl's shape: one line, then where to read more.
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first}\nSee 'kubectl karpenter --help' for usage.");
+            return ExitCode::FAILURE;
+        }
+    };
+    let filter = match cli.verbose {
+        // Failures reach the user as one error line; the client's own logs would repeat them.
+        0 => "off",
+        1 => "warn",
+        2 => "info,kube=debug",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)))
+        .with_writer(std::io::stderr)
+        .with_ansi(crate::table::color_enabled())
+        .init();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e, cli.verbose);
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// One line: our context and, when it adds something, the innermost cause. `-v` adds the chain.
+fn report_error(error: &anyhow::Error, verbose: u8) {
+    let top = error.to_string();
+    let root = error.root_cause().to_string();
+    if top.contains(&root) || error.chain().count() == 1 {
+        eprintln!("error: {top}");
+    } else {
+        eprintln!("error: {top}: {root}");
+    }
+    if verbose > 0 {
+        for (i, cause) in error.chain().enumerate().skip(1) {
+            eprintln!("  {i}: {cause}");
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Completion { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "kubectl-karpenter", &mut out);
+            return output::print_stdout(&String::from_utf8_lossy(&out));
+        }
+        Command::Version => return output::print_stdout(&format!("kubectl-karpenter {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Status(_) | Command::Explain(_) => {}
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async {
+        let started = std::time::Instant::now();
+        let cluster = cluster::Cluster::connect(&cli.connect).await?;
+        let result = match &cli.command {
+            Command::Status(args) => status::run(&cluster, args).await,
+            Command::Explain(args) => explain::run(&cluster, args).await,
+            Command::Completion { .. } | Command::Version => Ok(()),
+        };
+        if cli.verbose > 0 {
+            let calls = cluster.calls();
+            eprintln!("{} API calls in {} ms: {}", calls.len(), started.elapsed().as_millis(), calls.join("; "));
+        }
+        result
+    })
 }

@@ -1,0 +1,134 @@
+//! The plugin's way to the API server: a client built the way kubectl builds one (`--kubeconfig`,
+//! `--context`, `KUBECONFIG`, then in-cluster), and every request counted, so `-v` can say how many
+//! calls a command made and the performance test can hold `status` to one list per kind.
+
+use anyhow::{Context as _, anyhow};
+use kube::api::{Api, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// kubectl's connection flags.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ConnectArgs {
+    /// Path to the kubeconfig file to use (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The name of the kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// A connected client and the requests made through it.
+pub struct Cluster {
+    client: Client,
+    calls: Mutex<Vec<String>>,
+}
+
+impl Cluster {
+    /// Connects as kubectl would with these flags.
+    pub async fn connect(args: &ConnectArgs) -> anyhow::Result<Self> {
+        let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &options).await.context("cannot use the kubeconfig")?
+            }
+            None => match Config::from_kubeconfig(&options).await {
+                Ok(config) => config,
+                Err(kubeconfig_error) if args.context.is_none() => Config::incluster().map_err(|_| {
+                    anyhow!(kubeconfig_error).context("no kubeconfig found (set --kubeconfig or KUBECONFIG) and not running in a cluster")
+                })?,
+                Err(e) => return Err(anyhow!(e).context("cannot use the kubeconfig")),
+            },
+        };
+        let client = Client::try_from(config).context("cannot build a client for the cluster")?;
+        Ok(Self { client, calls: Mutex::new(Vec::new()) })
+    }
+
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(call);
+    }
+
+    /// The requests made so far, in order (`list nodeclaims`, `get node/x`...).
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// An API for a cluster-scoped kind, or a namespaced kind across all namespaces.
+    pub fn all<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        Api::all(self.client.clone())
+    }
+
+    /// An API for a namespaced kind in `namespace`, or across all namespaces when `None`.
+    pub fn namespaced<K>(&self, namespace: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    /// Lists every object `params` selects, in one request.
+    pub async fn list<K>(&self, api: Api<K>, params: ListParams) -> anyhow::Result<Vec<K>>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let plural = K::plural(&K::DynamicType::default()).into_owned();
+        let mut call = format!("list {plural}");
+        if let Some(fields) = &params.field_selector {
+            call.push_str(&format!(" --field-selector {fields}"));
+        }
+        if let Some(labels) = &params.label_selector {
+            call.push_str(&format!(" -l {labels}"));
+        }
+        self.record(call);
+        api.list(&params).await.map(|list| list.items).map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
+    }
+
+    /// Gets one object; `None` when it does not exist.
+    pub async fn get_opt<K>(&self, api: &Api<K>, name: &str) -> anyhow::Result<Option<K>>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&K::DynamicType::default()).to_lowercase();
+        self.record(format!("get {kind}/{name}"));
+        api.get_opt(name).await.map_err(|e| explain_api_error::<K>(e, &format!("getting {kind} {name}")))
+    }
+}
+
+/// Turns an API error into one line a user can act on.
+fn explain_api_error<K>(error: kube::Error, action: &str) -> anyhow::Error
+where
+    K: kube::Resource,
+    K::DynamicType: Default,
+{
+    let dt = K::DynamicType::default();
+    if let kube::Error::Api(status) = &error {
+        if status.code == 404 && K::group(&dt) == karpenter_core::apis::labels::GROUP {
+            return anyhow!(error).context(format!(
+                "{action} failed: the cluster does not serve {}/{} {}; install the CRDs (karpenter-agent crds | kubectl apply --server-side -f -)",
+                K::group(&dt),
+                K::version(&dt),
+                K::kind(&dt)
+            ));
+        }
+        if status.code == 401 || status.code == 403 {
+            let message = status.message.clone();
+            return anyhow!(error).context(format!("{action} failed: not allowed ({message})"));
+        }
+    }
+    anyhow!(error).context(format!("{action} failed"))
+}

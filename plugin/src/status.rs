@@ -1,0 +1,295 @@
+//! `kubectl karpenter status`: NodePools against their limits, NodeClaims with their state and
+//! price, pending pods with the reason each waits, and what it all costs. One list request per
+//! kind, made concurrently; the facts come from `karpenter_core::explain`.
+
+use crate::cluster::Cluster;
+use crate::output::{self, Format};
+use crate::table::{Cell, Color, Table, truncate};
+use karpenter_core::apis::{NodeClaim, NodePool};
+use karpenter_core::explain::{self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport, age};
+use karpenter_core::resources;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+
+/// Flags of `status`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Output format: table (default), wide, json or yaml.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// Only this NodePool (pools and claims; pending pods and totals stay cluster-wide).
+    #[arg(long, value_name = "NAME")]
+    pub nodepool: Option<String>,
+    /// After printing, follow NodeClaims as they launch and register (progress on stderr, one
+    /// line per change on stdout) until interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Only pending pods in this namespace.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// Pending pods in all namespaces (the default).
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+/// Pending pods shown in the table before the rest are summarised (all with `-o wide`).
+const PENDING_ROWS: usize = 20;
+
+/// Lists what `status` needs: one request per kind, concurrently.
+pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<explain::Cluster> {
+    let wide = args.output == Format::Wide;
+    // Without -o wide only unbound pods matter: the API server filters the rest out, so a
+    // cluster of 10,000 running pods costs nothing here.
+    let pod_fields = if wide { "status.phase!=Succeeded,status.phase!=Failed" } else { "spec.nodeName=" };
+    let pod_scope = if wide { None } else { args.namespace.as_deref() };
+    let pools = cluster.all::<NodePool>();
+    let claims = cluster.all::<NodeClaim>();
+    let nodes = cluster.all::<Node>();
+    let pods = cluster.namespaced::<Pod>(pod_scope);
+    let events = cluster.namespaced::<Event>(args.namespace.as_deref());
+    let (node_pools, node_claims, nodes, pods, events) = tokio::try_join!(
+        cluster.list(pools.clone(), ListParams::default()),
+        cluster.list(claims.clone(), ListParams::default()),
+        cluster.list(nodes.clone(), ListParams::default()),
+        cluster.list(pods.clone(), ListParams::default().fields(pod_fields)),
+        cluster.list(events.clone(), ListParams::default().fields("reason=FailedProvisioning")),
+    )?;
+    Ok(explain::Cluster { node_pools, node_claims, nodes, pods, events, pod_disruption_budgets: Vec::new() })
+}
+
+/// Builds the report from what [`fetch`] listed.
+pub fn report(snapshot: &explain::Cluster, args: &StatusArgs) -> StatusReport {
+    let options = StatusOptions { node_pool: args.nodepool.clone(), all_pods_listed: args.output == Format::Wide };
+    let mut report = explain::status_report(snapshot, &options);
+    if let Some(ns) = &args.namespace {
+        report.pending_pods.retain(|p| &p.namespace == ns);
+        report.totals.pending_pods = report.pending_pods.len();
+    }
+    report
+}
+
+/// Runs `status`.
+pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
+    let snapshot = fetch(cluster, args).await?;
+    let report = report(&snapshot, args);
+    if let Some(pool) = &args.nodepool
+        && report.node_pools.is_empty()
+    {
+        let mut names: Vec<String> = snapshot.node_pools.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        names.sort();
+        anyhow::bail!("nodepool {pool:?} not found; nodepools that exist: {}", output::name_list(&names));
+    }
+    let now = Timestamp::now();
+    match args.output {
+        Format::Json | Format::Yaml => output::print_data(args.output, "Status", &report, now)?,
+        Format::Table | Format::Wide => {
+            if report.node_pools.is_empty() && report.node_claims.is_empty() {
+                eprintln!("No NodePools or NodeClaims found.");
+            }
+            output::print_stdout(&render(&report, now, args.output == Format::Wide, crate::table::color_enabled()))?;
+        }
+    }
+    if args.watch {
+        crate::watch::run(cluster, &snapshot, args).await?;
+    }
+    Ok(())
+}
+
+fn state_color(state: &ClaimState) -> Option<Color> {
+    match state.phase {
+        ClaimPhase::Ready if !state.drifted => Some(Color::Green),
+        ClaimPhase::NotReady | ClaimPhase::Terminating => Some(Color::Red),
+        _ if state.detail.is_some() => Some(Color::Red),
+        _ => Some(Color::Yellow),
+    }
+}
+
+fn money(price: f64) -> String {
+    format!("${price:.4}")
+}
+
+fn usage(resource: &str, usage: &LimitUsage) -> String {
+    let used = resources::human(resource, usage.used_amount);
+    match usage.limit_amount {
+        Some(0) => format!("{used}/0"),
+        Some(limit) => {
+            let pct = usage.used_amount.saturating_mul(100) / limit;
+            format!("{used}/{} ({pct}%)", resources::human(resource, limit))
+        }
+        None => used,
+    }
+}
+
+/// One NodeClaim as a table row; shared with `--watch`, which prints a row per change.
+pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> {
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let mut row = vec![Cell::from(claim.name.as_str())];
+    if wide {
+        row.push(dash(&claim.node_pool).into());
+    }
+    row.extend([
+        dash(&claim.instance_type).into(),
+        dash(&claim.capacity_type).into(),
+        dash(&claim.zone).into(),
+        Cell::colored(claim.state.to_string(), state_color(&claim.state)),
+        dash(&claim.node_name).into(),
+        age(claim.created_at, now).into(),
+        claim.price.map_or_else(|| "-".to_owned(), |p| money(p.per_hour)).into(),
+    ]);
+    if wide {
+        let capacity = match (claim.capacity.get(resources::CPU), claim.capacity.get(resources::MEMORY)) {
+            (Some(cpu), Some(memory)) => format!("{cpu}/{memory}"),
+            _ => "-".to_owned(),
+        };
+        row.push(capacity.into());
+        let pods = claim.usage.as_ref().map_or_else(|| "-".to_owned(), |u| u.pods.to_string());
+        row.push(pods.into());
+        row.push(dash(&claim.provider_id).into());
+    }
+    row
+}
+
+/// The claims table's headers.
+pub fn claim_headers(wide: bool) -> Vec<&'static str> {
+    if wide {
+        vec!["nodeclaim", "nodepool", "type", "capacity", "zone", "state", "node", "age", "$/hour", "cpu/memory", "pods", "provider id"]
+    } else {
+        vec!["nodeclaim", "type", "capacity", "zone", "state", "node", "age", "$/hour"]
+    }
+}
+
+/// Renders the report as kubectl-style tables, one section per kind, then the totals.
+pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) -> String {
+    let mut sections: Vec<String> = Vec::new();
+
+    if !report.node_pools.is_empty() {
+        let mut table = Table::new(&["nodepool", "nodes", "cpu", "memory", "$/hour", "age"]);
+        for pool in &report.node_pools {
+            let nodes = match pool.node_limit {
+                Some(limit) => format!("{}/{limit}", pool.nodes),
+                None => pool.nodes.to_string(),
+            };
+            let price = if pool.nodes > 0 && pool.unpriced == pool.nodes { "-".to_owned() } else { money(pool.price_per_hour) };
+            table.row(vec![
+                pool.name.as_str().into(),
+                nodes.into(),
+                usage(resources::CPU, &pool.cpu).into(),
+                usage(resources::MEMORY, &pool.memory).into(),
+                price.into(),
+                age(pool.created_at, now).into(),
+            ]);
+        }
+        sections.push(table.render(color));
+    }
+
+    if !report.node_claims.is_empty() {
+        let mut table = Table::new(&claim_headers(wide));
+        for claim in &report.node_claims {
+            table.row(claim_row(claim, now, wide));
+        }
+        sections.push(table.render(color));
+    }
+
+    if !report.pending_pods.is_empty() {
+        let mut table = Table::new(&["namespace", "pending pod", "age", "reason", "message"]);
+        let shown = if wide { report.pending_pods.len() } else { PENDING_ROWS.min(report.pending_pods.len()) };
+        for pod in &report.pending_pods[..shown] {
+            let reason_color = match pod.reason.as_str() {
+                "WaitingForNodeClaim" => Some(Color::Yellow),
+                _ => Some(Color::Red),
+            };
+            let message = if wide { pod.message.replace('\n', " ") } else { truncate(&pod.message, 100) };
+            table.row(vec![
+                pod.namespace.as_str().into(),
+                pod.name.as_str().into(),
+                age(pod.created_at, now).into(),
+                Cell::colored(pod.reason.as_str(), reason_color),
+                message.into(),
+            ]);
+        }
+        let mut text = table.render(color);
+        if shown < report.pending_pods.len() {
+            text.push_str(&format!("... and {} more pending pods (-o wide or -o json shows all)\n", report.pending_pods.len() - shown));
+        }
+        sections.push(text);
+    }
+
+    let t = &report.totals;
+    let mut total = format!(
+        "TOTAL   {} {}, {} {}",
+        t.node_claims,
+        plural(t.node_claims, "nodeclaim", "nodeclaims"),
+        t.nodes,
+        plural(t.nodes, "node", "nodes"),
+    );
+    if t.other_nodes > 0 {
+        total.push_str(&format!(" ({} not from a NodePool)", t.other_nodes));
+    }
+    total.push_str(&format!(
+        ", {} pending {}   {}/hour   {}/month",
+        t.pending_pods,
+        plural(t.pending_pods, "pod", "pods"),
+        money(t.price_per_hour),
+        format_args!("${:.2}", t.price_per_month),
+    ));
+    if t.unpriced > 0 {
+        total.push_str(&format!("   ({} without a known price)", t.unpriced));
+    }
+    total.push('\n');
+    sections.push(total);
+    sections.join("\n")
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn args(output: Format) -> StatusArgs {
+        StatusArgs { output, nodepool: None, watch: false, namespace: None, all_namespaces: false }
+    }
+
+    #[test]
+    fn the_status_screen_shows_pools_claims_pending_pods_and_costs() {
+        let report = report(&fixtures::cluster(), &args(Format::Table));
+        insta::assert_snapshot!(render(&report, fixtures::now(), false, false));
+    }
+
+    #[test]
+    fn the_wide_status_adds_pool_capacity_pods_and_provider_ids() {
+        let report = report(&fixtures::cluster(), &args(Format::Wide));
+        insta::assert_snapshot!(render(&report, fixtures::now(), true, false));
+    }
+
+    #[test]
+    fn json_output_carries_the_same_facts_as_the_table() {
+        let report = report(&fixtures::cluster(), &args(Format::Json));
+        let text = output::render_data(Format::Json, "Status", &report, fixtures::now()).expect("json");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn a_namespace_flag_keeps_only_that_namespaces_pending_pods() {
+        let mut a = args(Format::Table);
+        a.namespace = Some("batch".to_owned());
+        let report = report(&fixtures::cluster(), &a);
+        assert!(report.pending_pods.iter().all(|p| p.namespace == "batch"));
+        assert_eq!(report.totals.pending_pods, 2);
+    }
+
+    #[test]
+    fn colour_marks_states_but_never_moves_a_column() {
+        let report = report(&fixtures::cluster(), &args(Format::Table));
+        let plain = render(&report, fixtures::now(), false, false);
+        let colored = render(&report, fixtures::now(), false, true);
+        assert!(colored.contains("\x1b[32mReady\x1b[0m"));
+        let stripped = colored.replace("\x1b[32m", "").replace("\x1b[33m", "").replace("\x1b[31m", "").replace("\x1b[0m", "");
+        assert_eq!(stripped, plain);
+    }
+}

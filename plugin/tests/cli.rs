@@ -1,0 +1,268 @@
+//! The built `kubectl-karpenter` against a real control plane (the rig), on objects created
+//! directly: in upstream Karpenter's shape (no annotations of ours, a hand-written status) and in
+//! ours (the annotations the agent writes). No agent runs here: `plugin/tests/agent.rs` runs one.
+//!
+//! Tests share one rig and run in parallel, so each creates objects under its own names and looks
+//! only at those.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+#[path = "../../tests/support/rig.rs"]
+mod rig;
+
+use karpenter_core::apis::{NodeClaim, labels};
+use kube::api::{Api, Patch, PatchParams};
+use rig::rig;
+use serde_json::{Value, json};
+use std::process::{Command, Output};
+
+/// Runs the plugin against the rig.
+fn plugin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(args)
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run kubectl-karpenter")
+}
+
+fn stdout_ok(args: &[&str]) -> String {
+    let out = plugin(args);
+    assert!(out.status.success(), "kubectl-karpenter {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn apply(yaml: &str) {
+    let out = rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
+    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+}
+
+async fn set_claim_status(name: &str, status: Value) {
+    let api: Api<NodeClaim> = Api::all(rig().client().await);
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await.expect("patch nodeclaim status");
+}
+
+fn pool_yaml(name: &str, disruption: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  limits: {{cpu: "64", memory: 256Gi}}
+  disruption: {disruption}
+  template:
+    spec:
+      requirements: [{{key: kubernetes.io/os, operator: In, values: [linux]}}]
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+"#
+    )
+}
+
+/// A Ready NodeClaim as upstream Karpenter leaves it, its Node (priced by label) and a pod on it.
+async fn upstream_claim(pool: &str, claim: &str, node: &str, pod_annotations: &str) {
+    apply(&pool_yaml(pool, "{consolidateAfter: 0s, budgets: [{nodes: '10%'}]}"));
+    apply(&format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {claim}
+  labels: {{karpenter.sh/nodepool: {pool}, node.kubernetes.io/instance-type: m5.large, karpenter.sh/capacity-type: spot, topology.kubernetes.io/zone: us-west-2b}}
+spec:
+  requirements:
+    - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge]}}
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {node}
+  labels: {{kwok.x-k8s.io/node: fake, eks-node-viewer/instance-price: "0.0350", karpenter.sh/nodepool: {pool}}}
+  annotations: {{kwok.x-k8s.io/node: fake}}
+spec:
+  providerID: aws:///us-west-2b/i-{node}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {pool}}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: api-0
+  namespace: {pool}
+  annotations: {pod_annotations}
+spec:
+  nodeName: {node}
+  containers: [{{name: app, image: registry.k8s.io/pause:3.10}}]
+"#
+    ));
+    // A moment after the objects were created, as a controller would write it.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let t = k8s_openapi::jiff::Timestamp::now().to_string();
+    let condition = |type_: &str| json!({"type": type_, "status": "True", "reason": type_, "message": "", "lastTransitionTime": t});
+    set_claim_status(
+        claim,
+        json!({
+            "nodeName": node, "providerID": format!("aws:///us-west-2b/i-{node}"),
+            "capacity": {"cpu": "2", "memory": "8Gi"},
+            "conditions": [condition("Launched"), condition("Registered"), condition("Initialized"), condition("Ready")],
+        }),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn status_shows_an_upstream_claim_priced_by_its_node_label() {
+    upstream_claim("up-status", "up-status-x1", "up-status-node", "{}").await;
+    let table = stdout_ok(&["status", "--nodepool", "up-status"]);
+    let row = table.lines().find(|l| l.starts_with("up-status-x1")).unwrap_or_else(|| panic!("no claim row:\n{table}"));
+    for want in ["m5.large", "spot", "us-west-2b", "Ready", "up-status-node", "$0.0350"] {
+        assert!(row.contains(want), "{want:?} missing from {row:?}");
+    }
+    let pool_row = table.lines().find(|l| l.starts_with("up-status ")).unwrap_or_else(|| panic!("no pool row:\n{table}"));
+    assert!(pool_row.contains("2/64 (3%)") && pool_row.contains("8Gi/256Gi (3%)"), "{pool_row}");
+    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["NODEPOOL", "NODES", "CPU", "MEMORY", "$/HOUR", "AGE"]);
+    assert!(table.contains("TOTAL"), "{table}");
+
+    let json: Value = serde_json::from_str(&stdout_ok(&["status", "-o", "json", "--nodepool", "up-status", "-v"])).expect("stdout is only JSON, even with -v");
+    assert_eq!(json["kind"], "Status");
+    let claim = json["nodeClaims"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "up-status-x1")).expect("claim in JSON");
+    assert_eq!(claim["price"], json!({"perHour": 0.035, "source": "nodeLabel"}));
+    assert_eq!(claim["state"]["phase"], "Ready");
+}
+
+#[tokio::test]
+async fn explain_says_what_upstream_did_not_record_and_what_blocks_disruption() {
+    upstream_claim("up-explain", "up-explain-x1", "up-explain-node", &format!("{{{}: \"true\"}}", labels::DO_NOT_DISRUPT)).await;
+    let text = stdout_ok(&["explain", "nodeclaim", "up-explain-x1"]);
+    assert!(text.contains("not recorded"), "{text}");
+    assert!(text.contains("up-explain   api-0   on this node"), "the pods on its node are listed:\n{text}");
+    assert!(text.contains("allowed by its requirements: m5.large, m5.xlarge"), "{text}");
+    assert!(text.contains("Can it be disrupted now? no"), "{text}");
+    assert!(text.contains("pod up-explain/api-0 has karpenter.sh/do-not-disrupt"), "{text}");
+    let lifecycle = text.split("Lifecycle:").nth(1).expect("a lifecycle section");
+    let order: Vec<usize> = ["Created", "Launched=True", "Registered=True", "Ready=True"].iter().map(|w| lifecycle.find(w).unwrap_or(usize::MAX)).collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "the timeline is out of order:\n{lifecycle}");
+
+    let yaml = stdout_ok(&["explain", "nodeclaim/up-explain-x1", "-o", "yaml"]);
+    assert!(yaml.contains("kind: NodeClaimExplanation") && yaml.contains("recordedByAgent: false") && yaml.contains("kind: DoNotDisruptPod"), "{yaml}");
+
+    let by_node = stdout_ok(&["explain", "node", "up-explain-node"]);
+    assert!(by_node.starts_with("Name:        up-explain-x1"), "explain node NAME explains its claim:\n{by_node}");
+}
+
+#[tokio::test]
+async fn a_claim_in_our_shape_is_explained_from_its_annotations() {
+    apply(&pool_yaml("ours", "{consolidateAfter: 0s}"));
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: ours}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web-0, namespace: ours}}
+spec:
+  nodeSelector: {{no-such-label: "true"}}
+  containers: [{{name: app, image: registry.k8s.io/pause:3.10}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: ours-abcde
+  labels: {{karpenter.sh/nodepool: ours}}
+  annotations:
+    {}: '["ours/web-0","ours/gone-0"]'
+    {}: '[{{"name":"t3.small","price":0.0208,"zone":"us-west-2a","capacityType":"on-demand"}},{{"name":"t3.medium","price":0.0416,"zone":"us-west-2a","capacityType":"on-demand"}}]'
+spec:
+  requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [t3.small, t3.medium]}}]
+  resources: {{requests: {{cpu: 500m}}}}
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+"#,
+        labels::PROVISIONED_FOR,
+        labels::INSTANCE_TYPE_OPTIONS
+    ));
+    let text = stdout_ok(&["explain", "nodeclaim", "ours-abcde"]);
+    assert!(text.contains("created by karpenter-agent for 2 pending pods"), "{text}");
+    assert!(text.contains("ours        web-0    pending"), "{text}");
+    assert!(text.contains("gone-0   gone"), "{text}");
+    assert!(text.contains("not launched yet, the cheapest is t3.small at $0.0208/hour"), "{text}");
+    assert!(text.contains("it is not initialized yet (Pending)"), "{text}");
+
+    let table = stdout_ok(&["status", "--nodepool", "ours", "-n", "ours"]);
+    let row = table.lines().find(|l| l.starts_with("ours-abcde")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("Pending"), "{row}");
+    let pod = table.lines().find(|l| l.contains("web-0")).unwrap_or_else(|| panic!("the pending pod is listed:\n{table}"));
+    assert!(pod.contains("WaitingForNodeClaim") && pod.contains("nodeclaim ours-abcde is Pending"), "{pod}");
+}
+
+#[test]
+fn an_unknown_nodeclaim_is_one_clear_line_naming_those_that_exist() {
+    apply(&pool_yaml("names", "{consolidateAfter: 0s}"));
+    apply(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: names-known, labels: {karpenter.sh/nodepool: names}}
+spec:
+  requirements: []
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+"#,
+    );
+    let out = plugin(&["explain", "nodeclaim", "no-such-claim"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: nodeclaim \"no-such-claim\" not found; nodeclaims that exist:") && stderr.contains("names-known"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_cluster_is_one_line_and_exit_code_1_and_v_adds_the_chain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .expect("write kubeconfig");
+    let path = kubeconfig.to_str().expect("utf-8 path");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--kubeconfig", path]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: listing "), "{stderr}");
+    let verbose = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--kubeconfig", path, "-v"]).output().expect("run");
+    assert!(String::from_utf8_lossy(&verbose.stderr).lines().count() > 1, "-v shows the chain");
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--context", "nope", "--kubeconfig", path]).output().expect("run");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nope"), "{}", String::from_utf8_lossy(&missing.stderr));
+}
+
+#[test]
+fn usage_reads_kubectl_karpenter_and_bad_flags_fail_like_kubectl() {
+    let help = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).arg("--help").output().expect("run");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("Usage: kubectl karpenter"), "{help}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--bogus"]).output().expect("run");
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.starts_with("error: unexpected argument '--bogus'") && stderr.contains("kubectl karpenter --help"), "{stderr}");
+}
+
+#[test]
+fn completion_scripts_cover_the_subcommands_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["completion", shell]).output().expect("run");
+        assert!(out.status.success());
+        let script = String::from_utf8_lossy(&out.stdout);
+        for word in ["status", "explain", "nodepool", "kubectl-karpenter"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+}
