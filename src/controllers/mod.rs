@@ -201,6 +201,7 @@ pub async fn run<P: CloudProvider + 'static>(
     use kube::{Api, ResourceExt};
 
     let (pending, wake) = provisioning::PendingPods::new();
+    let recent = Arc::new(provisioning::RecentClaims::default());
 
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
@@ -239,7 +240,15 @@ pub async fn run<P: CloudProvider + 'static>(
 
     let tracker = pending.clone();
     let reflectors = [
-        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, |_| {}),
+        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, {
+            let recent = recent.clone();
+            move |event| match event {
+                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) | watcher::Event::Delete(claim) => {
+                    recent.seen(claim);
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }),
         spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, |_| {}),
         spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
         spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, move |event| match event {
@@ -270,7 +279,7 @@ pub async fn run<P: CloudProvider + 'static>(
 
     let ctx = Arc::new(Context::new(client, provider, claims, nodes, pools, pods, settings, metrics));
     let lifecycle = tokio::spawn(lifecycle::run(ctx.clone()));
-    let provisioning = tokio::spawn(provisioning::run(ctx.clone(), pending, wake));
+    let provisioning = tokio::spawn(provisioning::run(ctx.clone(), pending, recent, wake));
     let gc = tokio::spawn(garbage_collection::run(ctx.clone()));
     let status = tokio::spawn(nodepool_status::run(ctx.clone()));
     let tasks = [provisioning, gc, status];

@@ -102,11 +102,16 @@ pub async fn next_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Durati
 }
 
 /// Runs provisioning until the wake-up channel closes.
-pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, pending: Arc<PendingPods>, mut wake: mpsc::Receiver<()>) {
+pub async fn run<P: CloudProvider + 'static>(
+    ctx: Arc<Context<P>>,
+    pending: Arc<PendingPods>,
+    recent: Arc<RecentClaims>,
+    mut wake: mpsc::Receiver<()>,
+) {
     let mut memory = Memory::default();
     while next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max).await {
         let started = Instant::now();
-        match provision(&ctx, &pending, &mut memory).await {
+        match provision(&ctx, &pending, &recent, &mut memory).await {
             Ok(Some(round)) => {
                 info!(pods = round.pods, nodeclaims = round.created, unschedulable = round.unschedulable,
                     elapsed_ms = started.elapsed().as_millis(), "scheduling round");
@@ -134,14 +139,40 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, pending: Arc<
 pub struct Memory {
     /// When each pod last got a FailedProvisioning Event, so a pod is not warned about every round.
     last_warned: HashMap<String, Instant>,
-    /// Claims this agent created that the reflector may not have delivered yet. Under load a
-    /// watch can lag a round behind; without this, the next round would provision the same pods
-    /// again.
-    created: HashMap<String, (Instant, Arc<NodeClaim>)>,
 }
 
-/// How long a claim we created counts as capacity before the reflector shows it.
-const CREATED_CLAIM_MEMORY: Duration = Duration::from_secs(60);
+/// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
+/// can lag a round behind; without these, the next round would provision the same pods again.
+/// An entry goes as soon as the watch reports the claim (created or deleted): from then on the
+/// reflector's store is the truth.
+#[derive(Default)]
+pub struct RecentClaims(Mutex<HashMap<String, (Instant, Arc<NodeClaim>)>>);
+
+/// The longest a created claim counts as capacity without the watch confirming it.
+const RECENT_CLAIM_MEMORY: Duration = Duration::from_secs(60);
+
+impl RecentClaims {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<NodeClaim>)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record(&self, claim: NodeClaim) {
+        self.lock().insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
+    }
+
+    /// Called for every NodeClaim the watch delivers, applied or deleted.
+    pub fn seen(&self, claim: &NodeClaim) {
+        if let Some(name) = &claim.metadata.name {
+            self.lock().remove(name);
+        }
+    }
+
+    fn unconfirmed(&self) -> Vec<Arc<NodeClaim>> {
+        let mut claims = self.lock();
+        claims.retain(|_, (at, _)| at.elapsed() < RECENT_CLAIM_MEMORY);
+        claims.values().map(|(_, claim)| claim.clone()).collect()
+    }
+}
 
 /// What one round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -216,6 +247,7 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&Pod]) -> NodeCl
 pub async fn provision<P: CloudProvider>(
     ctx: &Context<P>,
     pending: &PendingPods,
+    recent: &RecentClaims,
     memory: &mut Memory,
 ) -> Result<Option<Round>, Error> {
     let all_pods = ctx.pods.state();
@@ -231,10 +263,11 @@ pub async fn provision<P: CloudProvider>(
         pools
     };
     let mut claims = ctx.claims.state();
-    memory.created.retain(|name, (at, _)| {
-        at.elapsed() < CREATED_CLAIM_MEMORY && !claims.iter().any(|c| c.metadata.name.as_ref() == Some(name))
-    });
-    claims.extend(memory.created.values().map(|(_, claim)| claim.clone()));
+    for claim in recent.unconfirmed() {
+        if !claims.iter().any(|c| c.metadata.name == claim.metadata.name) {
+            claims.push(claim);
+        }
+    }
     let nodes = ctx.nodes.state();
 
     // One catalogue per node class.
@@ -372,7 +405,7 @@ pub async fn provision<P: CloudProvider>(
         match result {
             Ok(claim) => {
                 round.created += 1;
-                memory.created.insert(claim.name_any(), (Instant::now(), Arc::new(claim.clone())));
+                recent.record(claim.clone());
                 ctx.metrics.nodeclaims_created.inc();
                 let now = Instant::now();
                 for pod in planned.pods.iter().filter_map(|&i| pending_pods.get(i)) {

@@ -34,6 +34,13 @@ struct Agent {
 
 impl Agent {
     async fn start() -> Self {
+        // Agent logs show up in a failing test's output (RUST_LOG=debug for more).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube_runtime=warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let client = rig().client().await;
         let provider = Arc::new(KwokProvider::new(client.clone()));
         let metrics = Arc::new(Metrics::new());
@@ -137,17 +144,17 @@ async fn running_pods(client: &kube::Client, namespace: &str) -> Vec<Pod> {
     pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
 }
 
-/// Deletes the workload, then the pool's claims (through the agent, which must still run), then
-/// the pool, and waits until the claims' Nodes are gone.
+/// Deletes the workload (and waits until its pods are gone, so the next test's agent does not
+/// see them), then the pool's claims through the agent, which must still run, then the pool.
 async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
-    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=true", "--timeout=90s"]);
     rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
     wait_for("the pool's claims to be gone", Duration::from_secs(60), || async {
         pool_claims(client, pool).await.is_empty().then_some(())
     })
     .await;
-    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "kwoknodeclass", pool, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=true", "--timeout=60s"]);
+    rig().kubectl_ok(&["delete", "kwoknodeclass", pool, "--wait=true", "--timeout=60s"]);
 }
 
 fn hourly_price(node: &Node) -> f64 {
@@ -158,9 +165,18 @@ fn hourly_price(node: &Node) -> f64 {
 async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
     let _guard = exclusive();
     let client = rig().client().await;
-    let _agent = Agent::start().await;
     apply(&node_pool("inflate-pool", "{}"));
     apply(&deployment("inflate-test", "inflate", "inflate-pool", 15, "1"));
+    // All 15 pending before the agent starts, so they are planned together whatever the
+    // machine's load does to the timing of their creation.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "inflate-test");
+    wait_for("15 unschedulable pods", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        let pending = list.items.iter().filter(|p| karpenter_core::controllers::provisioning::is_provisionable(p)).count();
+        (pending == 15).then_some(())
+    })
+    .await;
+    let _agent = Agent::start().await;
 
     wait_for("15 running pods", Duration::from_secs(90), || async {
         (running_pods(&client, "inflate-test").await.len() == 15).then_some(())
