@@ -93,8 +93,11 @@ impl Cluster {
         if let Some(labels) = &params.label_selector {
             call.push_str(&format!(" -l {labels}"));
         }
-        self.record(call);
-        api.list(&params).await.map(|list| list.items).map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
+        let started = std::time::Instant::now();
+        let result = api.list(&params).await.map(|list| list.items);
+        let outcome = result.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
+        self.record(format!("{call} ({outcome} in {} ms)", started.elapsed().as_millis()));
+        result.map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
     }
 
     /// Gets one object; `None` when it does not exist.
@@ -104,8 +107,10 @@ impl Cluster {
         K::DynamicType: Default,
     {
         let kind = K::kind(&K::DynamicType::default()).to_lowercase();
-        self.record(format!("get {kind}/{name}"));
-        api.get_opt(name).await.map_err(|e| explain_api_error::<K>(e, &format!("getting {kind} {name}")))
+        let started = std::time::Instant::now();
+        let result = api.get_opt(name).await;
+        self.record(format!("get {kind}/{name} ({} ms)", started.elapsed().as_millis()));
+        result.map_err(|e| explain_api_error::<K>(e, &format!("getting {kind} {name}")))
     }
 }
 
