@@ -2,6 +2,7 @@
 //! library together; each subcommand lives in its own module.
 
 mod cluster;
+mod complete;
 mod explain;
 #[cfg(test)]
 mod fixtures;
@@ -23,7 +24,7 @@ use std::process::ExitCode;
     about,
     after_help = "Examples:\n  kubectl karpenter status\n  kubectl karpenter status -o wide --nodepool default\n  kubectl karpenter status -w\n  kubectl karpenter explain nodeclaim default-abcde\n  kubectl karpenter completion bash > /etc/bash_completion.d/kubectl-karpenter"
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     connect: cluster::ConnectArgs,
     /// More detail on stderr: the error chain, and the API calls made and how long they took.
@@ -48,6 +49,13 @@ enum Command {
     },
     /// Print the plugin's version.
     Version,
+    /// Completions for kubectl's plugin completion (`kubectl_complete-karpenter`).
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The words after `kubectl karpenter`, the last one being completed.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -112,16 +120,19 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             return output::print_stdout(&String::from_utf8_lossy(&out));
         }
         Command::Version => return output::print_stdout(&format!("kubectl-karpenter {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Status(_) | Command::Explain(_) => {}
+        Command::Status(_) | Command::Explain(_) | Command::Complete { .. } => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
+        if let Command::Complete { args } = &cli.command {
+            return complete::run(&Cli::command(), &cli.connect, args).await;
+        }
         let started = std::time::Instant::now();
         let cluster = cluster::Cluster::connect(&cli.connect).await?;
         let result = match &cli.command {
             Command::Status(args) => status::run(&cluster, args).await,
             Command::Explain(args) => explain::run(&cluster, args).await,
-            Command::Completion { .. } | Command::Version => Ok(()),
+            Command::Completion { .. } | Command::Version | Command::Complete { .. } => Ok(()),
         };
         if cli.verbose > 0 {
             let calls = cluster.calls();

@@ -17,8 +17,29 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 enum Change {
-    Claim(Result<watcher::Event<NodeClaim>, watcher::Error>),
+    Claim(ClaimChange),
     Pod(PodChange),
+}
+
+/// A NodeClaim event, boxed: claims are large and events many.
+enum ClaimChange {
+    Seen(Box<NodeClaim>),
+    Gone(Box<NodeClaim>),
+    Init,
+    InitDone,
+    Failed(watcher::Error),
+}
+
+impl ClaimChange {
+    fn from(event: Result<watcher::Event<NodeClaim>, watcher::Error>) -> Self {
+        match event {
+            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => Self::Seen(Box::new(c)),
+            Ok(watcher::Event::Delete(c)) => Self::Gone(Box::new(c)),
+            Ok(watcher::Event::Init) => Self::Init,
+            Ok(watcher::Event::InitDone) => Self::InitDone,
+            Err(e) => Self::Failed(e),
+        }
+    }
 }
 
 /// What the watch needs of a pod event: whether it waits for a node.
@@ -62,7 +83,7 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
     // Column widths for the rows: the header's, widened for typical values.
     let widths: Vec<usize> = Table::new(&claim_headers(wide)).widths().into_iter().map(|w| w.max(12)).collect();
 
-    let claims = watcher(cluster.all::<NodeClaim>(), watcher::Config::default()).default_backoff().map(Change::Claim).boxed();
+    let claims = watcher(cluster.all::<NodeClaim>(), watcher::Config::default()).default_backoff().map(|e| Change::Claim(ClaimChange::from(e))).boxed();
     let pod_scope = cluster.namespaced::<Pod>(args.namespace.as_deref());
     let pods = watcher(pod_scope, watcher::Config::default().fields("spec.nodeName=")).default_backoff().map(|e| Change::Pod(PodChange::from(e))).boxed();
     let mut changes = futures::stream::select(claims, pods);
@@ -96,7 +117,7 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
         let Some(change) = change else { break };
         let now = Timestamp::now();
         match change {
-            Change::Claim(Ok(watcher::Event::Apply(claim) | watcher::Event::InitApply(claim))) => {
+            Change::Claim(ClaimChange::Seen(claim)) => {
                 let Some(s) = summarize(&claim, snapshot) else { continue };
                 if args.nodepool.as_ref().is_some_and(|pool| s.node_pool.as_ref() != Some(pool)) {
                     continue;
@@ -124,7 +145,7 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
                     let _ = progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
                 }
             }
-            Change::Claim(Ok(watcher::Event::Delete(claim))) => {
+            Change::Claim(ClaimChange::Gone(claim)) => {
                 let name = claim.metadata.name.clone().unwrap_or_default();
                 if known.remove(&name).is_none() {
                     continue;
@@ -142,8 +163,8 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
                     let _ = progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
                 }
             }
-            Change::Claim(Ok(watcher::Event::Init)) => seen_in_init.clear(),
-            Change::Claim(Ok(watcher::Event::InitDone)) => {
+            Change::Claim(ClaimChange::Init) => seen_in_init.clear(),
+            Change::Claim(ClaimChange::InitDone) => {
                 // A re-list: claims that vanished meanwhile are gone.
                 known.retain(|name, _| seen_in_init.contains(name));
             }
@@ -160,7 +181,7 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
             }
             Change::Pod(PodChange::Init) => pending_init.clear(),
             Change::Pod(PodChange::InitDone) => pending.retain(|uid| pending_init.contains(uid)),
-            Change::Claim(Err(e)) | Change::Pod(PodChange::Failed(e)) => {
+            Change::Claim(ClaimChange::Failed(e)) | Change::Pod(PodChange::Failed(e)) => {
                 summary.println(format!("watch interrupted ({e}); retrying"));
             }
         }

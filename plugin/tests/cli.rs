@@ -266,3 +266,33 @@ fn completion_scripts_cover_the_subcommands_for_each_shell() {
         }
     }
 }
+
+#[test]
+fn kubectl_completes_the_plugin_with_nodeclaim_names_from_the_cluster() {
+    apply(&pool_yaml("complete", "{consolidateAfter: 0s}"));
+    apply(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: complete-me, labels: {karpenter.sh/nodepool: complete}}
+spec:
+  requirements: []
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+"#,
+    );
+    // What a user sets up (see README): the plugin, and kubectl's completion hook for it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-karpenter"), dir.path().join("kubectl-karpenter")).expect("symlink");
+    let hook = dir.path().join("kubectl_complete-karpenter");
+    std::fs::write(&hook, "#!/bin/sh\nexec kubectl-karpenter __complete \"$@\"\n").expect("write hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let complete = |args: &[&str]| {
+        let out = rig().kubectl().arg("__complete").args(args).env("PATH", &path).output().expect("kubectl __complete");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let subcommands = complete(&["karpenter", "st"]);
+    assert!(subcommands.lines().next() == Some("status"), "{subcommands}");
+    let names = complete(&["karpenter", "explain", "nodeclaim", "complete-"]);
+    assert!(names.lines().any(|l| l == "complete-me"), "{names}");
+}
