@@ -280,6 +280,8 @@ pub(crate) struct Solver<'i, 'a> {
     any_prefer_no_schedule: bool,
     scratch: Vec<u32>,
     state_buf: Vec<u32>,
+    /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
+    explained: FxMap<u32, (Vec<(String, usize)>, Vec<PoolRejection>)>,
     /// When set, at most this many new claims may be opened (the single-node check).
     max_new_claims: Option<usize>,
     new_claims: usize,
@@ -327,6 +329,7 @@ impl<'i, 'a> Solver<'i, 'a> {
             any_prefer_no_schedule: false,
             scratch: Vec::new(),
             state_buf: Vec::new(),
+            explained: FxMap::default(),
             max_new_claims,
             new_claims: 0,
         };
@@ -1927,6 +1930,12 @@ impl<'i, 'a> Solver<'i, 'a> {
             relax = r;
         }
         let shape = self.shape(info_id, relax);
+        // Identical pods fail identically: explain each shape once.
+        if let Some((existing, node_pools)) = self.explained.get(&shape) {
+            out.existing = existing.clone();
+            out.node_pools = node_pools.clone();
+            return out;
+        }
         let add = self.infos[info_id as usize].requests.clone();
         let mut existing: BTreeMap<String, usize> = BTreeMap::new();
         for b in 0..(self.input.nodes.len() + self.input.in_flight.len()) {
@@ -1938,6 +1947,7 @@ impl<'i, 'a> Solver<'i, 'a> {
             let reason = self.pool_reason(p, shape, &add);
             out.node_pools.push(PoolRejection { node_pool: self.pools[p].name.clone(), reason });
         }
+        self.explained.insert(shape, (out.existing.clone(), out.node_pools.clone()));
         out
     }
 
