@@ -153,11 +153,42 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
     let mut times: Vec<Duration> = (0..7).map(|_| run().0).collect();
     times.sort();
     let median = times[times.len() / 2];
+    // The floor, measured alongside: the API server serving the same five lists to the rig's
+    // own kubectl (`get --raw`, concurrently, no decoding), as a ratio, since absolute times
+    // swing with whatever else the machine runs.
+    let floor = || {
+        let started = Instant::now();
+        let urls = [
+            "/apis/karpenter.sh/v1/nodepools",
+            "/apis/karpenter.sh/v1/nodeclaims",
+            "/api/v1/nodes",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3D",
+            "/api/v1/events?fieldSelector=reason%3DFailedProvisioning",
+        ];
+        let children: Vec<_> = urls
+            .iter()
+            .map(|u| rig().kubectl().args(["get", "--raw", u]).stdout(std::process::Stdio::null()).spawn().expect("kubectl get --raw"))
+            .collect();
+        for mut child in children {
+            assert!(child.wait().expect("kubectl").success());
+        }
+        started.elapsed()
+    };
+    let mut floors: Vec<Duration> = (0..7).map(|_| floor()).collect();
+    floors.sort();
+    let floor_median = floors[floors.len() / 2];
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let calls = stderr.lines().find(|l| l.contains("API calls in")).unwrap_or_default().to_owned();
     let total = stdout.lines().find(|l| l.starts_with("TOTAL")).unwrap_or_default().to_owned();
     println!("binary: {binary}");
     println!("cluster: {nodes_wanted} nodes and nodeclaims, {} bound pods, 50 pending", nodes_wanted * pods_per_node);
     println!("status wall time over 7 runs: min {} ms, median {} ms, max {} ms", times[0].as_millis(), median.as_millis(), times[6].as_millis());
+    println!(
+        "the same five lists through kubectl get --raw (the floor): median {} ms; status / floor = {:.2}",
+        floor_median.as_millis(),
+        median.as_secs_f64() / floor_median.as_secs_f64()
+    );
+    println!("load average while measuring: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
     println!("plugin's count: {calls}");
     println!("API server LISTs during one run (other clients included): {lists:?}");
     println!("{total}");
