@@ -76,6 +76,13 @@
 //!   never counts them.
 //! * **Determinism.** Every tie (zones with equal counts, equally cheap types, equally good
 //!   claims) is broken by name or order, never by map iteration or a random pick.
+//! * **A cheaper single node is never missed** on small batches (at most 16 new claims and 256
+//!   pods): the batch is also packed onto one new node, and that plan wins if it places as many
+//!   pods for less (greedy packing can split pods that one bigger type holds for less).
+//!
+//! Limits of the model: a topology key other than `kubernetes.io/hostname` keeps at most 128
+//! domains; spread constraints ignore `nodeTaintsPolicy`; volume topology, CSI attach limits,
+//! DRA and reserved capacity are not modelled; `minValues` is always strict.
 //!
 //! # Speed
 //!

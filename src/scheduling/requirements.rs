@@ -607,6 +607,25 @@ impl Requirements {
         Ok(())
     }
 
+    /// The first requirement with `minValues` that a set of instance types (given by their
+    /// requirements, e.g. the options of a NodeClaim) does not satisfy: `(key, minValues,
+    /// distinct allowed values the types span)`. `None` when every `minValues` holds.
+    pub fn min_values_shortfall<'a>(&self, types: impl IntoIterator<Item = &'a Self> + Clone) -> Option<(String, u32, usize)> {
+        for req in self.iter() {
+            let Some(min) = req.min_values else { continue };
+            let mut seen: BTreeSet<&str> = BTreeSet::new();
+            for t in types.clone() {
+                if let Some(tr) = t.get(&req.key) {
+                    seen.extend(tr.values().filter(|v| req.has(v)));
+                }
+            }
+            if seen.len() < min as usize {
+                return Some((req.key.clone(), min, seen.len()));
+            }
+        }
+        None
+    }
+
     /// The requirements in API form, ready for a `NodeClaimSpec`.
     pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
         self.0.values().flat_map(Requirement::to_api).collect()
@@ -741,6 +760,24 @@ mod tests {
         assert_eq!(Requirements::from_api(&api)?, reqs);
         assert_eq!(reqs.to_string(), "a In [x, y] minValues 2, b NotIn [z], c Exists, d DoesNotExist, e >=4 <=9");
         Ok(())
+    }
+
+    #[test]
+    fn min_values_count_distinct_allowed_values_across_types() {
+        let pool: Requirements = [
+            req(labels::INSTANCE_TYPE, Exists, &[]).with_min_values(Some(2)),
+            req("family", In, &["m5", "c5"]).with_min_values(Some(2)),
+        ]
+        .into_iter()
+        .collect();
+        let ty = |name: &str, family: &str| -> Requirements {
+            [Requirement::in_values(labels::INSTANCE_TYPE, [name]), Requirement::in_values("family", [family])].into_iter().collect()
+        };
+        let (a, b, c) = (ty("m5.large", "m5"), ty("m5.xlarge", "m5"), ty("c5.large", "c5"));
+        assert_eq!(pool.min_values_shortfall([&a, &b]), Some(("family".to_owned(), 2, 1)));
+        assert_eq!(pool.min_values_shortfall([&a, &c]), None);
+        let only_c5: Requirements = [req(labels::INSTANCE_TYPE, Exists, &[]).with_min_values(Some(2))].into_iter().collect();
+        assert_eq!(only_c5.min_values_shortfall([&c]), Some((labels::INSTANCE_TYPE.to_owned(), 2, 1)));
     }
 
     fn arb_req() -> impl Strategy<Value = Requirement> {

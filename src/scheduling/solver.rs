@@ -195,6 +195,9 @@ impl HostView {
     }
 }
 
+/// A shape's explanation: (existing-node reasons with counts, NodePool rejections).
+type Explained = (Vec<(String, usize)>, Vec<PoolRejection>);
+
 /// FxHash: the memo tables hash small integer keys millions of times; SipHash's DoS resistance
 /// buys nothing here, and a fixed hasher keeps runs identical.
 #[derive(Default, Clone, Copy)]
@@ -281,7 +284,7 @@ pub(crate) struct Solver<'i, 'a> {
     scratch: Vec<u32>,
     state_buf: Vec<u32>,
     /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
-    explained: FxMap<u32, (Vec<(String, usize)>, Vec<PoolRejection>)>,
+    explained: FxMap<u32, Explained>,
     /// When set, at most this many new claims may be opened (the single-node check).
     max_new_claims: Option<usize>,
     new_claims: usize,
@@ -917,22 +920,11 @@ impl<'i, 'a> Solver<'i, 'a> {
     fn min_values_shortfall(&self, st: u32, from: usize, used: &[u64], add: &[u64]) -> Option<(String, u32, usize)> {
         let state = &self.states[st as usize];
         let pool = &self.pools[state.pool];
-        for req in state.reqs.iter() {
-            let Some(min) = req.min_values() else { continue };
-            let mut seen: BTreeSet<&str> = BTreeSet::new();
-            for t in &state.order[from..] {
-                if !fits_add(used, add, self.type_alloc(state.pool, *t)) {
-                    continue;
-                }
-                if let Some(tr) = pool.types[*t as usize].requirements.get(req.key()) {
-                    seen.extend(tr.values().filter(|v| req.has(v)));
-                }
-            }
-            if seen.len() < min as usize {
-                return Some((req.key().to_owned(), min, seen.len()));
-            }
-        }
-        None
+        let fitting = state.order[from..]
+            .iter()
+            .filter(|t| fits_add(used, add, self.type_alloc(state.pool, **t)))
+            .map(|t| &pool.types[*t as usize].requirements);
+        state.reqs.min_values_shortfall(fitting)
     }
 
     // ------------------------------------------------------------ shapes
