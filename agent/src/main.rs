@@ -21,6 +21,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once at start-up")]
 enum Command {
     /// Print the CustomResourceDefinitions (NodePool, NodeClaim, node classes) as YAML.
     Crds,
@@ -58,6 +59,43 @@ struct RunArgs {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
+    /// AWS: the EKS cluster's name (tags, instance profiles, node bootstrap).
+    #[arg(long, env = "CLUSTER_NAME")]
+    cluster_name: Option<String>,
+    /// AWS: the region of the cluster (default: the SDK's, from AWS_REGION or the profile).
+    #[arg(long, env = "AWS_REGION")]
+    aws_region: Option<String>,
+    /// AWS: send every AWS call to this endpoint (tests: a moto server).
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    aws_endpoint_url: Option<String>,
+    /// AWS: the SQS queue of interruption events (name or URL); unset turns interruption off.
+    #[arg(long, env = "INTERRUPTION_QUEUE")]
+    interruption_queue: Option<String>,
+    /// AWS: the API server URL nodes join (default: from eks:DescribeCluster).
+    #[arg(long, env = "CLUSTER_ENDPOINT")]
+    cluster_endpoint: Option<String>,
+    /// AWS: a JSON file of on-demand prices ({"m5.large": 0.096, ...}) over the shipped table.
+    #[arg(long, env = "AWS_PRICE_FILE")]
+    aws_price_file: Option<PathBuf>,
+}
+
+async fn aws_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<karpenter_core::cloud::aws::AwsProvider> {
+    use karpenter_core::cloud::aws::{AwsConfig, AwsProvider, pricing::PriceTable};
+    let cluster_name = args.cluster_name.clone().context("--cluster-name (or CLUSTER_NAME) is required with --provider aws")?;
+    let region = match &args.aws_region {
+        Some(region) => region.clone(),
+        None => AwsConfig::default_region().await.context("no AWS region: pass --aws-region or set AWS_REGION")?,
+    };
+    let mut config = AwsConfig::new(region, cluster_name);
+    config.endpoint_url = args.aws_endpoint_url.clone();
+    config.interruption_queue = args.interruption_queue.clone();
+    config.cluster_endpoint = args.cluster_endpoint.clone();
+    if let Some(path) = &args.aws_price_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading the price file {}", path.display()))?;
+        config.prices = PriceTable::with_overrides(&text).with_context(|| format!("reading the price file {}", path.display()))?;
+    }
+    tracing::info!(region = %config.region, cluster = %config.cluster_name, endpoint = ?config.endpoint_url, "using the aws provider");
+    Ok(AwsProvider::new(config, client).await)
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -127,9 +165,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 let provider = Arc::new(KwokProvider::new(client.clone()));
                 controllers::run(client, provider, settings, metrics).await.context("running the controllers")
             }
-            ProviderKind::Aws | ProviderKind::Gcp => {
-                anyhow::bail!("the aws and gcp providers are not available in this build yet; use --provider kwok")
+            ProviderKind::Aws => {
+                let provider = Arc::new(aws_provider(&args, client.clone()).await?);
+                controllers::run(client, provider, settings, metrics).await.context("running the controllers")
             }
+            ProviderKind::Gcp => anyhow::bail!("the gcp provider is not available in this build yet; use --provider kwok or aws"),
         }
     };
     tokio::select! {

@@ -7,6 +7,9 @@
 
 pub mod catalogue;
 
+#[cfg(feature = "aws")]
+pub mod aws;
+
 pub use catalogue::{InstanceType, Offering, Overhead};
 
 pub mod kwok;

@@ -1,0 +1,658 @@
+//! The EC2 provider: launches a NodeClaim's instance with a launch template and an instant
+//! CreateFleet, terminates and lists this cluster's instances, and describes the catalogue
+//! (DescribeInstanceTypes + offerings + prices) for a node class.
+//!
+//! Sits under the controllers like every [`CloudProvider`]; also owns what only AWS has: the
+//! EC2NodeClass resolution ([`nodeclass`]), the cache of offerings EC2 had no capacity for
+//! ([`unavailable`]) and the interruption queue consumer ([`interruption`]).
+//!
+//! ```no_run
+//! # async fn example(kube: kube::Client) -> Result<(), karpenter_core::cloud::CloudError> {
+//! use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
+//! let config = AwsConfig::new("us-west-2", "demo");
+//! let provider = AwsProvider::new(config, kube).await;
+//! # let _ = provider; Ok(()) }
+//! ```
+
+pub mod catalogue;
+pub mod interruption;
+mod launch;
+pub mod nodeclass;
+pub mod pricing;
+pub mod unavailable;
+pub mod userdata;
+
+use super::catalogue::InstanceType;
+use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use crate::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClassReference, labels};
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::{Filter, InstanceStateName, LocationType};
+use catalogue::TypeInfo;
+use nodeclass::ResolvedNodeClass;
+use pricing::PriceTable;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use unavailable::UnavailableOfferings;
+use userdata::ClusterBootstrap;
+
+/// The field manager the agent writes status with (the controllers' name for it).
+pub const FIELD_MANAGER: &str = "karpenter-agent";
+/// Tag on everything launched for a cluster: `kubernetes.io/cluster/<name>` = `owned`.
+pub fn cluster_tag(cluster: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster}")
+}
+/// The tag EKS reads the cluster name from.
+pub const EKS_CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
+/// The tag naming an instance's NodeClaim (the NodePool tag is [`labels::NODE_POOL`]).
+pub const NODE_CLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+/// The tag naming the cluster on launch templates (upstream's `karpenter.k8s.aws/cluster`).
+pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
+
+/// What the provider needs to know that the node classes do not say.
+#[derive(Clone, Debug)]
+pub struct AwsConfig {
+    /// The region the cluster and its nodes are in.
+    pub region: String,
+    /// The EKS cluster's name (tags, instance profiles, DescribeCluster).
+    pub cluster_name: String,
+    /// Send every AWS call here instead of AWS (tests: moto). `AWS_ENDPOINT_URL` works too.
+    pub endpoint_url: Option<String>,
+    /// The SQS queue of interruption events, if interruption handling is on.
+    pub interruption_queue: Option<String>,
+    /// The API server, its CA and the service CIDR as nodes need them; read with EKS
+    /// DescribeCluster when not given.
+    pub cluster_endpoint: Option<String>,
+    pub cluster_ca_bundle: Option<String>,
+    pub service_cidr: Option<String>,
+    /// On-demand prices.
+    pub prices: PriceTable,
+    /// How long DescribeInstanceTypes, offerings and spot prices are reused (upstream: 5 min).
+    pub catalogue_ttl: Duration,
+    /// How long a node class's resolution is reused before EC2 is asked again.
+    pub node_class_ttl: Duration,
+    /// How long an offering EC2 had no capacity for is skipped (upstream: 3 min).
+    pub unavailable_ttl: Duration,
+}
+
+impl AwsConfig {
+    /// Upstream's defaults for a cluster in a region.
+    pub fn new(region: impl Into<String>, cluster_name: impl Into<String>) -> Self {
+        Self {
+            region: region.into(),
+            cluster_name: cluster_name.into(),
+            endpoint_url: None,
+            interruption_queue: None,
+            cluster_endpoint: None,
+            cluster_ca_bundle: None,
+            service_cidr: None,
+            prices: PriceTable::shipped(),
+            catalogue_ttl: Duration::from_secs(300),
+            node_class_ttl: Duration::from_secs(60),
+            unavailable_ttl: unavailable::DEFAULT_TTL,
+        }
+    }
+
+    /// The region the SDK's default chain finds (AWS_REGION, the profile, IMDS), if any.
+    pub async fn default_region() -> Option<String> {
+        aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await.region().map(ToString::to_string)
+    }
+
+    /// The SDK configuration: the default credential chain, this region, and the endpoint
+    /// override if any.
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(self.region.clone()));
+        if let Some(url) = &self.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        loader.load().await
+    }
+}
+
+/// The AWS service clients, built once from one SDK configuration.
+#[derive(Clone, Debug)]
+pub struct Clients {
+    pub ec2: aws_sdk_ec2::Client,
+    pub ssm: aws_sdk_ssm::Client,
+    pub iam: aws_sdk_iam::Client,
+    pub eks: aws_sdk_eks::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub region: String,
+    pub cluster_name: String,
+}
+
+impl Clients {
+    /// Clients for `sdk`, acting for `cluster_name` in `region`.
+    pub fn new(sdk: &aws_config::SdkConfig, region: &str, cluster_name: &str) -> Self {
+        Self {
+            ec2: aws_sdk_ec2::Client::new(sdk),
+            ssm: aws_sdk_ssm::Client::new(sdk),
+            iam: aws_sdk_iam::Client::new(sdk),
+            eks: aws_sdk_eks::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
+            region: region.to_owned(),
+            cluster_name: cluster_name.to_owned(),
+        }
+    }
+}
+
+/// The error code of an AWS SDK error, if the service sent one.
+pub fn sdk_error_code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
+    error.code()
+}
+
+/// Codes that mean "slow down".
+const THROTTLING_CODES: [&str; 5] = ["RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestThrottled"];
+
+/// Maps an SDK error onto the provider's errors: throttling, or an API failure naming `action`.
+pub fn cloud_error<E>(action: &str, error: E) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    if error.code().is_some_and(|c| THROTTLING_CODES.contains(&c)) {
+        return CloudError::Throttled { source: Box::new(error) };
+    }
+    // The SDK's Display says only "service error"; keep the code and message in the chain.
+    let detail = format!("{}: {}", error.code().unwrap_or("unknown"), error.message().unwrap_or_default());
+    CloudError::Api { action: action.to_owned(), source: Box::new(AwsApiError { detail, source: Box::new(error) }) }
+}
+
+/// An AWS error with its code and message in the text.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct AwsApiError {
+    detail: String,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// What DescribeInstanceTypes, DescribeInstanceTypeOfferings and DescribeSpotPriceHistory said.
+#[derive(Debug, Default)]
+pub struct CatalogueSnapshot {
+    fetched: Option<Instant>,
+    pub types: BTreeMap<String, TypeInfo>,
+    /// Zones each type is offered in.
+    pub zones: HashMap<String, Vec<String>>,
+    /// Latest spot price per (type, zone).
+    pub spot: HashMap<(String, String), f64>,
+}
+
+struct CachedNodeClass {
+    resolved_at: Instant,
+    spec: crate::apis::EC2NodeClassSpec,
+    resolved: Arc<ResolvedNodeClass>,
+}
+
+/// Launches and tracks EC2 instances for NodeClaims.
+pub struct AwsProvider {
+    clients: Clients,
+    kube: kube::Client,
+    config: AwsConfig,
+    unavailable: Arc<UnavailableOfferings>,
+    catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
+    node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    launch_templates: Mutex<HashSet<String>>,
+    k8s_version: tokio::sync::OnceCell<String>,
+    bootstrap: tokio::sync::OnceCell<ClusterBootstrap>,
+}
+
+impl AwsProvider {
+    /// A provider using the default credential chain (and `config.endpoint_url`).
+    pub async fn new(config: AwsConfig, kube: kube::Client) -> Self {
+        let sdk = config.sdk_config().await;
+        Self::with_sdk_config(config, &sdk, kube)
+    }
+
+    /// A provider with an SDK configuration of your own (tests: static credentials).
+    pub fn with_sdk_config(config: AwsConfig, sdk: &aws_config::SdkConfig, kube: kube::Client) -> Self {
+        let clients = Clients::new(sdk, &config.region, &config.cluster_name);
+        Self {
+            clients,
+            kube,
+            unavailable: Arc::new(UnavailableOfferings::new(config.unavailable_ttl)),
+            config,
+            catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
+            node_classes: Mutex::new(HashMap::new()),
+            launch_templates: Mutex::new(HashSet::new()),
+            k8s_version: tokio::sync::OnceCell::new(),
+            bootstrap: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The AWS clients (shared with the interruption handler).
+    pub fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &AwsConfig {
+        &self.config
+    }
+
+    /// The shared cache of offerings with no capacity (the interruption handler adds to it).
+    pub fn unavailable_offerings(&self) -> Arc<UnavailableOfferings> {
+        self.unavailable.clone()
+    }
+
+    /// `major.minor` of the API server, for the EKS AMI aliases.
+    async fn kubernetes_version(&self) -> Result<&str, CloudError> {
+        self.k8s_version
+            .get_or_try_init(|| async {
+                let info = self.kube.apiserver_version().await.map_err(|e| CloudError::api("reading the Kubernetes version", e))?;
+                let minor: String = info.minor.chars().take_while(char::is_ascii_digit).collect();
+                Ok::<_, CloudError>(format!("{}.{minor}", info.major))
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// What nodes need to join the cluster (config first, else EKS DescribeCluster).
+    async fn cluster_bootstrap(&self) -> Result<&ClusterBootstrap, CloudError> {
+        self.bootstrap
+            .get_or_try_init(|| async {
+                let c = &self.config;
+                if let (Some(endpoint), Some(ca)) = (&c.cluster_endpoint, &c.cluster_ca_bundle) {
+                    return Ok(ClusterBootstrap {
+                        name: c.cluster_name.clone(),
+                        endpoint: endpoint.clone(),
+                        ca_bundle: ca.clone(),
+                        service_cidr: c.service_cidr.clone().unwrap_or_else(|| "10.100.0.0/16".to_owned()),
+                    });
+                }
+                let out = self
+                    .clients
+                    .eks
+                    .describe_cluster()
+                    .name(&c.cluster_name)
+                    .send()
+                    .await
+                    .map_err(|e| cloud_error("reading the EKS cluster (eks:DescribeCluster) for node bootstrap", e))?;
+                let cluster = out.cluster();
+                Ok(ClusterBootstrap {
+                    name: c.cluster_name.clone(),
+                    endpoint: c.cluster_endpoint.clone().or_else(|| cluster.and_then(|x| x.endpoint()).map(str::to_owned)).unwrap_or_default(),
+                    ca_bundle: c
+                        .cluster_ca_bundle
+                        .clone()
+                        .or_else(|| cluster.and_then(|x| x.certificate_authority()).and_then(|a| a.data()).map(str::to_owned))
+                        .unwrap_or_default(),
+                    service_cidr: c
+                        .service_cidr
+                        .clone()
+                        .or_else(|| cluster.and_then(|x| x.kubernetes_network_config()).and_then(|n| n.service_ipv4_cidr()).map(str::to_owned))
+                        .unwrap_or_else(|| "10.100.0.0/16".to_owned()),
+                })
+            })
+            .await
+    }
+
+    /// Resolves a node class (reusing a recent answer for an unchanged spec) and writes its
+    /// status when it changed. The function the agent's node class loop calls.
+    pub async fn resolve_node_class(&self, name: &str) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+        let api: kube::Api<EC2NodeClass> = kube::Api::all(self.kube.clone());
+        let class = api.get_opt(name).await.map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
+        let Some(class) = class else {
+            return Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason: format!("EC2NodeClass {name} does not exist") });
+        };
+        if let Some(cached) = self.cached_node_class(name, &class) {
+            return Ok(cached);
+        }
+        let k8s_version = self.kubernetes_version().await?.to_owned();
+        let result = nodeclass::resolve(&self.clients, &class, &k8s_version).await;
+        let previous = class.status.clone().unwrap_or_default();
+        let generation = class.metadata.generation;
+        let (status, outcome) = match result {
+            Ok(resolved) => {
+                let resolved = Arc::new(resolved);
+                (nodeclass::status(&Ok((*resolved).clone()), None, generation, &previous), Ok(resolved))
+            }
+            Err(nodeclass::ResolveError::NotReady { condition, reason }) => (
+                nodeclass::status(&Err(reason.clone()), Some(condition), generation, &previous),
+                Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason }),
+            ),
+            Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
+        };
+        if !same_status(&status, &previous) {
+            nodeclass::write_status(&self.kube, name, &status).await?;
+        }
+        let resolved = outcome?;
+        self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(
+            name.to_owned(),
+            CachedNodeClass { resolved_at: Instant::now(), spec: class.spec.clone(), resolved: resolved.clone() },
+        );
+        Ok(resolved)
+    }
+
+    fn cached_node_class(&self, name: &str, class: &EC2NodeClass) -> Option<Arc<ResolvedNodeClass>> {
+        let cache = self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cached = cache.get(name)?;
+        let fresh = cached.resolved_at.elapsed() < self.config.node_class_ttl && cached.spec == class.spec;
+        let ready = class.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == nodeclass::conditions::READY && c.status == "True"));
+        (fresh && ready).then(|| cached.resolved.clone())
+    }
+
+    /// The catalogue from EC2, refreshed when older than `catalogue_ttl` (a stale one is kept
+    /// when a refresh fails).
+    pub async fn catalogue(&self) -> Result<Arc<CatalogueSnapshot>, CloudError> {
+        let mut current = self.catalogue.lock().await;
+        if current.fetched.is_some_and(|t| t.elapsed() < self.config.catalogue_ttl) {
+            return Ok(current.clone());
+        }
+        match self.fetch_catalogue().await {
+            Ok(fresh) => {
+                *current = Arc::new(fresh);
+                Ok(current.clone())
+            }
+            Err(e) if current.fetched.is_some() => {
+                tracing::warn!(error = %e, "refreshing the instance type catalogue failed; using the previous one");
+                Ok(current.clone())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn fetch_catalogue(&self) -> Result<CatalogueSnapshot, CloudError> {
+        let started = Instant::now();
+        let ec2 = &self.clients.ec2;
+        let mut types = BTreeMap::new();
+        let mut token = None;
+        loop {
+            let out = ec2
+                .describe_instance_types()
+                .filters(Filter::builder().name("processor-info.supported-architecture").values("x86_64").values("arm64").build())
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| cloud_error("describing instance types", e))?;
+            for info in out.instance_types() {
+                if let Some(t) = TypeInfo::from_sdk(info) {
+                    types.insert(t.name.clone(), t);
+                }
+            }
+            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        let mut zones: HashMap<String, Vec<String>> = HashMap::new();
+        let mut token = None;
+        loop {
+            let out = ec2
+                .describe_instance_type_offerings()
+                .location_type(LocationType::AvailabilityZone)
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| cloud_error("describing instance type offerings", e))?;
+            for o in out.instance_type_offerings() {
+                if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
+                    zones.entry(t.as_str().to_owned()).or_default().push(zone.to_owned());
+                }
+            }
+            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        let mut spot: HashMap<(String, String), (f64, i64)> = HashMap::new();
+        let mut token = None;
+        loop {
+            let out = ec2
+                .describe_spot_price_history()
+                .product_descriptions("Linux/UNIX")
+                .product_descriptions("Linux/UNIX (Amazon VPC)")
+                .start_time(aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now()))
+                .set_next_token(token)
+                .send()
+                .await
+                .map_err(|e| cloud_error("describing spot prices", e))?;
+            for p in out.spot_price_history() {
+                let (Some(t), Some(zone), Some(price)) = (p.instance_type(), p.availability_zone(), p.spot_price().and_then(|s| s.parse::<f64>().ok())) else {
+                    continue;
+                };
+                let at = p.timestamp().map(|t| t.secs()).unwrap_or_default();
+                let entry = spot.entry((t.as_str().to_owned(), zone.to_owned())).or_insert((price, at));
+                if at > entry.1 {
+                    *entry = (price, at);
+                }
+            }
+            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        tracing::info!(types = types.len(), elapsed_ms = started.elapsed().as_millis(), "refreshed the EC2 instance type catalogue");
+        Ok(CatalogueSnapshot {
+            fetched: Some(Instant::now()),
+            types,
+            zones,
+            spot: spot.into_iter().map(|(k, (price, _))| (k, price)).collect(),
+        })
+    }
+
+    /// The catalogue for a resolved node class: types some AMI can boot, offered in its
+    /// subnets' zones, priced, with the unavailable-offerings cache applied.
+    pub fn instance_types_for(&self, resolved: &ResolvedNodeClass, snapshot: &CatalogueSnapshot) -> Vec<InstanceType> {
+        let zones: Vec<String> = {
+            let mut z: Vec<String> = resolved.subnets.iter().map(|s| s.zone.clone()).collect();
+            z.dedup();
+            z
+        };
+        let root_volume = root_volume_bytes(&resolved.spec);
+        let kubelet = resolved.spec.kubelet.as_ref();
+        snapshot
+            .types
+            .values()
+            .filter(|info| resolved.amis.iter().any(|a| a.fits(&info.arch, info.gpus.is_some() || info.neuron_devices > 0)))
+            .map(|info| {
+                let mut it = catalogue::instance_type(info, &self.config.region, root_volume, kubelet);
+                let offered: Vec<String> = snapshot
+                    .zones
+                    .get(&info.name)
+                    .map(|z| zones.iter().filter(|zone| z.contains(zone)).cloned().collect())
+                    .unwrap_or_default();
+                it.offerings = catalogue::offerings(
+                    info,
+                    &offered,
+                    self.config.prices.on_demand(&info.name),
+                    |zone| snapshot.spot.get(&(info.name.clone(), zone.to_owned())).copied(),
+                    |capacity_type, zone| self.unavailable.is_unavailable(capacity_type, &info.name, zone),
+                );
+                it
+            })
+            .collect()
+    }
+
+    fn instance_from_ec2(&self, instance: &aws_sdk_ec2::types::Instance, snapshot: &CatalogueSnapshot) -> Option<Instance> {
+        let id = instance.instance_id()?;
+        let zone = instance.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_owned();
+        let instance_type = instance.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+        let tags: HashMap<&str, &str> = instance.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+        let capacity_type = if instance.instance_lifecycle().is_some_and(|l| l.as_str() == "spot") {
+            labels::CAPACITY_TYPE_SPOT
+        } else {
+            labels::CAPACITY_TYPE_ON_DEMAND
+        };
+        let state = instance.state().and_then(|s| s.name());
+        let terminating = matches!(
+            state,
+            Some(InstanceStateName::ShuttingDown | InstanceStateName::Terminated | InstanceStateName::Stopping | InstanceStateName::Stopped)
+        );
+        let info = snapshot.types.get(&instance_type);
+        let it = info.map(|info| catalogue::instance_type(info, &self.config.region, catalogue::DEFAULT_ROOT_VOLUME_BYTES, None));
+        let mut node_labels: BTreeMap<String, String> = it
+            .as_ref()
+            .map(|it| {
+                it.requirements
+                    .iter()
+                    .filter_map(|r| {
+                        let mut values = r.values();
+                        match (values.next(), values.next(), r.operator()) {
+                            (Some(v), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), v.to_owned())),
+                            _ => None,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.clone());
+        node_labels.insert(labels::ZONE.to_owned(), zone.clone());
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+        let price = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+            snapshot.spot.get(&(instance_type.clone(), zone.clone())).copied()
+        } else {
+            self.config.prices.on_demand(&instance_type)
+        };
+        Some(Instance {
+            provider_id: ProviderId::Aws { zone: zone.clone(), instance_id: id.to_owned() },
+            node_claim: tags.get(NODE_CLAIM_TAG).map(|s| (*s).to_owned()),
+            node_pool: tags.get(labels::NODE_POOL).map(|s| (*s).to_owned()),
+            instance_type,
+            zone,
+            capacity_type: capacity_type.to_owned(),
+            image_id: instance.image_id().map(str::to_owned),
+            capacity: it.as_ref().map(|it| it.capacity.clone()).unwrap_or_default(),
+            allocatable: it.as_ref().map(InstanceType::allocatable).unwrap_or_default(),
+            labels: node_labels,
+            price: price.unwrap_or_default(),
+            created: instance.launch_time().and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.secs()).ok()),
+            terminating,
+        })
+    }
+
+    async fn describe_instances(&self, filters: Vec<Filter>, ids: Vec<String>) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+        let mut instances = Vec::new();
+        let mut token = None;
+        loop {
+            let out = match self
+                .clients
+                .ec2
+                .describe_instances()
+                .set_filters((!filters.is_empty()).then(|| filters.clone()))
+                .set_instance_ids((!ids.is_empty()).then(|| ids.clone()))
+                .set_next_token(token)
+                .send()
+                .await
+            {
+                Ok(out) => out,
+                Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => return Ok(Vec::new()),
+                Err(e) => return Err(cloud_error("describing instances", e)),
+            };
+            for reservation in out.reservations() {
+                instances.extend(reservation.instances().iter().cloned());
+            }
+            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            if token.is_none() {
+                return Ok(instances);
+            }
+        }
+    }
+}
+
+fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
+    let strip = |s: &EC2NodeClassStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        }
+        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    };
+    strip(a) == strip(b)
+}
+
+/// The root volume size a node class asks for (default 20Gi).
+pub fn root_volume_bytes(spec: &crate::apis::EC2NodeClassSpec) -> u64 {
+    spec.block_device_mappings
+        .iter()
+        .find(|b| b.root_volume == Some(true))
+        .or_else(|| spec.block_device_mappings.first())
+        .and_then(|b| b.ebs.as_ref())
+        .and_then(|e| e.volume_size.as_deref())
+        .and_then(|size| crate::resources::parse(crate::resources::EPHEMERAL_STORAGE, size).ok())
+        .unwrap_or(catalogue::DEFAULT_ROOT_VOLUME_BYTES)
+}
+
+fn is_ec2_node_class(reference: &NodeClassReference) -> bool {
+    reference.kind == "EC2NodeClass" && reference.group == labels::AWS_GROUP
+}
+
+impl CloudProvider for AwsProvider {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    async fn create(&self, claim: &NodeClaim, candidates: &[InstanceType]) -> Result<Instance, CloudError> {
+        let reference = &claim.spec.node_class_ref;
+        if !is_ec2_node_class(reference) {
+            return Err(CloudError::NodeClassNotReady {
+                name: reference.name.clone(),
+                reason: format!("{}/{} is not an EC2NodeClass; the aws provider launches only those", reference.group, reference.kind),
+            });
+        }
+        let resolved = self.resolve_node_class(&reference.name).await?;
+        let snapshot = self.catalogue().await?;
+        let bootstrap = self.cluster_bootstrap().await?.clone();
+        launch::launch(self, claim, candidates, &resolved, &snapshot, &bootstrap).await
+    }
+
+    async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
+        let ProviderId::Aws { instance_id, .. } = id else { return Ok(DeleteOutcome::Gone) };
+        match self.clients.ec2.terminate_instances().instance_ids(instance_id).send().await {
+            Ok(out) => {
+                let change = out.terminating_instances().first();
+                let was_terminated = change.and_then(|c| c.previous_state()).and_then(|s| s.name()) == Some(&InstanceStateName::Terminated);
+                if change.is_none() || was_terminated {
+                    Ok(DeleteOutcome::Gone)
+                } else {
+                    tracing::info!(instance_id, "terminating instance");
+                    Ok(DeleteOutcome::Terminating)
+                }
+            }
+            Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => Ok(DeleteOutcome::Gone),
+            Err(e) => Err(cloud_error("terminating the instance", e)),
+        }
+    }
+
+    async fn get(&self, id: &ProviderId) -> Result<Option<Instance>, CloudError> {
+        let ProviderId::Aws { instance_id, .. } = id else { return Ok(None) };
+        let instances = self.describe_instances(Vec::new(), vec![instance_id.clone()]).await?;
+        let Some(instance) = instances.into_iter().next() else { return Ok(None) };
+        if instance.state().and_then(|s| s.name()) == Some(&InstanceStateName::Terminated) {
+            return Ok(None);
+        }
+        let snapshot = self.catalogue().await?;
+        Ok(self.instance_from_ec2(&instance, &snapshot))
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let filters = vec![
+            Filter::builder().name(format!("tag:{}", cluster_tag(&self.config.cluster_name))).values("owned").build(),
+            Filter::builder().name("tag-key").values(labels::NODE_POOL).build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .values("stopping")
+                .values("stopped")
+                .values("shutting-down")
+                .build(),
+        ];
+        let instances = self.describe_instances(filters, Vec::new()).await?;
+        let snapshot = self.catalogue().await?;
+        Ok(instances.iter().filter_map(|i| self.instance_from_ec2(i, &snapshot)).collect())
+    }
+
+    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Vec<InstanceType>, CloudError> {
+        if !is_ec2_node_class(node_class) {
+            return Err(CloudError::NodeClassNotReady {
+                name: node_class.name.clone(),
+                reason: format!("{}/{} is not an EC2NodeClass; the aws provider serves only those", node_class.group, node_class.kind),
+            });
+        }
+        let resolved = self.resolve_node_class(&node_class.name).await?;
+        let snapshot = self.catalogue().await?;
+        Ok(self.instance_types_for(&resolved, &snapshot))
+    }
+}
