@@ -12,3 +12,4 @@ pub mod explain;
 pub mod metrics;
 pub mod resources;
 pub mod scheduling;
+pub mod setup;
