@@ -1,0 +1,326 @@
+//! The agent, in-process, with the EC2 provider against moto and the rig: pending pods get moto
+//! instances; the test stands in for the kubelet and registers each instance's Node (kwok keeps
+//! it Ready); deleting a claim terminates its instance; instances no claim owns are collected;
+//! an interruption event on the queue replaces the node.
+
+use crate::env::Env;
+use crate::rig::rig;
+use crate::{apply, exclusive, node_class, wait_for};
+use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::cloud::ProviderId;
+use karpenter_core::cloud::aws::interruption::InterruptionHandler;
+use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
+use karpenter_core::controllers::{self, Settings};
+use karpenter_core::metrics::Metrics;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, ResourceExt};
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent plus a stand-in kubelet, running until dropped.
+struct Agent {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    provider: Arc<AwsProvider>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn start(env: &Env, queue: Option<String>) -> Agent {
+    crate::log_to_stderr();
+    let client = rig().client().await;
+    let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
+    config.interruption_queue = queue.clone();
+    let provider = Arc::new(AwsProvider::with_sdk_config(config, &env.sdk, client.clone()));
+    let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
+    let mut tasks = vec![tokio::spawn({
+        let (client, provider) = (client.clone(), provider.clone());
+        async move {
+            let _ = controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
+        }
+    })];
+    tasks.push(tokio::spawn(kubelet(client.clone(), env.cluster.clone())));
+    if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
+        tasks.push(tokio::spawn(dump_state()));
+    }
+    if let Some(queue) = queue {
+        let handler = InterruptionHandler::new(aws_sdk_sqs::Client::new(&env.sdk), &queue, client.clone(), provider.unavailable_offerings())
+            .await
+            .expect("interruption handler");
+        let (store, writer) = reflector::store::<NodeClaim>();
+        let stream = reflector::reflector(writer, watcher(Api::<NodeClaim>::all(client.clone()), watcher::Config::default()).default_backoff());
+        tasks.push(tokio::spawn(stream.for_each(|_| futures::future::ready(()))));
+        tasks.push(tokio::spawn(async move {
+            let _ = store.wait_until_ready().await;
+            let mut handler = handler;
+            handler.wait = Duration::from_secs(1);
+            handler.run(store).await;
+        }));
+    }
+    Agent { tasks, provider }
+}
+
+/// Prints the claims, nodes, pods and events every 20 s (with `KARPENTER_TEST_LOG=1`).
+async fn dump_state() {
+    loop {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        if let Ok(out) = rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output() {
+            eprintln!("--- state\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+/// Stands in for the kubelet of each launched instance: registers a Node with the claim's
+/// providerID (and the kwok label, so kwok keeps it Ready).
+async fn kubelet(client: kube::Client, cluster: String) {
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        if let Ok(list) = claims.list(&ListParams::default()).await {
+            for claim in list.items {
+                let Some(status) = claim.status.clone() else { continue };
+                let Some(provider_id) = status.provider_id.clone() else { continue };
+                let Ok(ProviderId::Aws { instance_id, .. }) = provider_id.parse::<ProviderId>() else { continue };
+                if claim.metadata.deletion_timestamp.is_some() || !claim.name_any().starts_with(&cluster) {
+                    continue;
+                }
+                let name = format!("ip-{instance_id}");
+                if nodes.get_opt(&name).await.ok().flatten().is_some() {
+                    continue;
+                }
+                let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
+                node_labels.insert(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned());
+                node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+                let node: Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": node_labels, "annotations": {labels::KWOK_NODE: labels::KWOK_NODE_FAKE}},
+                    "spec": {"providerID": provider_id, "taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]},
+                    "status": {"capacity": status.capacity, "allocatable": status.allocatable,
+                               "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.34.0-kwok",
+                                            "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                                            "machineID": "", "osImage": "", "systemUUID": ""}},
+                }))
+                .expect("node");
+                let _ = nodes.create(&PostParams::default(), &node).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn pool(name: &str, types: &[&str]) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  template:
+    metadata:
+      labels: {{test-pool: {name}}}
+    spec:
+      requirements:
+        - {{key: node.kubernetes.io/instance-type, operator: In, values: [{}]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {name}}}
+"#,
+        types.join(", ")
+    )
+}
+
+fn workload(namespace: &str, pool: &str, replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: app, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: app}}}}
+  template:
+    metadata: {{labels: {{app: app}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{test-pool: {pool}}}
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: "1"}}}}
+"#
+    )
+}
+
+async fn claims_of(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("claims").items
+}
+
+async fn running(client: &kube::Client, namespace: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = api.list(&ListParams::default()).await.expect("pods").items;
+    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
+}
+
+fn instance_id(claim: &NodeClaim) -> String {
+    match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
+        Some(Ok(ProviderId::Aws { instance_id, .. })) => instance_id,
+        other => panic!("claim {} has no AWS provider id: {other:?}", claim.name_any()),
+    }
+}
+
+async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
+    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
+    wait_for("the pool's claims to be gone", Duration::from_secs(60), || async { claims_of(client, pool).await.is_empty().then_some(()) }).await;
+    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "ec2nodeclass", pool, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_capacity_and_instances_go_with_their_claims() {
+    let _guard = exclusive();
+    let env = Env::new("agent-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    env.proxy.insufficient_capacity("m5.large");
+    let agent = start(&env, None).await;
+    apply(&node_class("agent-demo", &env.cluster, &role));
+    // m5.large and m6i.large cost the same, so the scheduler offers the claim both, cheapest
+    // (by name) first; with no m5.large capacity, the one CreateFleet call lands on m6i.large.
+    apply(&pool("agent-demo", &["m5.large", "m6i.large"]));
+    apply(&workload("agent-demo-app", "agent-demo", 1));
+
+    wait_for("the pod to run on an EC2 node", Duration::from_secs(120), || async { (running(&client, "agent-demo-app").await.len() == 1).then_some(()) }).await;
+    let claims = claims_of(&client, "agent-demo").await;
+    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("m6i.large"), "m5.large had no capacity");
+    let id = instance_id(claim);
+    assert_eq!(env.state(&id).await, "running");
+    assert!(agent.provider.unavailable_offerings().keys().iter().all(|k| k.starts_with("on-demand:m5.large:")));
+
+    // An instance tagged for this cluster that no claim owns is collected.
+    let orphan = env
+        .ec2
+        .run_instances()
+        .image_id(&env.amd64_ami)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&env.subnet_ids[0])
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                .tags(aws_sdk_ec2::types::Tag::builder().key("kubernetes.io/cluster/agent-demo").value("owned").build())
+                .tags(aws_sdk_ec2::types::Tag::builder().key(labels::NODE_POOL).value("agent-demo").build())
+                .tags(aws_sdk_ec2::types::Tag::builder().key("karpenter.sh/nodeclaim").value("agent-demo-gone").build())
+                .build(),
+        )
+        .send()
+        .await
+        .expect("run an orphan");
+    let orphan_id = orphan.instances()[0].instance_id().expect("id").to_owned();
+    wait_for("the orphan to be terminated", Duration::from_secs(60), || async {
+        (env.state(&orphan_id).await == "terminated").then_some(())
+    })
+    .await;
+    assert_eq!(env.state(&id).await, "running", "garbage collection left the owned instance alone");
+
+    // Deleting the claim terminates its instance and removes its node.
+    rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
+    wait_for("the instance to be terminated", Duration::from_secs(60), || async { (env.state(&id).await == "terminated").then_some(()) }).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the node to be gone", Duration::from_secs(60), || async {
+        nodes.get_opt(&format!("ip-{id}")).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    clean_up(&client, "agent-demo-app", "agent-demo").await;
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_interruption_on_the_queue_replaces_the_node() {
+    let _guard = exclusive();
+    let env = Env::new("interrupt-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    let queue = env.sqs.create_queue().queue_name("interrupt-demo").send().await.expect("queue");
+    let queue_url = queue.queue_url().expect("url").to_owned();
+    let agent = start(&env, Some("interrupt-demo".to_owned())).await;
+    apply(&node_class("interrupt-demo", &env.cluster, &role));
+    apply(&pool("interrupt-demo", &["m5.large"]));
+    apply(&workload("interrupt-demo-app", "interrupt-demo", 1));
+
+    let first = wait_for("a ready claim with the pod running on its node", Duration::from_secs(120), || async {
+        let claim = claims_of(&client, "interrupt-demo").await.into_iter().find(|c| c.is_true("Initialized"))?;
+        let node = claim.status.as_ref()?.node_name.clone()?;
+        let pods = running(&client, "interrupt-demo-app").await;
+        pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&node)).then_some(claim)
+    })
+    .await;
+    let first_id = instance_id(&first);
+    let event = serde_json::json!({
+        "version": "0", "id": "7f3c0ab4", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+        "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-west-2",
+        "resources": [format!("arn:aws:ec2:us-west-2a:instance/{first_id}")],
+        "detail": {"instance-id": first_id, "instance-action": "terminate"},
+    });
+    env.sqs.send_message().queue_url(&queue_url).message_body(event.to_string()).send().await.expect("send the event");
+
+    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(120), || async {
+        let claims = claims_of(&client, "interrupt-demo").await;
+        let replacement = claims.into_iter().find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
+        (running(&client, "interrupt-demo-app").await.len() == 1).then_some(replacement)
+    })
+    .await;
+    assert_ne!(instance_id(&replacement), first_id);
+    wait_for("the interrupted instance to be terminated", Duration::from_secs(60), || async {
+        (env.state(&first_id).await == "terminated").then_some(())
+    })
+    .await;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    assert!(claims.get_opt(&first.name_any()).await.expect("get").is_none(), "the interrupted claim is gone");
+    // The spot offering of the interrupted type and zone is avoided for a while.
+    let zone = first.labels().get(labels::ZONE).cloned().unwrap_or_default();
+    assert!(agent.provider.unavailable_offerings().keys().contains(&format!("spot:m5.large:{zone}")));
+    clean_up(&client, "interrupt-demo-app", "interrupt-demo").await;
+    drop(agent);
+}
+
+/// When the claim's only type has no capacity, the lifecycle deletes the claim and provisioning
+/// must plan again with the offering cached as unavailable. Provisioning only starts a round for
+/// a newly pending pod (or 30 s after a round that left pods unplaced), so today the pod waits;
+/// un-ignore once the lifecycle nudges provisioning after an InsufficientCapacity deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs provisioning to re-plan after a launch fails for capacity (controllers)"]
+async fn a_claim_whose_only_type_has_no_capacity_is_replaced_by_one_of_the_next_type() {
+    let _guard = exclusive();
+    let env = Env::new("replan-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    env.proxy.insufficient_capacity("m5.large");
+    let agent = start(&env, None).await;
+    apply(&node_class("replan-demo", &env.cluster, &role));
+    // m5.xlarge costs twice m5.large: the scheduler offers the first claim m5.large alone.
+    apply(&pool("replan-demo", &["m5.large", "m5.xlarge"]));
+    apply(&workload("replan-demo-app", "replan-demo", 1));
+    wait_for("the pod to run on the next type", Duration::from_secs(120), || async {
+        let claims = claims_of(&client, "replan-demo").await;
+        let on_next = claims.iter().any(|c| c.labels().get(labels::INSTANCE_TYPE).map(String::as_str) == Some("m5.xlarge"));
+        (on_next && running(&client, "replan-demo-app").await.len() == 1).then_some(())
+    })
+    .await;
+    clean_up(&client, "replan-demo-app", "replan-demo").await;
+    drop(agent);
+}

@@ -1,0 +1,66 @@
+//! One moto server per test binary, started on first use on a free 127.0.0.1 port by
+//! `tests/aws/moto serve PORT --owner-pid <this process>`: its watchdog stops the server as soon
+//! as this test process is gone, however it ends, so no run leaves moto behind.
+//!
+//! Tests share the server and stay apart by naming everything after their own cluster.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub struct Moto {
+    pub url: String,
+    /// moto's output, for when a test needs to know what it said.
+    #[allow(dead_code)]
+    pub log: PathBuf,
+}
+
+fn script() -> PathBuf {
+    crate::rig::repo_root().join("tests/aws/moto")
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+}
+
+/// The moto server of this test binary.
+pub fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        if let Ok(url) = std::env::var("KARPENTER_TEST_MOTO_URL") {
+            return Moto { url, log: PathBuf::new() };
+        }
+        let install = Command::new(script()).arg("install").stderr(Stdio::inherit()).output().expect("run tests/aws/moto install");
+        assert!(install.status.success(), "installing moto failed (tests/aws/moto install)");
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("karpenter-moto-{port}.log"));
+        let log_file = std::fs::File::create(&log).expect("moto log file");
+        Command::new(script())
+            .args(["serve", &port.to_string(), "--owner-pid", &std::process::id().to_string()])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start moto");
+        let start = Instant::now();
+        while !answers(port) {
+            assert!(start.elapsed() < Duration::from_secs(60), "moto did not answer on port {port}; see {}", log.display());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Moto { url: format!("http://127.0.0.1:{port}"), log }
+    })
+}

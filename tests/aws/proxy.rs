@@ -1,0 +1,420 @@
+//! A fault-injecting HTTP proxy in front of moto, owned by the project, for what moto cannot do:
+//!
+//! * **Capacity errors.** For instance types marked with [`Proxy::insufficient_capacity`], a
+//!   CreateFleet request loses those overrides before it reaches moto, and the response gains an
+//!   `<errorSet>` item per removed override with `InsufficientInstanceCapacity`, as EC2 reports
+//!   it. If no override is left, the proxy answers itself with no instances. (moto always
+//!   launches the first override, so this is also how "the next type" gets picked.)
+//! * **Permission errors.** Actions marked with [`Proxy::deny`] answer AccessDenied in the
+//!   protocol's own error format.
+//! * **AWS public parameters.** moto ships no `/aws/service/eks/...` SSM parameters and refuses
+//!   PutParameter under `/aws/`; [`Proxy::public_parameter`] serves them.
+//!
+//! HTTP/1.1, one request per connection (`Connection: close`), which the SDK's client handles.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Default)]
+struct Faults {
+    insufficient: HashSet<String>,
+    denied: HashSet<String>,
+    parameters: HashMap<String, String>,
+    actions: Vec<String>,
+    fleet_requests: Vec<String>,
+}
+
+/// A running proxy; it stops with the test's runtime.
+#[derive(Clone)]
+pub struct Proxy {
+    pub url: String,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` (`http://127.0.0.1:PORT`).
+    pub async fn start(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let faults = Arc::new(Mutex::new(Faults::default()));
+        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let shared = faults.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (faults, upstream) = (shared.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = serve(stream, &upstream, &faults).await {
+                        eprintln!("proxy: {e}");
+                    }
+                });
+            }
+        });
+        Self { url, faults }
+    }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// CreateFleet fails with InsufficientInstanceCapacity for `instance_type`, in every zone.
+    pub fn insufficient_capacity(&self, instance_type: &str) {
+        self.faults().insufficient.insert(instance_type.to_owned());
+    }
+
+    /// `action` (e.g. `PutRolePolicy`, `CreateQueue`) answers AccessDenied.
+    pub fn deny(&self, action: &str) {
+        self.faults().denied.insert(action.to_owned());
+    }
+
+    /// Every action is allowed again.
+    pub fn allow_all(&self) {
+        self.faults().denied.clear();
+    }
+
+    /// SSM GetParameter of `name` returns `value`.
+    pub fn public_parameter(&self, name: &str, value: &str) {
+        self.faults().parameters.insert(name.to_owned(), value.to_owned());
+    }
+
+    /// Every action seen, in order.
+    pub fn actions(&self) -> Vec<String> {
+        self.faults().actions.clone()
+    }
+
+    /// The form bodies of the CreateFleet requests, as the client sent them.
+    pub fn fleet_requests(&self) -> Vec<String> {
+        self.faults().fleet_requests.clone()
+    }
+}
+
+struct Request {
+    head: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads a head and a body (Content-Length or chunked) from `stream`, given what was read so far.
+async fn read_message(stream: &mut TcpStream, until_eof: bool) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 16384];
+    let head_end = loop {
+        if let Some(i) = find(&buffer, b"\r\n\r\n") {
+            break i;
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed before the head"));
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    };
+    let head_text = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut lines = head_text.split("\r\n");
+    let first = lines.next().unwrap_or_default().to_owned();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))).collect();
+    let mut body = buffer[head_end + 4..].to_vec();
+    let get = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+    let chunked = get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    if let Some(length) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        while body.len() < length {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body.truncate(length);
+    } else if chunked || until_eof {
+        loop {
+            if chunked && find(&body, b"0\r\n\r\n").is_some() {
+                break;
+            }
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        if chunked {
+            body = dechunk(&body);
+        }
+    }
+    Ok((first, headers, body))
+}
+
+fn dechunk(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while let Some(line_end) = find(rest, b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..line_end]).split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        rest = &rest[line_end + 2..];
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[(size + 2).min(rest.len())..];
+    }
+    out
+}
+
+/// Decodes `application/x-www-form-urlencoded` text (IAM returns policy documents so).
+pub fn url_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn form(body: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (url_decode(k), url_decode(v))
+        })
+        .collect()
+}
+
+fn encode_form(pairs: &[(String, String)]) -> Vec<u8> {
+    pairs.iter().map(|(k, v)| format!("{}={}", url_encode(k), url_encode(v))).collect::<Vec<_>>().join("&").into_bytes()
+}
+
+fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> Vec<u8> {
+    let message = format!("User: arn:aws:iam::123456789012:user/test is not authorized to perform: {action}");
+    if request.header("x-amz-target").is_some() {
+        let body = serde_json::json!({"__type": "AccessDeniedException", "message": message}).to_string();
+        return response("400 Bad Request", "application/x-amz-json-1.0", body.as_bytes());
+    }
+    let ec2 = form_fields.iter().any(|(k, v)| k == "Version" && v == "2016-11-15");
+    let body = if ec2 {
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>{message}</Message></Error></Errors><RequestID>proxy</RequestID></Response>")
+    } else {
+        format!("<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{message}</Message></Error><RequestId>proxy</RequestId></ErrorResponse>")
+    };
+    response("403 Forbidden", "text/xml", body.as_bytes())
+}
+
+/// The CreateFleet overrides, keyed by (config, override) index, with their fields.
+type Overrides = BTreeMap<(u32, u32), BTreeMap<String, String>>;
+
+fn overrides_of(fields: &[(String, String)]) -> Overrides {
+    let mut out = Overrides::new();
+    for (k, v) in fields {
+        let parts: Vec<&str> = k.split('.').collect();
+        if let ["LaunchTemplateConfigs", c, "Overrides", o, field] = parts.as_slice() {
+            if let (Ok(c), Ok(o)) = (c.parse(), o.parse()) {
+                out.entry((c, o)).or_default().insert((*field).to_owned(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Removes the overrides of `failing` types and renumbers the rest; returns the new form and the
+/// removed overrides (with their launch template name).
+fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (Vec<(String, String)>, Vec<(String, BTreeMap<String, String>)>) {
+    let overrides = overrides_of(fields);
+    let template = |c: u32| {
+        fields
+            .iter()
+            .find(|(k, _)| *k == format!("LaunchTemplateConfigs.{c}.LaunchTemplateSpecification.LaunchTemplateName"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let removed: Vec<(String, BTreeMap<String, String>)> = overrides
+        .iter()
+        .filter(|(_, f)| f.get("InstanceType").is_some_and(|t| failing.contains(t)))
+        .map(|((c, _), f)| (template(*c), f.clone()))
+        .collect();
+    // Keep non-override fields of configs that still have overrides, renumbered.
+    let mut configs: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
+    let mut kept_overrides: BTreeMap<u32, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for ((c, _), f) in &overrides {
+        if !f.get("InstanceType").is_some_and(|t| failing.contains(t)) {
+            kept_overrides.entry(*c).or_default().push(f.clone());
+        }
+    }
+    let mut other = Vec::new();
+    for (k, v) in fields {
+        let parts: Vec<&str> = k.split('.').collect();
+        match parts.as_slice() {
+            ["LaunchTemplateConfigs", c, "Overrides", ..] => {
+                let _ = c;
+            }
+            ["LaunchTemplateConfigs", c, rest @ ..] => {
+                if let Ok(c) = c.parse::<u32>() {
+                    configs.entry(c).or_default().push((rest.join("."), v.clone()));
+                }
+            }
+            _ => other.push((k.clone(), v.clone())),
+        }
+    }
+    let mut n = 0;
+    for (c, config_fields) in configs {
+        let Some(kept) = kept_overrides.get(&c) else { continue };
+        n += 1;
+        for (k, v) in config_fields {
+            other.push((format!("LaunchTemplateConfigs.{n}.{k}"), v));
+        }
+        for (i, f) in kept.iter().enumerate() {
+            for (k, v) in f {
+                other.push((format!("LaunchTemplateConfigs.{n}.Overrides.{}.{k}", i + 1), v.clone()));
+            }
+        }
+    }
+    (if n == 0 { Vec::new() } else { other }, removed)
+}
+
+fn error_items(removed: &[(String, BTreeMap<String, String>)], lifecycle: &str) -> String {
+    removed
+        .iter()
+        .map(|(template, f)| {
+            let it = f.get("InstanceType").cloned().unwrap_or_default();
+            let zone = f.get("AvailabilityZone").cloned().unwrap_or_default();
+            let subnet = f.get("SubnetId").cloned().unwrap_or_default();
+            format!(
+                "<item><launchTemplateAndOverrides><launchTemplateSpecification><launchTemplateName>{template}</launchTemplateName><version>$Latest</version></launchTemplateSpecification><overrides><instanceType>{it}</instanceType><subnetId>{subnet}</subnetId><availabilityZone>{zone}</availabilityZone></overrides></launchTemplateAndOverrides><lifecycle>{lifecycle}</lifecycle><errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>We currently do not have sufficient {it} capacity in the Availability Zone you requested ({zone}).</errorMessage></item>"
+            )
+        })
+        .collect()
+}
+
+async fn forward(upstream: &str, request: &Request, body: &[u8]) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+    let mut stream = TcpStream::connect(upstream).await?;
+    let mut out = format!("{}\r\n", request.head);
+    for (k, v) in &request.headers {
+        if ["content-length", "connection", "transfer-encoding"].iter().any(|h| k.eq_ignore_ascii_case(h)) {
+            continue;
+        }
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    stream.write_all(out.as_bytes()).await?;
+    stream.write_all(body).await?;
+    read_message(&mut stream, true).await
+}
+
+fn reply_from(status_line: &str, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("{status_line}\r\n");
+    for (k, v) in headers {
+        if ["content-length", "connection", "transfer-encoding"].iter().any(|h| k.eq_ignore_ascii_case(h)) {
+            continue;
+        }
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+async fn serve(mut stream: TcpStream, upstream: &str, faults: &Mutex<Faults>) -> std::io::Result<()> {
+    let (head, headers, body) = read_message(&mut stream, false).await?;
+    let request = Request { head, headers, body };
+    let lock = || faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let target = request.header("x-amz-target").map(|t| t.rsplit('.').next().unwrap_or(t).to_owned());
+    let is_form = request.header("content-type").is_some_and(|c| c.contains("x-www-form-urlencoded"));
+    let fields = if is_form { form(&request.body) } else { Vec::new() };
+    let action = target.clone().or_else(|| fields.iter().find(|(k, _)| k == "Action").map(|(_, v)| v.clone())).unwrap_or_else(|| {
+        request.head.split_whitespace().nth(1).unwrap_or_default().to_owned()
+    });
+    lock().actions.push(action.clone());
+
+    if lock().denied.contains(&action) {
+        return stream.write_all(&denied(&request, &action, &fields)).await;
+    }
+    if action == "GetParameter" {
+        let name = serde_json::from_slice::<serde_json::Value>(&request.body).ok().and_then(|v| v["Name"].as_str().map(str::to_owned));
+        let value = name.as_ref().and_then(|n| lock().parameters.get(n).cloned());
+        if let (Some(name), Some(value)) = (name, value) {
+            let body = serde_json::json!({"Parameter": {"Name": name, "Type": "String", "Value": value, "Version": 1,
+                "ARN": format!("arn:aws:ssm:us-west-2::parameter{name}"), "DataType": "aws:ec2:image"}})
+            .to_string();
+            return stream.write_all(&response("200 OK", "application/x-amz-json-1.1", body.as_bytes())).await;
+        }
+    }
+    if action == "CreateFleet" {
+        lock().fleet_requests.push(String::from_utf8_lossy(&request.body).into_owned());
+        let failing = lock().insufficient.clone();
+        let (kept, removed) = strip_overrides(&fields, &failing);
+        if !removed.is_empty() {
+            let lifecycle = fields
+                .iter()
+                .find(|(k, _)| k == "TargetCapacitySpecification.DefaultTargetCapacityType")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| "on-demand".to_owned());
+            let items = error_items(&removed, &lifecycle);
+            if kept.is_empty() {
+                let body = format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><fleetId>fleet-proxy00000000000</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
+                );
+                return stream.write_all(&response("200 OK", "text/xml", body.as_bytes())).await;
+            }
+            let (status, headers, body) = forward(upstream, &request, &encode_form(&kept)).await?;
+            let mut text = String::from_utf8_lossy(&body).into_owned();
+            if let Some(start) = text.find("<errorSet>") {
+                text.insert_str(start + "<errorSet>".len(), &items);
+            } else if let Some(start) = text.find("<errorSet/>") {
+                text.replace_range(start..start + "<errorSet/>".len(), &format!("<errorSet>{items}</errorSet>"));
+            } else if let Some(end) = text.find("</CreateFleetResponse>") {
+                text.insert_str(end, &format!("<errorSet>{items}</errorSet>"));
+            }
+            return stream.write_all(&reply_from(&status, &headers, text.as_bytes())).await;
+        }
+    }
+    let (status, headers, body) = forward(upstream, &request, &request.body).await?;
+    stream.write_all(&reply_from(&status, &headers, &body)).await
+}
