@@ -72,13 +72,13 @@ pub async fn reconcile<P: CloudProvider>(claim: Arc<NodeClaim>, ctx: Arc<Context
         return Err(Error::Invalid { object: describe(&claim), reason: "Launched but has no providerID".to_owned() });
     };
     let node = ctx.node_by_provider_id(&provider_id);
-    if let Some(node) = &node {
-        if node.metadata.deletion_timestamp.is_some() {
-            // Someone deleted the Node: the claim goes with it, through the claim's finalizer.
-            info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "node deleted, deleting its nodeclaim");
-            delete_claim(&claim, &ctx).await?;
-            return Ok(Action::await_change());
-        }
+    if let Some(node) = &node
+        && node.metadata.deletion_timestamp.is_some()
+    {
+        // Someone deleted the Node: the claim goes with it, through the claim's finalizer.
+        info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "node deleted, deleting its nodeclaim");
+        delete_claim(&claim, &ctx).await?;
+        return Ok(Action::await_change());
     }
     if !conditions::is_true(&status.conditions, cond::REGISTERED) {
         return match node {
@@ -355,6 +355,27 @@ async fn drain<P>(node: &Node, ctx: &Context<P>) -> Result<usize, Error> {
     Ok(remaining)
 }
 
+/// Deletes pods still bound to a node that is gone. A pod the kube-scheduler bound in the
+/// moment between the drain and the instance's deletion can never run; without this it waits
+/// for the pod garbage collector (40 s and more) before its controller replaces it.
+async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let stranded = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+        .await
+        .map_err(Error::kube("listing pods left on the deleted node"))?;
+    for pod in stranded.items.iter().filter(|p| !is_daemon_or_mirror(p)) {
+        let namespaced: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+        if let Err(e) = namespaced.delete(&pod.name_any(), &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }).await
+            && !super::is_not_found(&e)
+        {
+            return Err(Error::kube("deleting a pod left on the deleted node")(e));
+        }
+        info!(pod = %pod.name_any(), node = %node_name, "deleted a pod left on the deleted node");
+    }
+    Ok(())
+}
+
 async fn terminate<P: CloudProvider>(claim: &NodeClaim, ctx: &Context<P>) -> Result<Action, Error> {
     if !claim.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
         return Ok(Action::await_change());
@@ -379,25 +400,28 @@ async fn terminate<P: CloudProvider>(claim: &NodeClaim, ctx: &Context<P>) -> Res
         let finalizers: Vec<String> =
             node.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
         let patch = json!({"metadata": {"finalizers": finalizers}});
-        if let Err(e) = nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-            if !super::is_not_found(&e) {
-                return Err(Error::kube("releasing the node's finalizer")(e));
-            }
+        if let Err(e) = nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+            && !super::is_not_found(&e)
+        {
+            return Err(Error::kube("releasing the node's finalizer")(e));
         }
-        if let Err(e) = nodes.delete(&node.name_any(), &DeleteParams::background()).await {
-            if !super::is_not_found(&e) {
-                return Err(Error::kube("deleting the node")(e));
-            }
+        if let Err(e) = nodes.delete(&node.name_any(), &DeleteParams::background()).await
+            && !super::is_not_found(&e)
+        {
+            return Err(Error::kube("deleting the node")(e));
         }
+    }
+    if let Some(node) = &node {
+        release_stranded_pods(&node.name_any(), ctx).await?;
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let finalizers: Vec<String> =
         claim.finalizers().iter().filter(|f| *f != labels::TERMINATION_FINALIZER).cloned().collect();
     let patch = json!({"metadata": {"finalizers": finalizers}});
-    if let Err(e) = api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-        if !super::is_not_found(&e) {
-            return Err(Error::kube("releasing the nodeclaim's finalizer")(e));
-        }
+    if let Err(e) = api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+        && !super::is_not_found(&e)
+    {
+        return Err(Error::kube("releasing the nodeclaim's finalizer")(e));
     }
     ctx.metrics.nodeclaims_terminated.inc();
     info!(nodeclaim = %claim.name_any(), "terminated");

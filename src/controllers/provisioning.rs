@@ -56,8 +56,8 @@ impl PendingPods {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         let mut first_seen = self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if is_provisionable(pod) {
-            if !first_seen.contains_key(&uid) {
-                first_seen.insert(uid, Instant::now());
+            if let std::collections::hash_map::Entry::Vacant(entry) = first_seen.entry(uid) {
+                entry.insert(Instant::now());
                 // A full channel already holds a wake-up; nothing is lost by dropping this one.
                 let _ = self.wake.try_send(());
             }
@@ -332,10 +332,10 @@ pub async fn provision<P: CloudProvider>(
             Ok(mut flight) => {
                 // Before launch the claim holds at least what it was sized for.
                 let launched = claim.status.as_ref().is_some_and(|s| !s.allocatable.is_empty());
-                if !launched {
-                    if let Ok(requests) = crate::resources::ResourceList::from_quantities(&claim.spec.resources.requests) {
-                        flight.allocatable = flight.allocatable.max_by_resource(&requests);
-                    }
+                if !launched
+                    && let Ok(requests) = crate::resources::ResourceList::from_quantities(&claim.spec.resources.requests)
+                {
+                    flight.allocatable = flight.allocatable.max_by_resource(&requests);
                 }
                 in_flight.push(flight);
             }
@@ -382,6 +382,9 @@ pub async fn provision<P: CloudProvider>(
     let plan = scheduling::schedule(&input);
     ctx.metrics.scheduling_seconds.observe(started.elapsed().as_secs_f64());
 
+    for placement in &plan.existing {
+        debug!(target_kind = ?placement.target, name = %placement.name, pods = placement.pods.len(), "pods fit on existing capacity");
+    }
     let mut round = Round { pods: pending_pods.len(), unschedulable: plan.unschedulable.len(), ..Round::default() };
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let to_create: Vec<(usize, NodeClaim)> = plan
