@@ -486,6 +486,35 @@ fn requests_of_claim(claim: &NodeClaim) -> ResourceList {
     capacity.unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests)).unwrap_or_default()
 }
 
+/// One claim's row in `status`, given its Node if known (usage left out).
+pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>) -> ClaimSummary {
+    let capacity = claim
+        .status
+        .as_ref()
+        .map(|s| {
+            s.capacity
+                .iter()
+                .filter(|(k, _)| k.as_str() == resources::CPU || k.as_str() == resources::MEMORY)
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    ClaimSummary {
+        name: name_of(&claim.metadata),
+        node_pool: label(&claim.metadata, labels::NODE_POOL).map(str::to_owned),
+        instance_type: label(&claim.metadata, labels::INSTANCE_TYPE).map(str::to_owned),
+        capacity_type: label(&claim.metadata, labels::CAPACITY_TYPE).map(str::to_owned),
+        zone: label(&claim.metadata, labels::ZONE).map(str::to_owned),
+        state: claim_state(claim, node),
+        node_name: node.and_then(|n| n.metadata.name.clone()).or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone())),
+        provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
+        created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        price: claim_price(claim, node),
+        capacity,
+        usage: None,
+    }
+}
+
 /// Builds the report `status` prints.
 pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport {
     let nodes = NodeIndex::new(&cluster.nodes);
@@ -515,45 +544,23 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
             Some(p) => price_total += p.per_hour,
             None => unpriced_total += 1,
         }
-        let pool = label(&claim.metadata, labels::NODE_POOL).map(str::to_owned);
-        if options.node_pool.as_ref().is_some_and(|wanted| pool.as_ref() != Some(wanted)) {
+        let pool = label(&claim.metadata, labels::NODE_POOL);
+        if options.node_pool.as_deref().is_some_and(|wanted| pool != Some(wanted)) {
             continue;
         }
-        let capacity = claim
-            .status
-            .as_ref()
-            .map(|s| {
-                s.capacity
-                    .iter()
-                    .filter(|(k, _)| k.as_str() == resources::CPU || k.as_str() == resources::MEMORY)
-                    .map(|(k, v)| (k.clone(), v.0.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let node_name = node.and_then(|n| n.metadata.name.clone()).or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone()));
-        let usage = options.all_pods_listed.then(|| {
-            let pods = node_name.as_deref().and_then(|n| pods_by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
-            let requested = pods.iter().fold(ResourceList::new(), |sum, p| p.spec.as_ref().and_then(|s| crate::scheduling::pod_requests(s).ok()).map_or(sum.clone(), |r| sum.saturating_add(&r)));
+        let mut summary = claim_summary(claim, node);
+        summary.usage = options.all_pods_listed.then(|| {
+            let pods = summary.node_name.as_deref().and_then(|n| pods_by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
+            let requested = pods.iter().fold(ResourceList::new(), |sum, p| {
+                p.spec.as_ref().and_then(|s| crate::scheduling::pod_requests(s).ok()).map_or(sum.clone(), |r| sum.saturating_add(&r))
+            });
             NodeUsage {
                 pods: pods.len(),
                 cpu_requests: resources::format(resources::CPU, requested.get(resources::CPU)),
                 memory_requests: resources::format(resources::MEMORY, requested.get(resources::MEMORY)),
             }
         });
-        claims.push(ClaimSummary {
-            name: name_of(&claim.metadata),
-            node_pool: pool,
-            instance_type: label(&claim.metadata, labels::INSTANCE_TYPE).map(str::to_owned),
-            capacity_type: label(&claim.metadata, labels::CAPACITY_TYPE).map(str::to_owned),
-            zone: label(&claim.metadata, labels::ZONE).map(str::to_owned),
-            state: claim_state(claim, node),
-            node_name,
-            provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
-            created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            price,
-            capacity,
-            usage,
-        });
+        claims.push(summary);
     }
     claims.sort_by(|a, b| a.node_pool.cmp(&b.node_pool).then_with(|| a.created_at.cmp(&b.created_at)).then_with(|| a.name.cmp(&b.name)));
 

@@ -9,11 +9,11 @@ use crate::table::{Table, render_row};
 use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use karpenter_core::apis::NodeClaim;
-use karpenter_core::explain::{self, ClaimPhase, ClaimSummary, StatusOptions};
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 enum Change {
@@ -64,9 +64,28 @@ impl PodChange {
     }
 }
 
-fn summarize(claim: &NodeClaim, snapshot: &explain::Cluster) -> Option<ClaimSummary> {
-    let one = explain::Cluster { node_claims: vec![claim.clone()], nodes: snapshot.nodes.clone(), ..explain::Cluster::default() };
-    explain::status_report(&one, &StatusOptions::default()).node_claims.into_iter().next()
+/// Nodes by name and by provider id, from the first screen: the watch only follows claims.
+struct Nodes<'a> {
+    by_name: HashMap<&'a str, &'a Node>,
+    by_provider_id: HashMap<&'a str, &'a Node>,
+}
+
+impl<'a> Nodes<'a> {
+    fn new(nodes: &'a [Node]) -> Self {
+        Self {
+            by_name: nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect(),
+            by_provider_id: nodes.iter().filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n))).collect(),
+        }
+    }
+
+    fn summarize(&self, claim: &NodeClaim) -> ClaimSummary {
+        let status = claim.status.as_ref();
+        let node = status
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| self.by_provider_id.get(id))
+            .or_else(|| status.and_then(|s| s.node_name.as_deref()).and_then(|n| self.by_name.get(n)));
+        explain::claim_summary(claim, node.copied())
+    }
 }
 
 /// Follows NodeClaims until interrupted.
@@ -88,10 +107,11 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
     let pods = watcher(pod_scope, watcher::Config::default().fields("spec.nodeName=")).default_backoff().map(|e| Change::Pod(PodChange::from(e))).boxed();
     let mut changes = futures::stream::select(claims, pods);
 
+    let nodes = Nodes::new(&snapshot.nodes);
     let mut known: BTreeMap<String, (ClaimPhase, String)> = snapshot
         .node_claims
         .iter()
-        .filter_map(|c| summarize(c, snapshot))
+        .map(|c| nodes.summarize(c))
         .filter(|s| args.nodepool.as_ref().is_none_or(|pool| s.node_pool.as_ref() == Some(pool)))
         .map(|s| (s.name.clone(), (s.state.phase, s.state.to_string())))
         .collect();
@@ -118,7 +138,7 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
         let now = Timestamp::now();
         match change {
             Change::Claim(ClaimChange::Seen(claim)) => {
-                let Some(s) = summarize(&claim, snapshot) else { continue };
+                let s = nodes.summarize(&claim);
                 if args.nodepool.as_ref().is_some_and(|pool| s.node_pool.as_ref() != Some(pool)) {
                     continue;
                 }
@@ -153,7 +173,8 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
                 if let Some(bar) = bars.remove(&name) {
                     bar.abandon_with_message("deleted");
                 }
-                if !structured && let Some(mut s) = summarize(&claim, snapshot) {
+                if !structured {
+                    let mut s = nodes.summarize(&claim);
                     s.state.phase = ClaimPhase::Terminating;
                     let mut row = claim_row(&s, now, wide);
                     if let Some(cell) = row.iter_mut().find(|c| c.text.starts_with("Terminating")) {
