@@ -473,6 +473,64 @@ fn pods_fill_the_slack_of_nodes_already_paid_for() {
     assert!((plan.total_price() - 0.4).abs() < 1e-9, "4 × g.2x, nothing bigger: {}", plan.total_price());
 }
 
+#[test]
+fn pod_affinity_to_pods_that_do_not_exist_is_explained() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1", "1Gi", json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}}));
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let text = plan.unschedulable[0].to_string();
+    assert!(
+        text.contains("pod affinity on topology.kubernetes.io/zone to pods app=db: no matching pod exists or is being placed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn existing_pods_with_anti_affinity_keep_the_pods_they_select_away() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let db = pod("db", "100m", "128Mi", json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}}}));
+    let node = ExistingNode {
+        name: "node-1".to_owned(),
+        labels: [(labels::HOSTNAME.to_owned(), "node-1".to_owned())].into_iter().collect(),
+        allocatable: ResourceList::new().with(CPU, 8000).with(MEMORY, 32 << 30).with(PODS, 110),
+        pods: vec![&db],
+        ..ExistingNode::default()
+    };
+    let web = pod("web", "100m", "128Mi", json!({"labels": {"app": "web"}}));
+    let api = pod("api", "100m", "128Mi", json!({"labels": {"app": "api"}}));
+    let plan = schedule(&Input {
+        pods: vec![&web, &api],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        nodes: vec![node],
+        ..Input::default()
+    });
+    assert_eq!(plan.existing.first().map(|e| e.pods.clone()), Some(vec![1]), "api may join the db pod");
+    assert_eq!(claim_of(&plan, 0).map(|c| c.pods.clone()), Some(vec![0]), "web may not");
+}
+
+#[test]
+fn unschedulable_pods_say_why_existing_nodes_refused_them() {
+    let np = node_pool("gpu", json!({"template": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}));
+    let catalogue = general_catalogue();
+    let full = ExistingNode {
+        name: "full".to_owned(),
+        allocatable: ResourceList::new().with(CPU, 500).with(MEMORY, 1 << 30).with(PODS, 110),
+        ..ExistingNode::default()
+    };
+    let p = pod("web", "1", "1Gi", json!({}));
+    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], nodes: vec![full], ..Input::default() });
+    let u = &plan.unschedulable[0];
+    assert_eq!(u.existing, vec![("lack cpu".to_owned(), 1)]);
+    assert_eq!(
+        u.to_string(),
+        "pod default/web cannot be scheduled; NodePool gpu: the pod does not tolerate taint gpu:NoSchedule; existing nodes: 1 lack cpu"
+    );
+}
+
 // ---------------------------------------------------------------- properties
 
 #[derive(Clone, Debug)]
