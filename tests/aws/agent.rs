@@ -278,7 +278,7 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
     });
     env.sqs.send_message().queue_url(&queue_url).message_body(event.to_string()).send().await.expect("send the event");
 
-    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(120), || async {
+    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(180), || async {
         let claims = claims_of(&client, "interrupt-demo").await;
         let replacement = claims.into_iter().find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
         (running(&client, "interrupt-demo-app").await.len() == 1).then_some(replacement)

@@ -7,6 +7,8 @@
 
 #![cfg(feature = "aws")]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+// `exclusive()` is held across awaits on purpose: it keeps agents one at a time.
+#![allow(clippy::await_holding_lock)]
 
 #[path = "../support/rig.rs"]
 mod rig;
@@ -42,7 +44,12 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        if start.elapsed() >= timeout {
+            // What the cluster looked like, so a failure on a loaded machine can be told apart.
+            let state = rig::rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output();
+            let state = state.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            panic!("timed out after {timeout:?} waiting for {what}\n{state}");
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -49,6 +49,8 @@ pub fn moto() -> &'static Moto {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("karpenter-moto-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("moto log file");
+        // Never waited on: the server lives as long as this process, and its watchdog stops it.
+        #[allow(clippy::zombie_processes)]
         Command::new(script())
             .args(["serve", &port.to_string(), "--owner-pid", &std::process::id().to_string()])
             .stdin(Stdio::null())

@@ -137,7 +137,7 @@ async fn an_instance_launches_tagged_from_a_launch_template_is_listed_and_termin
     assert_eq!(data.image_id(), Some(env.amd64_ami.as_str()));
     assert!(data.iam_instance_profile().and_then(|p| p.name()).is_some_and(|n| n.starts_with("launch-demo_")));
     assert_eq!(data.metadata_options().and_then(|m| m.http_tokens()).map(|t| t.as_str()), Some("required"));
-    assert_eq!(data.security_group_ids(), [env.security_group_id.clone()]);
+    assert_eq!(data.security_group_ids(), std::slice::from_ref(&env.security_group_id));
     assert!(data.user_data().is_some_and(|u| !u.is_empty()));
 
     let listed = provider.list().await.expect("list");

@@ -254,18 +254,21 @@ fn overrides_of(fields: &[(String, String)]) -> Overrides {
     let mut out = Overrides::new();
     for (k, v) in fields {
         let parts: Vec<&str> = k.split('.').collect();
-        if let ["LaunchTemplateConfigs", c, "Overrides", o, field] = parts.as_slice() {
-            if let (Ok(c), Ok(o)) = (c.parse(), o.parse()) {
-                out.entry((c, o)).or_default().insert((*field).to_owned(), v.clone());
-            }
+        if let ["LaunchTemplateConfigs", c, "Overrides", o, field] = parts.as_slice()
+            && let (Ok(c), Ok(o)) = (c.parse(), o.parse())
+        {
+            out.entry((c, o)).or_default().insert((*field).to_owned(), v.clone());
         }
     }
     out
 }
 
+/// A removed override: its launch template's name and its fields.
+type Removed = (String, BTreeMap<String, String>);
+
 /// Removes the overrides of `failing` types and renumbers the rest; returns the new form and the
 /// removed overrides (with their launch template name).
-fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (Vec<(String, String)>, Vec<(String, BTreeMap<String, String>)>) {
+fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (Vec<(String, String)>, Vec<Removed>) {
     let overrides = overrides_of(fields);
     let template = |c: u32| {
         fields
@@ -274,7 +277,7 @@ fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (V
             .map(|(_, v)| v.clone())
             .unwrap_or_default()
     };
-    let removed: Vec<(String, BTreeMap<String, String>)> = overrides
+    let removed: Vec<Removed> = overrides
         .iter()
         .filter(|(_, f)| f.get("InstanceType").is_some_and(|t| failing.contains(t)))
         .map(|((c, _), f)| (template(*c), f.clone()))
@@ -318,7 +321,7 @@ fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (V
     (if n == 0 { Vec::new() } else { other }, removed)
 }
 
-fn error_items(removed: &[(String, BTreeMap<String, String>)], lifecycle: &str) -> String {
+fn error_items(removed: &[Removed], lifecycle: &str) -> String {
     removed
         .iter()
         .map(|(template, f)| {

@@ -250,11 +250,11 @@ pub fn offerings(
             let available = !unavailable(labels::CAPACITY_TYPE_ON_DEMAND, zone);
             offerings.push(Offering { available, ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, price) });
         }
-        if info.spot {
-            if let Some(price) = spot_price(zone) {
-                let available = !unavailable(labels::CAPACITY_TYPE_SPOT, zone);
-                offerings.push(Offering { available, ..Offering::new(zone, labels::CAPACITY_TYPE_SPOT, price) });
-            }
+        if info.spot
+            && let Some(price) = spot_price(zone)
+        {
+            let available = !unavailable(labels::CAPACITY_TYPE_SPOT, zone);
+            offerings.push(Offering { available, ..Offering::new(zone, labels::CAPACITY_TYPE_SPOT, price) });
         }
     }
     offerings

@@ -132,8 +132,12 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
+/// One SSM parameter of an alias: its name, the architecture of its image, and whether the
+/// image is for accelerated types (see [`Ami::accelerated`]).
+pub type AliasParameter = (String, &'static str, Option<bool>);
+
 /// The SSM parameters an alias (`al2023@latest`) stands for, with the nodes each image is for.
-pub fn alias_parameters(alias: &str, k8s_version: &str) -> Result<(AmiFamily, Vec<(String, &'static str, Option<bool>)>), String> {
+pub fn alias_parameters(alias: &str, k8s_version: &str) -> Result<(AmiFamily, Vec<AliasParameter>), String> {
     let (family, version) = alias.split_once('@').ok_or_else(|| format!("alias {alias:?} is not family@version"))?;
     let latest = version == "latest";
     match family {
