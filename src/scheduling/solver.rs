@@ -11,7 +11,7 @@ use super::explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulabl
 use super::pod::{HostPort, PodSpecInfo, PodTerm};
 use super::requirements::{self, Requirement, Requirements};
 use super::taints::{self, DisplayTaint};
-use super::topology::{Group, GroupKey, Kind};
+use super::topology::{Group, GroupKey, Kind, List};
 use super::{ExistingPlacement, Input, InstanceTypeOption, NewClaim, Plan, PreferencePolicy, Target};
 use crate::apis::labels;
 use crate::cloud::InstanceType;
@@ -69,7 +69,7 @@ struct Shape {
     owned_required_anti: Vec<u32>,
     host_affinity: Vec<u32>,
     /// Hostname groups that exclude bins: (group, true when it is the inverse list).
-    exclusive: Vec<(u32, bool)>,
+    exclusive: Vec<(u32, List)>,
     tolerates_pool: Vec<Option<bool>>,
     compat_states: Vec<u32>,
     states_checked: usize,
@@ -530,17 +530,21 @@ impl<'i, 'a> Solver<'i, 'a> {
         let pending: BTreeSet<u32> = self.pod_info.iter().copied().collect();
         for i in pending {
             let info = &self.infos[i as usize];
-            for g in info.spread_groups.iter().chain(&info.anti_groups).chain(&info.preferred_anti_groups) {
-                self.groups[*g as usize].track_eligible = true;
+            for g in &info.spread_groups {
+                let own = if info.selected_by.binary_search(g).is_ok() { List::OwnerSelf } else { List::Owner };
+                self.groups[*g as usize].track[own as usize] = true;
+            }
+            for g in info.anti_groups.iter().chain(&info.preferred_anti_groups) {
+                self.groups[*g as usize].track[List::Owner as usize] = true;
             }
             for g in &info.inverse {
-                self.groups[*g as usize].track_eligible_inverse = true;
+                self.groups[*g as usize].track[List::Inverse as usize] = true;
             }
         }
         self.tracked_groups = (0..self.groups.len() as u32)
             .filter(|g| {
                 let g = &self.groups[*g as usize];
-                g.is_hostname() && (g.track_eligible || g.track_eligible_inverse)
+                g.is_hostname() && g.track.iter().any(|t| *t)
             })
             .collect();
 
@@ -968,12 +972,16 @@ impl<'i, 'a> Solver<'i, 'a> {
             }
             match group.ident.kind {
                 Kind::Affinity => host_affinity.push(*g),
-                Kind::Anti | Kind::Spread { .. } => exclusive.push((*g, false)),
+                Kind::Anti => exclusive.push((*g, List::Owner)),
+                Kind::Spread { .. } => {
+                    let own = if info.selected_by.binary_search(g).is_ok() { List::OwnerSelf } else { List::Owner };
+                    exclusive.push((*g, own));
+                }
             }
         }
         for g in &inverse {
             if self.groups[*g as usize].is_hostname() {
-                exclusive.push((*g, true));
+                exclusive.push((*g, List::Inverse));
             }
         }
         let req = self.intern_req(full);
@@ -1490,13 +1498,10 @@ impl<'i, 'a> Solver<'i, 'a> {
         let exclusive = self.shapes[shape as usize]
             .exclusive
             .iter()
-            .min_by_key(|(g, inverse)| {
-                let group = &self.groups[*g as usize];
-                if *inverse { group.eligible_inverse.len() } else { group.eligible.len() }
-            })
+            .min_by_key(|(g, list)| self.groups[*g as usize].eligible[*list as usize].len())
             .copied();
-        if let Some((g, inverse)) = exclusive {
-            return self.scan_eligible(g, inverse, shape, add);
+        if let Some((g, list)) = exclusive {
+            return self.scan_eligible(g, list, shape, add);
         }
         self.refresh_compat(shape);
         let cpu = add[self.cpu];
@@ -1570,20 +1575,14 @@ impl<'i, 'a> Solver<'i, 'a> {
         best
     }
 
-    fn scan_eligible(&mut self, g: u32, inverse: bool, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
-        let mut list = {
-            let group = &mut self.groups[g as usize];
-            std::mem::take(if inverse { &mut group.eligible_inverse } else { &mut group.eligible })
-        };
-        let threshold = self.groups[g as usize].owner_threshold();
+    fn scan_eligible(&mut self, g: u32, which: List, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+        let mut list = std::mem::take(&mut self.groups[g as usize].eligible[which as usize]);
         let mut best: Option<(u32, Eval)> = None;
         let (mut read, mut write, mut examined) = (0, 0, 0);
         while read < list.len() && examined < LIST_SCAN {
             let b = list[read];
             read += 1;
-            let group = &self.groups[g as usize];
-            let blocked = if inverse { group.owner_host_count(b) > 0 } else { group.host_count(b) > threshold };
-            if blocked {
+            if self.groups[g as usize].blocked(which, b) {
                 continue;
             }
             list[write] = b;
@@ -1600,8 +1599,7 @@ impl<'i, 'a> Solver<'i, 'a> {
             }
         }
         list.drain(write..read);
-        let group = &mut self.groups[g as usize];
-        *(if inverse { &mut group.eligible_inverse } else { &mut group.eligible }) = list;
+        self.groups[g as usize].eligible[which as usize] = list;
         best
     }
 
@@ -1684,11 +1682,10 @@ impl<'i, 'a> Solver<'i, 'a> {
         self.states[e.state as usize].slack.insert((slack, bin));
         for i in 0..self.tracked_groups.len() {
             let group = &mut self.groups[self.tracked_groups[i] as usize];
-            if group.track_eligible {
-                group.eligible.push(bin);
-            }
-            if group.track_eligible_inverse {
-                group.eligible_inverse.push(bin);
+            for (list, track) in group.eligible.iter_mut().zip(group.track) {
+                if track {
+                    list.push(bin);
+                }
             }
         }
         self.record(bin, info, Some(shape));
@@ -1756,13 +1753,26 @@ impl<'i, 'a> Solver<'i, 'a> {
     pub(crate) fn run(mut self) -> Plan {
         let mut queue: Vec<usize> = (0..self.input.pods.len()).collect();
         {
+            // Pods that need a node to themselves (required hostname anti-affinity) go first: the
+            // nodes they open are paid for anyway, and every later pod can fill their slack.
+            let alone: Vec<bool> = self
+                .infos
+                .iter()
+                .map(|i| i.anti_groups.iter().any(|g| self.groups[*g as usize].is_hostname()))
+                .collect();
             let infos = &self.infos;
             let pod_info = &self.pod_info;
             let (cpu, memory) = (self.cpu, self.memory);
             queue.sort_by(|a, b| {
-                let ra = &infos[pod_info[*a] as usize].requests;
-                let rb = &infos[pod_info[*b] as usize].requests;
-                rb[cpu].cmp(&ra[cpu]).then(rb[memory].cmp(&ra[memory])).then(pod_info[*a].cmp(&pod_info[*b])).then(a.cmp(b))
+                let (ia, ib) = (pod_info[*a] as usize, pod_info[*b] as usize);
+                let ra = &infos[ia].requests;
+                let rb = &infos[ib].requests;
+                alone[ib]
+                    .cmp(&alone[ia])
+                    .then(rb[cpu].cmp(&ra[cpu]))
+                    .then(rb[memory].cmp(&ra[memory]))
+                    .then(ia.cmp(&ib))
+                    .then(a.cmp(b))
             });
         }
         loop {

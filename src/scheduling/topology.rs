@@ -22,6 +22,17 @@ pub(crate) enum Kind {
     Anti,
 }
 
+/// Which eligible-claim list of a hostname group a pod searches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum List {
+    /// Owners of the term that it does not select.
+    Owner = 0,
+    /// Owners of the term that it also selects (a spread counts them too).
+    OwnerSelf = 1,
+    /// Pods a required anti-affinity term selects (avoid its owners).
+    Inverse = 2,
+}
+
 /// Identity of a group, for sharing it between pods.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct GroupKey {
@@ -51,13 +62,10 @@ pub(crate) struct Group {
     pub host_total: u64,
     /// Whether some pod owns this group as a required anti-affinity term.
     pub has_required_owners: bool,
-    /// New-claim bins that may still take an owner (hostname key), lazily pruned.
-    pub eligible: Vec<u32>,
-    /// New-claim bins that may still take a selected pod (hostname anti-affinity), lazily pruned.
-    pub eligible_inverse: Vec<u32>,
-    /// Whether new claims are added to `eligible` / `eligible_inverse`.
-    pub track_eligible: bool,
-    pub track_eligible_inverse: bool,
+    /// New-claim bins that may still be eligible (hostname key), by [`List`], lazily pruned.
+    pub eligible: [Vec<u32>; 3],
+    /// Whether new claims are added to each list.
+    pub track: [bool; 3],
 }
 
 impl Group {
@@ -71,10 +79,8 @@ impl Group {
             owner_host: HashMap::new(),
             host_total: 0,
             has_required_owners: false,
-            eligible: Vec::new(),
-            eligible_inverse: Vec::new(),
-            track_eligible: false,
-            track_eligible_inverse: false,
+            eligible: [Vec::new(), Vec::new(), Vec::new()],
+            track: [false; 3],
         }
     }
 
@@ -82,12 +88,14 @@ impl Group {
         self.key_id.is_none()
     }
 
-    /// The most selected pods a bin may already have and still take an owner.
-    pub fn owner_threshold(&self) -> u32 {
-        match self.ident.kind {
-            Kind::Spread { max_skew, .. } => max_skew,
-            Kind::Anti => 0,
-            Kind::Affinity => u32::MAX,
+    /// Whether a bin can no longer take pods through `list` (counts only grow, so for good).
+    pub fn blocked(&self, list: List, bin: u32) -> bool {
+        match (list, self.ident.kind) {
+            (List::Inverse, _) => self.owner_host_count(bin) > 0,
+            (_, Kind::Anti) => self.host_count(bin) > 0,
+            (List::Owner, Kind::Spread { max_skew, .. }) => self.host_count(bin) > max_skew,
+            (List::OwnerSelf, Kind::Spread { max_skew, .. }) => self.host_count(bin) >= max_skew,
+            (_, Kind::Affinity) => false,
         }
     }
 
