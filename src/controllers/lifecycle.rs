@@ -170,15 +170,10 @@ pub fn launch_candidates(claim: &NodeClaim, catalogue: &[InstanceType]) -> Resul
     Ok(candidates.into_iter().map(|(_, it)| it.clone()).collect())
 }
 
-async fn launch<P: CloudProvider>(claim: &NodeClaim, mut status: NodeClaimStatus, ctx: &Context<P>) -> Result<Action, Error> {
-    let generation = claim.metadata.generation;
+async fn launch<P: CloudProvider>(claim: &NodeClaim, status: NodeClaimStatus, ctx: &Context<P>) -> Result<Action, Error> {
     let catalogue = match ctx.provider.instance_types(&claim.spec.node_class_ref).await {
         Ok(catalogue) => catalogue,
-        Err(CloudError::NodeClassNotReady { reason, .. }) => {
-            conditions::set(&mut status.conditions, cond::LAUNCHED, false, "NodeClassNotReady", &reason, generation);
-            write_status(claim, &status, ctx).await?;
-            return Ok(Action::requeue(Duration::from_secs(15)));
-        }
+        Err(CloudError::NodeClassNotReady { reason, .. }) => return give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await,
         Err(e) => return Err(Error::cloud("listing instance types")(e)),
     };
     let candidates = launch_candidates(claim, &catalogue)?;
@@ -194,19 +189,23 @@ async fn launch<P: CloudProvider>(claim: &NodeClaim, mut status: NodeClaimStatus
         }
         Err(CloudError::InsufficientCapacity { offerings }) => {
             let note = format!("no capacity for {}; the pods will be provisioned again", offerings.join(", "));
-            warn!(nodeclaim = %claim.name_any(), %note, "launch failed");
-            publish(ctx, claim, EventType::Warning, "InsufficientCapacity", &note).await;
-            delete_claim(claim, ctx).await?;
-            Ok(Action::await_change())
+            give_up_launch(claim, ctx, "InsufficientCapacity", &note).await
         }
-        Err(CloudError::NodeClassNotReady { reason, .. }) => {
-            conditions::set(&mut status.conditions, cond::LAUNCHED, false, "NodeClassNotReady", &reason, generation);
-            write_status(claim, &status, ctx).await?;
-            publish(ctx, claim, EventType::Warning, "NodeClassNotReady", &reason).await;
-            Ok(Action::requeue(Duration::from_secs(15)))
-        }
+        Err(CloudError::NodeClassNotReady { reason, .. }) => give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await,
         Err(e) => Err(Error::cloud("launching the instance")(e)),
     }
+}
+
+/// A launch that cannot succeed as planned deletes the claim, as upstream's `launch.go` does:
+/// the provider has already cached the offerings that had no capacity, and provisioning plans
+/// the claim's pods again once the claim is gone (the claim watch nudges it), so they land on
+/// what is available now instead of waiting on this claim. Waiting in place would pin the pods
+/// to a plan made before the failure.
+async fn give_up_launch<P>(claim: &NodeClaim, ctx: &Context<P>, reason: &str, note: &str) -> Result<Action, Error> {
+    warn!(nodeclaim = %claim.name_any(), reason, %note, "launch failed; deleting the nodeclaim");
+    publish(ctx, claim, EventType::Warning, reason, note).await;
+    delete_claim(claim, ctx).await?;
+    Ok(Action::await_change())
 }
 
 async fn record_launch<P>(claim: &NodeClaim, mut status: NodeClaimStatus, instance: &Instance, ctx: &Context<P>) -> Result<(), Error> {
@@ -349,6 +348,9 @@ async fn drain<P>(node: &Node, ctx: &Context<P>) -> Result<usize, Error> {
             Ok(_) => {}
             // 429: a PodDisruptionBudget says not now; try again on the next pass.
             Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {}
+            // The pod's namespace is being deleted, which refuses the Eviction object; the
+            // namespace controller deletes the pod itself.
+            Err(kube::Error::Api(status)) if status.code == 403 && status.message.contains("being terminated") => {}
             Err(e) => return Err(Error::kube("evicting a pod")(e)),
         }
     }

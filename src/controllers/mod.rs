@@ -242,9 +242,17 @@ pub async fn run<P: CloudProvider + 'static>(
     let reflectors = [
         spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, {
             let recent = recent.clone();
+            let pending = pending.clone();
             move |event| match event {
-                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) | watcher::Event::Delete(claim) => {
+                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => recent.seen(claim),
+                watcher::Event::Delete(claim) => {
                     recent.seen(claim);
+                    // Pods planned onto a claim that is gone (its launch failed for capacity or
+                    // a node class that is not ready, its node never registered, a user deleted
+                    // it) are still pending under the same UID, so no pod event will wake the
+                    // batcher. The store already lacks the claim when this runs, so the round
+                    // that follows plans them afresh.
+                    pending.nudge();
                 }
                 watcher::Event::Init | watcher::Event::InitDone => {}
             }

@@ -299,11 +299,8 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
 }
 
 /// When the claim's only type has no capacity, the lifecycle deletes the claim and provisioning
-/// must plan again with the offering cached as unavailable. Provisioning only starts a round for
-/// a newly pending pod (or 30 s after a round that left pods unplaced), so today the pod waits;
-/// un-ignore once the lifecycle nudges provisioning after an InsufficientCapacity deletion.
+/// plans again at once (the claim watch nudges it), with the offering cached as unavailable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs provisioning to re-plan after a launch fails for capacity (controllers)"]
 async fn a_claim_whose_only_type_has_no_capacity_is_replaced_by_one_of_the_next_type() {
     let _guard = exclusive();
     let env = Env::new("replan-demo", true).await;
