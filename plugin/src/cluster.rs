@@ -49,6 +49,11 @@ impl Cluster {
         Ok(Self { client, calls: Mutex::new(Vec::new()) })
     }
 
+    /// The client itself, for library code that takes one (`init`'s setup plan).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     fn record(&self, call: String) {
         self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(call);
     }

@@ -6,6 +6,8 @@ mod complete;
 mod explain;
 #[cfg(test)]
 mod fixtures;
+mod init;
+mod init_aws;
 mod output;
 mod status;
 mod table;
@@ -42,6 +44,9 @@ enum Command {
     /// Why a NodeClaim exists, what it could have been, what happened to it, and whether it can
     /// be disrupted now.
     Explain(explain::ExplainArgs),
+    /// Set a cluster up for the agent: cloud identity and permissions, the agent itself, and a
+    /// starter NodePool (printed, or written to --output-dir). Prints the plan first.
+    Init(init::InitArgs),
     /// Print a shell completion script (bash, zsh or fish).
     Completion {
         /// The shell to complete for.
@@ -120,7 +125,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             return output::print_stdout(&String::from_utf8_lossy(&out));
         }
         Command::Version => return output::print_stdout(&format!("kubectl-karpenter {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Status(_) | Command::Explain(_) | Command::Complete { .. } => {}
+        Command::Status(_) | Command::Explain(_) | Command::Init(_) | Command::Complete { .. } => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
@@ -132,6 +137,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         let result = match &cli.command {
             Command::Status(args) => status::run(&cluster, args).await,
             Command::Explain(args) => explain::run(&cluster, args).await,
+            Command::Init(args) => init::run(&cluster, args, cli.verbose).await,
             Command::Completion { .. } | Command::Version | Command::Complete { .. } => Ok(()),
         };
         if cli.verbose > 0 {

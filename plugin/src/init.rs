@@ -1,0 +1,236 @@
+//! `kubectl karpenter init aws|gcp`: what the two clouds share. The steps themselves live in
+//! `karpenter_core::setup`; this module asks for missing flags (only on a terminal), prints the
+//! plan and what is already in place, asks before changing anything (unless `--yes`), runs the
+//! plan with progress on stderr, and scaffolds a NodePool and node class as YAML on stdout (or
+//! files in `--output-dir`). stdout carries only that YAML.
+
+use crate::cluster::Cluster;
+use crate::output;
+use anyhow::{Context as _, bail};
+use karpenter_core::setup::manifests::Manifest;
+use karpenter_core::setup::{Mode, Plan, SetupError};
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+
+/// Flags of `init`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InitArgs {
+    #[command(subcommand)]
+    pub cloud: Cloud,
+}
+
+/// Which cloud to set up.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Cloud {
+    /// Set up an EKS cluster: IAM roles (IRSA or Pod Identity), discovery tags, the interruption
+    /// queue and its EventBridge rules, and the agent.
+    #[command(after_help = "Examples:\n  kubectl karpenter init aws --cluster demo --region us-west-2 --dry-run\n  kubectl karpenter init aws --cluster demo --yes --output-dir ./karpenter")]
+    Aws(crate::init_aws::AwsArgs),
+}
+
+/// Flags every cloud takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Make the changes without asking first.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    /// Print the plan and what is already in place; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write the scaffolded NodePool and node class here (one file each) instead of stdout.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// The namespace the agent runs in.
+    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE", default_value = "karpenter")]
+    pub namespace: String,
+    /// The agent's container image (default: the released image of this version).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+}
+
+/// Runs `init`.
+pub async fn run(cluster: &Cluster, args: &InitArgs, verbose: u8) -> anyhow::Result<()> {
+    match &args.cloud {
+        Cloud::Aws(aws) => crate::init_aws::run(cluster, aws, verbose).await,
+    }
+}
+
+/// Whether prompts may be shown: stdin is a terminal.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal()
+}
+
+/// The flag's value, else asked for on a terminal, else an error naming the flag.
+pub fn value_or_ask(value: Option<&str>, flag: &str, prompt: &str) -> anyhow::Result<String> {
+    if let Some(value) = value.filter(|v| !v.is_empty()) {
+        return Ok(value.to_owned());
+    }
+    if !interactive() {
+        bail!("{flag} is required (stdin is not a terminal, so it cannot be asked for)");
+    }
+    let answer: String = dialoguer::Input::new().with_prompt(prompt).interact_text().with_context(|| format!("reading {flag}"))?;
+    if answer.trim().is_empty() {
+        bail!("{flag} is required");
+    }
+    Ok(answer.trim().to_owned())
+}
+
+/// A [`SetupError`] as one line: the step, then what failed and why (the permission or the
+/// resource). With `-v` the cloud's own error follows as the cause.
+#[derive(Debug)]
+struct StepFailure {
+    line: String,
+    error: SetupError,
+    verbose: bool,
+}
+
+impl std::fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl std::error::Error for StepFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        if self.verbose { std::error::Error::source(self.error.root()) } else { None }
+    }
+}
+
+/// One line for a setup error: `step node-role failed: permission denied: iam:CreateRole on ...`.
+pub fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
+    let root = error.root().to_string();
+    let line = match &error {
+        SetupError::Step { step, .. } => format!("step {step} failed: {root}"),
+        _ => root,
+    };
+    anyhow::Error::new(StepFailure { line, error, verbose: verbose > 0 })
+}
+
+/// What a cloud's `init` hands to [`execute`].
+pub struct Setup<'a> {
+    /// `EKS cluster demo in us-west-2`.
+    pub title: String,
+    pub plan: &'a Plan,
+    /// The NodePool and node class to scaffold.
+    pub scaffold: Vec<Manifest>,
+    /// What to tell the user once everything is in place.
+    pub next_steps: Vec<String>,
+}
+
+/// Prints the plan, checks every step, asks, applies, and scaffolds.
+pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyhow::Result<()> {
+    let plan = setup.plan;
+    eprintln!("Plan for {}:", setup.title);
+    for line in plan.describe() {
+        eprintln!("  {line}");
+    }
+    eprintln!("\nChecking what is in place:");
+    let check = plan.run(Mode::DryRun, |p| eprintln!("  {p}")).await.map_err(|e| setup_error(e, verbose))?;
+    let changes = check.changed();
+    if common.dry_run {
+        eprintln!("\n{}", check.summary());
+        scaffold(&setup.scaffold, common.output_dir.as_deref(), true)?;
+        return Ok(());
+    }
+    if changes == 0 {
+        eprintln!("\nEverything is already in place; nothing changed.");
+    } else {
+        if !common.yes {
+            if !interactive() {
+                bail!("{changes} steps would change things: pass --yes to apply them (stdin is not a terminal, so it cannot ask), or --dry-run to only look");
+            }
+            let go = dialoguer::Confirm::new()
+                .with_prompt(format!("Apply these {changes} changes?"))
+                .default(false)
+                .interact()
+                .context("reading the confirmation")?;
+            if !go {
+                bail!("not confirmed; nothing changed");
+            }
+        }
+        eprintln!("\nApplying:");
+        let report = plan.run(Mode::Apply, |p| eprintln!("  {p}")).await.map_err(|e| setup_error(e, verbose))?;
+        eprintln!("\n{}", report.summary());
+    }
+    scaffold(&setup.scaffold, common.output_dir.as_deref(), false)?;
+    for line in &setup.next_steps {
+        eprintln!("{line}");
+    }
+    Ok(())
+}
+
+/// The objects as a multi-document YAML stream.
+pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for m in manifests {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(&m.object).with_context(|| format!("rendering {}", m.id()))?);
+    }
+    Ok(text)
+}
+
+/// `nodepool-default.yaml`.
+fn file_name(m: &Manifest) -> String {
+    format!("{}-{}.yaml", m.resource.kind.to_lowercase(), m.name)
+}
+
+/// The scaffold to stdout, or one file per object in `dir`. A file that exists and differs is
+/// left alone (it may hold the user's edits); in a dry run nothing is written.
+fn scaffold(manifests: &[Manifest], dir: Option<&Path>, dry_run: bool) -> anyhow::Result<()> {
+    if manifests.is_empty() {
+        return Ok(());
+    }
+    let Some(dir) = dir else {
+        return output::print_stdout(&to_yaml(manifests)?);
+    };
+    if !dry_run {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for m in manifests {
+        let path = dir.join(file_name(m));
+        let text = to_yaml(std::slice::from_ref(m))?;
+        match std::fs::read_to_string(&path) {
+            Ok(existing) if existing == text => eprintln!("✓ {}: in place", path.display()),
+            Ok(_) => eprintln!("! {}: left as it is (it differs from the scaffold; remove it to regenerate)", path.display()),
+            Err(_) if dry_run => eprintln!("~ {}: would write {}", path.display(), m.id()),
+            Err(_) => {
+                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("+ {}: wrote {}", path.display(), m.id());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scaffolds_render_as_one_yaml_document_per_object() {
+        let objects = vec![
+            Manifest::new(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}}), "nodepools"),
+            Manifest::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}), "namespaces"),
+        ];
+        let yaml = to_yaml(&objects).unwrap();
+        assert_eq!(yaml.matches("---\n").count(), 2, "{yaml}");
+        assert!(yaml.contains("kind: NodePool"), "{yaml}");
+        assert_eq!(file_name(&objects[0]), "nodepool-default.yaml");
+    }
+
+    #[test]
+    fn a_step_failure_is_one_line_naming_the_step_and_the_permission() {
+        let error = SetupError::Step {
+            step: "controller-policy".to_owned(),
+            source: Box::new(SetupError::PermissionDenied {
+                action: "iam:PutRolePolicy".to_owned(),
+                resource: "role r".to_owned(),
+                source: "AccessDenied".into(),
+            }),
+        };
+        let e = setup_error(error, 0);
+        assert_eq!(e.chain().count(), 1);
+        assert!(e.to_string().starts_with("step controller-policy failed: permission denied: iam:PutRolePolicy on role r"), "{e}");
+    }
+}

@@ -1,0 +1,159 @@
+//! The built `kubectl karpenter init aws` end to end against moto (behind the project's
+//! fault-injecting proxy) and a real control plane (the rig): it refuses without a flag or a
+//! confirmation it cannot ask for, a dry run changes nothing, a run that fails half-way names the
+//! missing permission and completes when re-run, and a run after that finds everything in place.
+//!
+//! moto, the proxy and the account set-up are the root AWS tests' own (`tests/aws`).
+
+#![cfg(not(target_os = "windows"))]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, dead_code)]
+
+#[path = "../../tests/support/rig.rs"]
+mod rig;
+#[path = "../../tests/aws/moto.rs"]
+mod moto;
+#[path = "../../tests/aws/proxy.rs"]
+mod proxy;
+#[path = "../../tests/aws/env.rs"]
+mod env;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use rig::rig;
+use std::process::{Command, Output, Stdio};
+
+const CLUSTER: &str = "plugin-init";
+const NAMESPACE: &str = "plugin-init-system";
+
+fn init_aws(proxy: &proxy::Proxy, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["init", "aws", "--region", env::REGION, "--endpoint-url", &proxy.url, "-n", NAMESPACE, "--image", "karpenter-agent:test"])
+        .args(extra)
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("NO_COLOR", "1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kubectl-karpenter")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Writes the proxy saw after `before` (CreateRole, PutRolePolicy, TagResources...).
+fn writes_since(proxy: &proxy::Proxy, before: usize) -> Vec<String> {
+    proxy.actions()[before..]
+        .iter()
+        .filter(|a| ["Create", "Put", "Attach", "Add", "Set", "Update", "Tag"].iter().any(|w| a.starts_with(w)))
+        .cloned()
+        .collect()
+}
+
+/// The plan section of stderr: the lines between `Plan for` and the blank line after it.
+fn plan_lines(stderr: &str) -> String {
+    stderr.lines().skip_while(|l| !l.starts_with("Plan for")).take_while(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_permission_completes_and_then_finds_everything_in_place() {
+    let env = env::Env::new(CLUSTER, false).await;
+    let proxy = &env.proxy;
+    let node_role = format!("KarpenterNodeRole-{CLUSTER}");
+
+    // No --cluster and no terminal to ask on: one line naming the flag.
+    let out = init_aws(proxy, &[]);
+    assert!(!out.status.success());
+    assert_eq!(text(&out.stderr).trim(), "error: --cluster is required (stdin is not a terminal, so it cannot be asked for)");
+    assert!(out.stdout.is_empty());
+
+    // Changes to make, no --yes and no terminal to ask on: it says so and changes nothing.
+    let before = proxy.actions().len();
+    let out = init_aws(proxy, &["--cluster", CLUSTER]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.lines().last().unwrap().contains("pass --yes"), "{stderr}");
+    assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
+
+    // A dry run prints the plan and what it would change, the scaffold on stdout, and changes nothing.
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--dry-run"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    insta::assert_snapshot!("init_aws_plan", plan_lines(&stderr));
+    assert!(stderr.contains("~ node-role: would change: create role KarpenterNodeRole-plugin-init"), "{stderr}");
+    assert!(stderr.contains("dry run: "), "{stderr}");
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&stdout).expect("stdout is YAML");
+    let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["EC2NodeClass", "NodePool"], "stdout carries only the scaffold:\n{stdout}");
+    assert_eq!(documents[0]["spec"]["role"], node_role.as_str());
+    assert!(env.iam.get_role().role_name(&node_role).send().await.is_err(), "the dry run created the node role");
+    assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
+
+    // The caller may not put the controller's policy: the run stops there, naming the step, the
+    // IAM action and the role, in one line.
+    proxy.deny("PutRolePolicy");
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--yes"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: step controller-policy failed: permission denied: iam:PutRolePolicy on role KarpenterControllerRole-plugin-init"),
+        "{stderr}"
+    );
+    assert!(env.iam.get_role().role_name(&node_role).send().await.is_ok(), "the steps before the failure were applied");
+
+    // With the permission, a re-run completes: the earlier steps are found in place.
+    proxy.allow_all();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dir_arg = dir.path().to_str().unwrap();
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--yes", "--output-dir", dir_arg]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.is_empty(), "with --output-dir the scaffold goes to files: {stdout}");
+    assert!(stderr.contains("✓ node-role: in place"), "{stderr}");
+    assert!(stderr.contains("+ controller-policy: done"), "{stderr}");
+    assert!(stderr.contains("+ kubernetes-agent: done"), "{stderr}");
+    let pool = std::fs::read_to_string(dir.path().join("nodepool-default.yaml")).expect("nodepool file");
+    assert!(pool.contains("kind: NodePool"), "{pool}");
+    assert!(dir.path().join("ec2nodeclass-default.yaml").exists());
+    let accounts: Api<ServiceAccount> = Api::namespaced(rig().client().await, NAMESPACE);
+    let sa = accounts.get("karpenter").await.expect("the agent's service account");
+    let annotation = sa.metadata.annotations.unwrap_or_default().get("eks.amazonaws.com/role-arn").cloned();
+    assert_eq!(annotation.as_deref(), Some("arn:aws:iam::123456789012:role/KarpenterControllerRole-plugin-init"));
+    rig().kubectl_ok(&["get", "deployment", "karpenter-agent", "-n", NAMESPACE]);
+
+    // Once more: everything is in place, nothing is written, and it says so.
+    let before = proxy.actions().len();
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--yes", "--output-dir", dir_arg]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("Everything is already in place; nothing changed."), "{stderr}");
+    assert!(!stderr.contains("would change") && !stderr.contains("done:"), "{stderr}");
+    assert!(stderr.contains("nodepool-default.yaml: in place"), "{stderr}");
+    assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
+
+    // And a dry run now finds nothing to do.
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--dry-run"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("everything is in place"), "{stderr}");
+    assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
+
+    rig().kubectl_ok(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_aws_names_a_cluster_that_does_not_exist() {
+    let env = env::Env::new("plugin-init-other", false).await;
+    let out = init_aws(&env.proxy, &["--cluster", "no-such-cluster", "--dry-run"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        "error: step eks-cluster failed: EKS cluster no-such-cluster in us-west-2 does not exist: check --cluster and --region, or create the cluster first"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout after a failed check");
+}
