@@ -59,7 +59,8 @@ struct RunArgs {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LOG_JSON")]
     log_json: bool,
-    /// AWS: the EKS cluster's name (tags, instance profiles, node bootstrap).
+    /// The cluster's name. AWS: the EKS cluster (tags, instance profiles, node bootstrap); GCP:
+    /// the default of --gcp-cluster.
     #[arg(long, env = "CLUSTER_NAME")]
     cluster_name: Option<String>,
     /// AWS: the region of the cluster (default: the SDK's, from AWS_REGION or the profile).
@@ -77,6 +78,46 @@ struct RunArgs {
     /// AWS: a JSON file of on-demand prices ({"m5.large": 0.096, ...}) over the shipped table.
     #[arg(long, env = "AWS_PRICE_FILE")]
     aws_price_file: Option<PathBuf>,
+    /// GCP: the project nodes launch in.
+    #[arg(long, env = "GCP_PROJECT")]
+    gcp_project: Option<String>,
+    /// GCP: the GKE cluster's name (instance names and labels); defaults to --cluster-name.
+    #[arg(long, env = "GCP_CLUSTER")]
+    gcp_cluster: Option<String>,
+    /// GCP: the region nodes launch in (default: the region of the first --gcp-zones zone).
+    #[arg(long, env = "GCP_REGION")]
+    gcp_region: Option<String>,
+    /// GCP: the zones nodes launch in, comma-separated (default: every zone of the region).
+    #[arg(long, env = "GCP_ZONES", value_delimiter = ',')]
+    gcp_zones: Vec<String>,
+    /// GCP: the subnetwork nodes use when the GCENodeClass names none.
+    #[arg(long, env = "GCP_SUBNETWORK")]
+    gcp_subnetwork: Option<String>,
+    /// GCP: send every Compute call here with anonymous credentials (tests: gcp-fake).
+    #[arg(long, env = "GCP_ENDPOINT", hide = true)]
+    gcp_endpoint: Option<String>,
+}
+
+async fn gcp_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<karpenter_core::cloud::gcp::GcpProvider> {
+    use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
+    let project = args.gcp_project.clone().context("--gcp-project (or GCP_PROJECT) is required with --provider gcp")?;
+    let cluster = args
+        .gcp_cluster
+        .clone()
+        .or_else(|| args.cluster_name.clone())
+        .context("--gcp-cluster (or GCP_CLUSTER) is required with --provider gcp")?;
+    let region = match (&args.gcp_region, args.gcp_zones.first()) {
+        (Some(region), _) => region.clone(),
+        (None, Some(zone)) => zone.rsplit_once('-').map_or(zone.as_str(), |(region, _)| region).to_owned(),
+        (None, None) => anyhow::bail!("--gcp-region or --gcp-zones is required with --provider gcp"),
+    };
+    let mut config = GcpConfig::new(project, cluster, region);
+    config.zones = args.gcp_zones.clone();
+    config.subnetwork = args.gcp_subnetwork.clone();
+    config.endpoint = args.gcp_endpoint.clone();
+    tracing::info!(project = %config.project, cluster = %config.cluster_name, region = %config.region, zones = ?config.zones,
+        endpoint = ?config.endpoint, "using the gcp provider");
+    GcpProvider::new(config, client).await.context("setting up the Compute Engine clients")
 }
 
 async fn aws_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<karpenter_core::cloud::aws::AwsProvider> {
@@ -167,9 +208,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             ProviderKind::Aws => {
                 let provider = Arc::new(aws_provider(&args, client.clone()).await?);
+                let mut running = controllers::start(client, provider, settings, metrics).await;
+                // EC2NodeClass status, and the interruption queue when --interruption-queue is set.
+                controllers::aws::start(&mut running).await.context("starting the EC2 loops")?;
+                running.wait().await;
+                Ok(())
+            }
+            ProviderKind::Gcp => {
+                let provider = Arc::new(gcp_provider(&args, client.clone()).await?);
                 controllers::run(client, provider, settings, metrics).await.context("running the controllers")
             }
-            ProviderKind::Gcp => anyhow::bail!("the gcp provider is not available in this build yet; use --provider kwok or aws"),
         }
     };
     tokio::select! {

@@ -9,6 +9,10 @@ pub mod catalogue;
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "gcp")]
+pub mod gcp;
+pub mod gcp_prices;
+pub mod unavailable;
 
 pub use catalogue::{InstanceType, Offering, Overhead};
 

@@ -2,12 +2,14 @@
 //! memory, pod limits, zones and list prices, so the demo makes the same cost-aware choices a
 //! real cluster would (spot before on-demand, arm64 when allowed, the smallest type that fits).
 //!
-//! Prices are on-demand and typical spot list prices per hour in USD (AWS us-west-2, GCP
-//! us-central1, Linux), rounded to four places. Overhead follows upstream Karpenter's formulas
+//! Prices are on-demand and typical spot list prices per hour in USD (AWS us-west-2, Linux,
+//! rounded to four places; GCP us-central1 from [`crate::cloud::gcp_prices`], the table the gcp
+//! provider ships). Overhead follows upstream Karpenter's formulas
 //! for EKS (kube-reserved from vCPUs and max pods, 100Mi eviction threshold).
 
 use crate::apis::labels;
 use crate::cloud::catalogue::{InstanceType, Offering, Overhead};
+use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
 
@@ -40,8 +42,10 @@ const fn aws(name: &'static str, arch: &'static str, vcpu: u64, memory_gib: u64,
     Shape { name, cloud: Cloud::Aws, arch, vcpu, memory_gib, max_pods, gpus: 0, on_demand, spot }
 }
 
-const fn gcp(name: &'static str, arch: &'static str, vcpu: u64, memory_gib: u64, on_demand: f64, spot: f64) -> Shape {
-    Shape { name, cloud: Cloud::Gcp, arch, vcpu, memory_gib, max_pods: GCP_MAX_PODS, gpus: 0, on_demand, spot }
+/// A Google Cloud shape; its prices come from the table the gcp provider uses too
+/// ([`crate::cloud::gcp_prices`]).
+const fn gcp(name: &'static str, arch: &'static str, vcpu: u64, memory_gib: u64) -> Shape {
+    Shape { name, cloud: Cloud::Gcp, arch, vcpu, memory_gib, max_pods: GCP_MAX_PODS, gpus: 0, on_demand: 0.0, spot: 0.0 }
 }
 
 const fn with_gpus(mut shape: Shape, gpus: u64) -> Shape {
@@ -79,24 +83,24 @@ const SHAPES: &[Shape] = &[
     with_gpus(aws("g4dn.xlarge", "amd64", 4, 16, 29, 0.5260, 0.2104), 1),
     with_gpus(aws("g5.xlarge", "amd64", 4, 16, 58, 1.0060, 0.4024), 1),
     // Google Cloud: E2, N2, N2D, C3, Tau T2A (Arm), memory-optimised N2, and a G2 GPU shape.
-    gcp("e2-standard-2", "amd64", 2, 8, 0.0670, 0.0201),
-    gcp("e2-standard-4", "amd64", 4, 16, 0.1340, 0.0402),
-    gcp("e2-standard-8", "amd64", 8, 32, 0.2681, 0.0804),
-    gcp("e2-standard-16", "amd64", 16, 64, 0.5362, 0.1608),
-    gcp("n2-standard-2", "amd64", 2, 8, 0.0971, 0.0235),
-    gcp("n2-standard-4", "amd64", 4, 16, 0.1942, 0.0470),
-    gcp("n2-standard-8", "amd64", 8, 32, 0.3885, 0.0940),
-    gcp("n2-standard-16", "amd64", 16, 64, 0.7769, 0.1880),
-    gcp("n2d-standard-2", "amd64", 2, 8, 0.0845, 0.0204),
-    gcp("n2d-standard-4", "amd64", 4, 16, 0.1690, 0.0409),
-    gcp("n2d-standard-8", "amd64", 8, 32, 0.3380, 0.0818),
-    gcp("c3-standard-4", "amd64", 4, 16, 0.2086, 0.0505),
-    gcp("c3-standard-8", "amd64", 8, 32, 0.4172, 0.1010),
-    gcp("t2a-standard-2", "arm64", 2, 8, 0.0770, 0.0231),
-    gcp("t2a-standard-4", "arm64", 4, 16, 0.1540, 0.0462),
-    gcp("n2-highmem-2", "amd64", 2, 16, 0.1310, 0.0317),
-    gcp("n2-highmem-4", "amd64", 4, 32, 0.2620, 0.0634),
-    with_gpus(gcp("g2-standard-4", "amd64", 4, 16, 0.7068, 0.2828), 1),
+    gcp("e2-standard-2", "amd64", 2, 8),
+    gcp("e2-standard-4", "amd64", 4, 16),
+    gcp("e2-standard-8", "amd64", 8, 32),
+    gcp("e2-standard-16", "amd64", 16, 64),
+    gcp("n2-standard-2", "amd64", 2, 8),
+    gcp("n2-standard-4", "amd64", 4, 16),
+    gcp("n2-standard-8", "amd64", 8, 32),
+    gcp("n2-standard-16", "amd64", 16, 64),
+    gcp("n2d-standard-2", "amd64", 2, 8),
+    gcp("n2d-standard-4", "amd64", 4, 16),
+    gcp("n2d-standard-8", "amd64", 8, 32),
+    gcp("c3-standard-4", "amd64", 4, 16),
+    gcp("c3-standard-8", "amd64", 8, 32),
+    gcp("t2a-standard-2", "arm64", 2, 8),
+    gcp("t2a-standard-4", "arm64", 4, 16),
+    gcp("n2-highmem-2", "amd64", 2, 16),
+    gcp("n2-highmem-4", "amd64", 4, 32),
+    with_gpus(gcp("g2-standard-4", "amd64", 4, 16), 1),
 ];
 
 /// kube-reserved CPU as EKS computes it: 6% of the first core, 1% of the second, 0.5% of the
@@ -174,12 +178,16 @@ impl Shape {
             it.requirements.add(requirement);
         }
         let zones = if self.cloud == Cloud::Aws { AWS_ZONES } else { GCP_ZONES };
+        let (on_demand, spot) = match self.cloud {
+            Cloud::Aws => (self.on_demand, self.spot),
+            Cloud::Gcp => gcp_prices::listed(self.name).map_or((self.on_demand, self.spot), |p| (p.on_demand, p.spot)),
+        };
         it.offerings = zones
             .iter()
             .flat_map(|zone| {
                 [
-                    Offering::new(zone, labels::CAPACITY_TYPE_SPOT, self.spot),
-                    Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, self.on_demand),
+                    Offering::new(zone, labels::CAPACITY_TYPE_SPOT, spot),
+                    Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
                 ]
             })
             .collect();

@@ -1,0 +1,384 @@
+//! One launch: pick the capacity type, order the claim's offerings cheapest first, and
+//! `instances.insert` them one at a time until one comes up (at most
+//! [`GcpConfig::max_launch_attempts`](super::GcpConfig) tries). Every finished operation is
+//! checked for `error`, because the Rust poller returns `Ok` for a failed one: a stockout
+//! (`ZONE_RESOURCE_POOL_EXHAUSTED*`) marks the offering unavailable, a `QUOTA_EXCEEDED` the type
+//! in every zone of the region, and the next offering is tried.
+
+use super::nodeclass::{Image, ResolvedNodeClass};
+use super::{
+    CLUSTER_LABEL, CatalogueSnapshot, GcpApiError, GcpProvider, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_CLASS_LABEL,
+    NODE_POOL_LABEL, NODE_POOL_METADATA, gce_label_key, gce_label_value,
+};
+use crate::apis::{NodeClaim, labels};
+use crate::cloud::catalogue::InstanceType;
+use crate::cloud::provider::{CloudError, Instance};
+use crate::scheduling::Requirements;
+use google_cloud_lro::Poller;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Operation error codes that mean "no capacity for this offering in this zone now".
+pub const STOCKOUT_CODES: [&str; 2] = ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"];
+/// Operation error codes that mean "the project may not have more of this".
+pub const QUOTA_CODES: [&str; 1] = ["QUOTA_EXCEEDED"];
+
+/// One offering to try.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    pub instance_type: String,
+    pub zone: String,
+    pub price: f64,
+    pub image: Image,
+}
+
+/// The capacity type to launch and the offerings to try, cheapest first, or `None` when no
+/// candidate has a usable offering. Spot wins when allowed and some spot offering is no dearer
+/// than the cheapest on-demand one (upstream's rule).
+pub fn plan(
+    requirements: &Requirements,
+    candidates: &[InstanceType],
+    resolved: &ResolvedNodeClass,
+    is_unavailable: impl Fn(&str, &str, &str) -> bool,
+) -> Option<(&'static str, Vec<Attempt>)> {
+    let arch_of = |it: &InstanceType| {
+        ["amd64", "arm64"].into_iter().find(|arch| it.requirements.allows(labels::ARCH, arch)).unwrap_or("amd64")
+    };
+    let usable = |it: &InstanceType, capacity_type: &str| -> Vec<(String, f64)> {
+        it.offerings
+            .iter()
+            .filter(|o| o.capacity_type == capacity_type && o.available && o.allowed_by(requirements))
+            .filter(|o| !is_unavailable(capacity_type, &it.name, &o.zone))
+            .map(|o| (o.zone.clone(), o.price))
+            .collect()
+    };
+    let bootable: Vec<(&InstanceType, &Image)> =
+        candidates.iter().filter_map(|it| resolved.image_for(arch_of(it)).map(|image| (it, image))).collect();
+    let cheapest_on_demand = bootable
+        .iter()
+        .flat_map(|(it, _)| usable(it, labels::CAPACITY_TYPE_ON_DEMAND))
+        .map(|(_, p)| p)
+        .fold(f64::INFINITY, f64::min);
+    let allows = |ct: &str| requirements.allows(labels::CAPACITY_TYPE, ct);
+    let spot_offers = |it: &InstanceType| -> Vec<(String, f64)> {
+        usable(it, labels::CAPACITY_TYPE_SPOT).into_iter().filter(|(_, p)| *p <= cheapest_on_demand).collect()
+    };
+    let capacity_type = if allows(labels::CAPACITY_TYPE_SPOT) && bootable.iter().any(|(it, _)| !spot_offers(it).is_empty()) {
+        labels::CAPACITY_TYPE_SPOT
+    } else if allows(labels::CAPACITY_TYPE_ON_DEMAND) {
+        labels::CAPACITY_TYPE_ON_DEMAND
+    } else {
+        return None;
+    };
+    let mut attempts: Vec<Attempt> = bootable
+        .iter()
+        .flat_map(|(it, image)| {
+            let offers = if capacity_type == labels::CAPACITY_TYPE_SPOT { spot_offers(it) } else { usable(it, capacity_type) };
+            offers.into_iter().map(|(zone, price)| Attempt { instance_type: it.name.clone(), zone, price, image: (*image).clone() })
+        })
+        .collect();
+    // Stable: equal prices keep the candidates' order (the scheduler's preference).
+    attempts.sort_by(|a, b| a.price.total_cmp(&b.price));
+    (!attempts.is_empty()).then_some((capacity_type, attempts))
+}
+
+/// The instance name for a claim: `<cluster>-<claim>`, made a valid GCE name, at most 63
+/// characters (a hash keeps long ones unique). Deterministic, so a retried launch finds the
+/// instance it already created.
+pub fn instance_name(cluster: &str, claim: &str) -> String {
+    let raw = format!("{cluster}-{claim}").to_ascii_lowercase();
+    let mut name: String = raw.chars().map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' }).collect();
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        name.insert_str(0, "k-");
+    }
+    if name.len() > 63 {
+        let hash = raw.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        name.truncate(54);
+        name = format!("{}-{:08x}", name.trim_end_matches('-'), hash & 0xffff_ffff);
+    }
+    name.trim_end_matches('-').to_owned()
+}
+
+fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&str>) -> Value {
+    let category = disk.category.clone().unwrap_or_else(|| "pd-balanced".to_owned());
+    if category == "local-ssd" {
+        return json!({"type": "SCRATCH", "interface": "NVME", "autoDelete": true,
+            "initializeParams": {"diskType": format!("zones/{zone}/diskTypes/local-ssd"), "diskSizeGb": "375"}});
+    }
+    let mut params = json!({"diskSizeGb": disk.size_gib.to_string(), "diskType": format!("zones/{zone}/diskTypes/{category}")});
+    if let Some(image) = image {
+        params["sourceImage"] = json!(image);
+    }
+    if let Some(iops) = disk.provisioned_iops {
+        params["provisionedIops"] = json!(iops.to_string());
+    }
+    if let Some(throughput) = disk.provisioned_throughput {
+        params["provisionedThroughput"] = json!(throughput.to_string());
+    }
+    let mut value = json!({"type": "PERSISTENT", "boot": image.is_some(), "autoDelete": true, "initializeParams": params});
+    if let Some(key) = &disk.kms_key_name {
+        value["diskEncryptionKey"] = json!({"kmsKeyName": key});
+    }
+    value
+}
+
+/// The instance labels: the node class's, then cluster, pool, claim and class (ours win).
+pub fn instance_labels(cluster: &str, claim: &NodeClaim, resolved: &ResolvedNodeClass) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> =
+        resolved.spec.labels.iter().map(|(k, v)| (gce_label_key(k), gce_label_value(v))).collect();
+    out.insert(CLUSTER_LABEL.to_owned(), gce_label_value(cluster));
+    out.insert(NODE_CLAIM_LABEL.to_owned(), gce_label_value(&claim.name_any()));
+    out.insert(NODE_CLASS_LABEL.to_owned(), gce_label_value(&resolved.name));
+    if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
+        out.insert(NODE_POOL_LABEL.to_owned(), gce_label_value(pool));
+    }
+    out
+}
+
+/// The `instances.insert` body for one attempt.
+pub fn instance_body(
+    provider: &GcpProvider,
+    claim: &NodeClaim,
+    resolved: &ResolvedNodeClass,
+    attempt: &Attempt,
+    capacity_type: &str,
+    accelerated: bool,
+) -> Value {
+    let spec = &resolved.spec;
+    let zone = &attempt.zone;
+    let config = &provider.config;
+    let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
+    let scheduling = if spot {
+        json!({"provisioningModel": "SPOT", "instanceTerminationAction": "DELETE", "automaticRestart": false,
+            "onHostMaintenance": "TERMINATE", "preemptible": false})
+    } else {
+        json!({"provisioningModel": "STANDARD", "automaticRestart": true,
+            "onHostMaintenance": if accelerated { "TERMINATE" } else { "MIGRATE" }})
+    };
+    let mut disks: Vec<Value> = Vec::new();
+    let boot = spec.disks.iter().find(|d| d.boot).cloned().unwrap_or(crate::apis::gcenodeclass::Disk {
+        size_gib: i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).unwrap_or(100),
+        category: Some("pd-balanced".to_owned()),
+        boot: true,
+        ..Default::default()
+    });
+    disks.push(disk_json(&boot, zone, Some(&attempt.image.source)));
+    disks.extend(spec.disks.iter().filter(|d| !d.boot).map(|d| disk_json(d, zone, None)));
+
+    let network = spec.network_config.clone().unwrap_or_default();
+    let mut primary = match network.subnetwork.as_ref().or(config.subnetwork.as_ref()) {
+        Some(subnetwork) => json!({"subnetwork": subnetwork}),
+        None => json!({"network": config.network.clone().unwrap_or_else(|| "global/networks/default".to_owned())}),
+    };
+    if network.enable_private_nodes != Some(true) {
+        primary["accessConfigs"] = json!([{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]);
+    }
+    if let Some(range) = &spec.subnet_range_name {
+        primary["aliasIpRanges"] = json!([{"subnetworkRangeName": range, "ipCidrRange": "/24"}]);
+    }
+    let mut interfaces = vec![primary];
+    for extra in &network.additional_network_interfaces {
+        let mut nic = json!({"subnetwork": extra.subnetwork});
+        if let Some(net) = &extra.network {
+            nic["network"] = json!(net);
+        }
+        interfaces.push(nic);
+    }
+
+    let claim_name = claim.name_any();
+    let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
+    metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim_name.clone());
+    if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
+        metadata.insert(NODE_POOL_METADATA.to_owned(), pool.clone());
+    }
+    metadata.insert("cluster-name".to_owned(), config.cluster_name.clone());
+    // What GKE's node bootstrap reads for the kubelet's labels and taints.
+    let kube_labels: Vec<String> = claim
+        .labels()
+        .iter()
+        .filter(|(k, _)| {
+            let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
+            !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
+    let mut taints: Vec<String> =
+        claim.spec.taints.iter().chain(&claim.spec.startup_taints).map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect)).collect();
+    taints.push(format!("{}=:NoExecute", labels::UNREGISTERED_TAINT_KEY));
+    metadata.insert("kube-node-taints".to_owned(), taints.join(","));
+
+    let mut body = json!({
+        "name": instance_name(&config.cluster_name, &claim_name),
+        "machineType": format!("zones/{zone}/machineTypes/{}", attempt.instance_type),
+        "labels": instance_labels(&config.cluster_name, claim, resolved),
+        "scheduling": scheduling,
+        "disks": disks,
+        "networkInterfaces": interfaces,
+        "serviceAccounts": [{"email": spec.service_account.clone().unwrap_or_else(|| "default".to_owned()),
+                             "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}],
+        "metadata": {"items": metadata.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()},
+    });
+    if !spec.network_tags.is_empty() {
+        body["tags"] = json!({"items": spec.network_tags});
+    }
+    if let Some(shielded) = &spec.shielded_instance_config {
+        body["shieldedInstanceConfig"] = json!({"enableSecureBoot": shielded.enable_secure_boot,
+            "enableVtpm": shielded.enable_vtpm, "enableIntegrityMonitoring": shielded.enable_integrity_monitoring});
+    }
+    if let Some(kind) = &spec.confidential_instance_type {
+        body["confidentialInstanceConfig"] = json!({"confidentialInstanceType": kind});
+    }
+    body
+}
+
+/// What a finished operation's `error` means.
+#[derive(Debug, PartialEq)]
+pub enum OperationFailure {
+    /// No capacity in that zone now.
+    Stockout(String),
+    /// A quota ran out.
+    Quota(String),
+    /// Anything else.
+    Other(String),
+}
+
+/// Classifies a DONE operation: `None` when it succeeded.
+pub fn operation_failure(op: &google_cloud_compute_v1::model::Operation) -> Option<OperationFailure> {
+    let error = op.error.as_ref()?;
+    let first = error.errors.first();
+    let code = first.and_then(|e| e.code.clone()).unwrap_or_default();
+    let message = error
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.code.as_deref().unwrap_or("UNKNOWN"), e.message.as_deref().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let message = if message.is_empty() {
+        format!("operation failed with HTTP {}", op.http_error_status_code.unwrap_or_default())
+    } else {
+        message
+    };
+    Some(if error.errors.iter().any(|e| e.code.as_deref().is_some_and(|c| STOCKOUT_CODES.contains(&c))) {
+        OperationFailure::Stockout(message)
+    } else if QUOTA_CODES.contains(&code.as_str()) {
+        OperationFailure::Quota(message)
+    } else {
+        OperationFailure::Other(message)
+    })
+}
+
+/// A failed operation, as an error with its codes and messages.
+#[derive(Debug, thiserror::Error)]
+#[error("operation {operation} failed: {message}")]
+pub struct OperationError {
+    pub operation: String,
+    pub message: String,
+}
+
+/// Launches one instance for `claim`.
+pub(super) async fn launch(
+    provider: &GcpProvider,
+    claim: &NodeClaim,
+    candidates: &[InstanceType],
+    resolved: &ResolvedNodeClass,
+    snapshot: &CatalogueSnapshot,
+) -> Result<Instance, CloudError> {
+    let claim_name = claim.name_any();
+    let requirements =
+        Requirements::from_api(&claim.spec.requirements).map_err(|e| CloudError::api("reading the NodeClaim's requirements", e))?;
+    let unavailable = provider.unavailable.clone();
+    let Some((capacity_type, attempts)) = plan(&requirements, candidates, resolved, |ct, it, z| unavailable.is_unavailable(ct, it, z)) else {
+        return Err(CloudError::InsufficientCapacity { offerings: candidates.iter().map(|it| it.name.clone()).collect() });
+    };
+    let config = &provider.config;
+    let name = instance_name(&config.cluster_name, &claim_name);
+    let mut failed = Vec::new();
+    for attempt in attempts.iter().take(config.max_launch_attempts.max(1)) {
+        let offering = format!("{capacity_type}:{}:{}", attempt.instance_type, attempt.zone);
+        if provider.unavailable.is_unavailable(capacity_type, &attempt.instance_type, &attempt.zone) {
+            continue; // a quota error on an earlier attempt ruled it out
+        }
+        let accelerated = snapshot.types.get(&attempt.instance_type).is_some_and(|t| t.gpus.is_some());
+        let body = instance_body(provider, claim, resolved, attempt, capacity_type, accelerated);
+        let instance: google_cloud_compute_v1::model::Instance =
+            serde_json::from_value(body).map_err(|e| CloudError::api("building the instance request", e))?;
+        // No requestId: GCE would answer a retry of a failed insert with the same failed
+        // operation for an hour. The deterministic name makes a retry a 409 instead, and the
+        // instance is adopted below.
+        let result = provider
+            .clients
+            .instances
+            .insert()
+            .set_project(&config.project)
+            .set_zone(&attempt.zone)
+            .set_body(instance)
+            .poller()
+            .until_done()
+            .await;
+        let op = match result {
+            Ok(op) => op,
+            Err(e) if e.http_status_code() == Some(409) => {
+                // Launched before (an agent restart between insert and recording it): adopt it
+                // if it is this claim's.
+                let existing = provider.instance_by_name(&attempt.zone, &name).await?;
+                match existing {
+                    Some(found) if found.node_claim.as_deref() == Some(claim_name.as_str()) => return Ok(found),
+                    _ => return Err(CloudError::api("creating the instance", GcpApiError::from(e))),
+                }
+            }
+            Err(e) if super::is_quota_or_stockout(&e) => {
+                tracing::warn!(nodeclaim = %claim_name, offering = %offering, error = %GcpApiError::from(e), "no capacity; trying the next offering");
+                provider.unavailable.mark(capacity_type, &attempt.instance_type, &attempt.zone);
+                failed.push(offering);
+                continue;
+            }
+            Err(e) => return Err(super::cloud_error("creating the instance", e)),
+        };
+        match operation_failure(&op) {
+            None => {
+                tracing::info!(nodeclaim = %claim_name, instance = %name, offering = %offering, "instance inserted");
+                let mut launched = provider.instance_by_name(&attempt.zone, &name).await?.ok_or_else(|| {
+                    CloudError::api("reading the new instance", OperationError { operation: op.name.clone().unwrap_or_default(), message: "the instance is gone".to_owned() })
+                })?;
+                launched.image_id = Some(attempt.image.source.clone());
+                launched.price = attempt.price;
+                return Ok(launched);
+            }
+            Some(OperationFailure::Stockout(message)) => {
+                tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "zone has no capacity; trying the next offering");
+                provider.unavailable.mark(capacity_type, &attempt.instance_type, &attempt.zone);
+                failed.push(offering);
+            }
+            Some(OperationFailure::Quota(message)) => {
+                tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "quota exceeded; trying the next offering");
+                for zone in snapshot.zones_of.get(&attempt.instance_type).into_iter().flatten() {
+                    provider.unavailable.mark(capacity_type, &attempt.instance_type, zone);
+                }
+                failed.push(offering);
+            }
+            Some(OperationFailure::Other(message)) => {
+                let operation = op.name.clone().unwrap_or_default();
+                tracing::warn!(nodeclaim = %claim_name, offering = %offering, %operation, %message, "instance insert failed");
+                return Err(CloudError::api("creating the instance", OperationError { operation, message }));
+            }
+        }
+    }
+    Err(CloudError::InsufficientCapacity { offerings: failed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_names_are_valid_gce_names() {
+        assert_eq!(instance_name("demo", "default-abc12"), "demo-default-abc12");
+        assert_eq!(instance_name("Demo.Cluster", "pool.x-1"), "demo-cluster-pool-x-1");
+        assert_eq!(instance_name("1c", "p"), "k-1c-p");
+        let long = instance_name(&"c".repeat(40), &"p".repeat(40));
+        assert!(long.len() <= 63, "{long}");
+        assert_ne!(long, instance_name(&"c".repeat(40), &format!("{}q", "p".repeat(39))));
+    }
+}
