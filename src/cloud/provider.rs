@@ -181,6 +181,16 @@ pub trait CloudProvider: Send + Sync {
         node_class: &NodeClassReference,
     ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send;
 
+    /// Whether `id` names one of this provider's machines (by scheme), so controllers leave
+    /// claims of another cloud alone. Providers named other than `aws`, `gcp` and `kwok` own none
+    /// unless they say otherwise.
+    fn owns(&self, id: &ProviderId) -> bool {
+        matches!(
+            (self.name(), id),
+            ("aws", ProviderId::Aws { .. }) | ("gcp", ProviderId::Gce { .. }) | ("kwok", ProviderId::Kwok { .. })
+        )
+    }
+
     /// Why a claim's machine no longer matches its node class, if it does not.
     fn drift(&self, _claim: &NodeClaim) -> impl Future<Output = Result<Option<String>, CloudError>> + Send {
         async { Ok(None) }

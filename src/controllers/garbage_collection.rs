@@ -1,11 +1,20 @@
 //! Deletes instances no NodeClaim owns: launched by an agent that crashed before it recorded the
 //! launch, or left behind by a claim deleted while its launch was in flight. Instances are
 //! money; none may leak.
+//!
+//! The other direction too: a launched NodeClaim whose instance the cloud stopped or removed
+//! (a preempted spot VM, an instance deleted by hand) is deleted, so its pods go pending and
+//! get a new claim. Its Node may still be there (a stopped VM's Node just goes NotReady), so the
+//! lifecycle's "node vanished" check alone would never notice.
 
-use super::{Context, Error};
-use crate::cloud::CloudProvider;
-use kube::ResourceExt;
-use std::collections::HashSet;
+use super::{Context, Error, conditions};
+use crate::apis::NodeClaim;
+use crate::apis::nodeclaim::conditions as cond;
+use crate::cloud::{CloudProvider, ProviderId};
+use kube::api::{Api, DeleteParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tracing::{info, warn};
 
@@ -19,6 +28,11 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
             Ok(0) => {}
             Ok(deleted) => info!(instances = deleted, "garbage-collected orphaned instances"),
             Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e), "garbage collection failed"),
+        }
+        match collect_claims_without_instances(&ctx).await {
+            Ok(0) => {}
+            Ok(deleted) => info!(nodeclaims = deleted, "deleted nodeclaims whose instances are gone"),
+            Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e), "checking nodeclaims' instances failed"),
         }
     }
 }
@@ -50,6 +64,50 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
         ctx.provider.delete(&instance.provider_id).await.map_err(Error::cloud("deleting an orphaned instance"))?;
         ctx.metrics.instances_garbage_collected.inc();
         deleted += 1;
+    }
+    Ok(deleted)
+}
+
+/// One pass the other way: deletes every launched NodeClaim (older than the grace period, not
+/// already deleting, of this provider) whose instance is stopped, terminated or gone, confirmed
+/// with a `get` of its own. Returns how many it deleted.
+pub async fn collect_claims_without_instances<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error> {
+    let instances = ctx.provider.list().await.map_err(Error::cloud("listing instances"))?;
+    let listed: HashMap<String, bool> = instances.iter().map(|i| (i.provider_id.to_string(), i.terminating)).collect();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut deleted = 0;
+    for claim in ctx.claims.state() {
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(status) = claim.status.as_ref() else { continue };
+        let Some(id) = status.provider_id.as_deref().and_then(|p| p.parse::<ProviderId>().ok()) else { continue };
+        if !ctx.provider.owns(&id) || listed.get(&id.to_string()) == Some(&false) {
+            continue;
+        }
+        let launched = conditions::since(&status.conditions, cond::LAUNCHED).filter(|_| conditions::is_true(&status.conditions, cond::LAUNCHED));
+        if launched.is_none_or(|t| now.duration_since(t).unsigned_abs() < ctx.settings.garbage_collection_grace) {
+            continue;
+        }
+        // The list may predate the launch, or lag: ask about this one instance.
+        let instance = ctx.provider.get(&id).await.map_err(Error::cloud("looking up a nodeclaim's instance"))?;
+        let state = match &instance {
+            None => "gone",
+            Some(i) if i.terminating => "stopped or terminating",
+            Some(_) => continue,
+        };
+        info!(nodeclaim = %claim.name_any(), provider_id = %id, state, "instance is not running; deleting its nodeclaim");
+        let note = format!("instance {id} is {state} (preempted or removed outside Karpenter); replacing it");
+        let event = Event { type_: EventType::Warning, reason: "InstanceTerminated".to_owned(), note: Some(note), action: "Replace".to_owned(), secondary: None };
+        if let Err(e) = ctx.recorder.publish(&event, &claim.object_ref(&())).await {
+            warn!(nodeclaim = %claim.name_any(), error = %e, "could not publish event");
+        }
+        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        match api.delete(&claim.name_any(), &DeleteParams::background()).await {
+            Ok(_) => deleted += 1,
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(Error::kube("deleting a nodeclaim whose instance is gone")(e)),
+        }
     }
     Ok(deleted)
 }
