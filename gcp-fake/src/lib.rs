@@ -21,6 +21,9 @@
 //! ```
 
 pub mod compute;
+pub mod iam;
+pub mod resourcemanager;
+pub mod serviceusage;
 pub mod wire;
 
 use axum::Router;
@@ -35,6 +38,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub struct State {
     /// Compute Engine: projects, zones, machine types, images, instances, operations, faults.
     pub compute: compute::Compute,
+    /// IAM: service accounts, their keys and policies, custom roles.
+    pub iam: iam::Iam,
+    /// Resource Manager: project policies, and the permission denials every `init` API honours.
+    pub resource_manager: resourcemanager::ResourceManager,
+    /// Service Usage: enabled services and their operations.
+    pub service_usage: serviceusage::ServiceUsage,
     /// Every request served, as `METHOD /path` (no query), oldest first.
     pub requests: Vec<String>,
 }
@@ -53,6 +62,9 @@ pub fn lock(state: &Shared) -> MutexGuard<'_, State> {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .merge(compute::router())
+        .merge(iam::router())
+        .merge(resourcemanager::router())
+        .merge(serviceusage::router())
         .fallback(unknown_route)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record_request))
         .with_state(state)

@@ -26,6 +26,10 @@ pub enum Cloud {
     /// queue and its EventBridge rules, and the agent.
     #[command(after_help = "Examples:\n  kubectl karpenter init aws --cluster demo --region us-west-2 --dry-run\n  kubectl karpenter init aws --cluster demo --yes --output-dir ./karpenter")]
     Aws(crate::init_aws::AwsArgs),
+    /// Set up a GKE cluster: the Compute and GKE APIs, a service account with a narrow custom
+    /// role, Workload Identity (or a key kept only in a Secret), and the agent.
+    #[command(after_help = "Examples:\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --dry-run\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --auth key --yes")]
+    Gcp(crate::init_gcp::GcpArgs),
 }
 
 /// Flags every cloud takes.
@@ -52,6 +56,7 @@ pub struct CommonArgs {
 pub async fn run(cluster: &Cluster, args: &InitArgs, verbose: u8) -> anyhow::Result<()> {
     match &args.cloud {
         Cloud::Aws(aws) => crate::init_aws::run(cluster, aws, verbose).await,
+        Cloud::Gcp(gcp) => crate::init_gcp::run(cluster, gcp, verbose).await,
     }
 }
 

@@ -8,6 +8,7 @@ mod explain;
 mod fixtures;
 mod init;
 mod init_aws;
+mod init_gcp;
 mod output;
 mod status;
 mod table;

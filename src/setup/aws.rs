@@ -905,6 +905,7 @@ pub fn agent_manifests(options: &AwsOptions, controller_role_arn: &str) -> Vec<M
             ("AWS_REGION".to_owned(), options.region.clone()),
             ("INTERRUPTION_QUEUE".to_owned(), options.queue_name()),
         ],
+        credentials_secret: None,
     }));
     objects
 }

@@ -141,7 +141,13 @@ pub struct AgentSettings {
     pub args: Vec<String>,
     /// Environment of the agent container.
     pub env: Vec<(String, String)>,
+    /// A Secret holding cloud credentials (`init gcp --auth key`): mounted read-only at
+    /// [`CREDENTIALS_DIR`], its `key.json` named by `GOOGLE_APPLICATION_CREDENTIALS`.
+    pub credentials_secret: Option<String>,
 }
+
+/// Where a credentials Secret is mounted in the agent's container.
+pub const CREDENTIALS_DIR: &str = "/var/run/secrets/kubectl-karpenter/cloud";
 
 /// The CRDs this project serves.
 pub fn crds() -> Vec<Manifest> {
@@ -163,13 +169,16 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
     let labels = json!({"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"});
     let annotations: serde_json::Map<String, Value> =
         settings.service_account_annotations.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-    let env: Vec<Value> = settings
+    let mut env: Vec<Value> = settings
         .env
         .iter()
         .map(|(k, v)| json!({"name": k, "value": v}))
         .chain([json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})])
         .collect();
-    vec![
+    if settings.credentials_secret.is_some() {
+        env.push(json!({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": format!("{CREDENTIALS_DIR}/key.json")}));
+    }
+    let mut objects = vec![
         Manifest::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}), "namespaces"),
         Manifest::new(
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns, "labels": labels, "annotations": annotations}}),
@@ -239,5 +248,12 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
             }),
             "deployments",
         ),
-    ]
+    ];
+    // Only with a credentials Secret, so the AWS Deployment (and its applied hash) stays as it was.
+    if let (Some(secret), Some(deployment)) = (&settings.credentials_secret, objects.last_mut()) {
+        let pod = &mut deployment.object["spec"]["template"]["spec"];
+        pod["volumes"] = json!([{"name": "cloud-credentials", "secret": {"secretName": secret}}]);
+        pod["containers"][0]["volumeMounts"] = json!([{"name": "cloud-credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]);
+    }
+    objects
 }

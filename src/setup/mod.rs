@@ -19,6 +19,8 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "gcp")]
+pub mod gcp;
 pub mod manifests;
 
 use futures::future::BoxFuture;
