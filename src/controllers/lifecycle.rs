@@ -137,6 +137,9 @@ async fn add_claim_finalizer<P>(claim: &NodeClaim, ctx: &Context<P>) -> Result<(
 
 async fn write_status<P>(claim: &NodeClaim, status: &NodeClaimStatus, ctx: &Context<P>) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    // lastPodEventTime belongs to the pod-events loop: applying the (possibly older) copy read
+    // with the claim would set it back, and owning it here would clear it when left out.
+    let status = NodeClaimStatus { last_pod_event_time: None, ..status.clone() };
     let patch = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "status": status});
     api.patch_status(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
@@ -185,6 +188,11 @@ async fn launch<P: CloudProvider>(claim: &NodeClaim, status: NodeClaimStatus, ct
             ctx.metrics.launch_seconds.observe(started.elapsed().as_secs_f64());
             info!(nodeclaim = %claim.name_any(), instance_type = %instance.instance_type, zone = %instance.zone,
                 capacity_type = %instance.capacity_type, provider_id = %instance.provider_id, "launched");
+            let note = format!(
+                "launched {} ({}) in {} as {}",
+                instance.instance_type, instance.capacity_type, instance.zone, instance.provider_id
+            );
+            publish(ctx, claim, EventType::Normal, "Launched", &note).await;
             Ok(Action::requeue(Duration::from_secs(5)))
         }
         Err(CloudError::InsufficientCapacity { offerings }) => {

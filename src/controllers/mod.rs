@@ -3,13 +3,19 @@
 //! initialization, liveness, termination), garbage collection of orphaned instances, and
 //! NodePool status.
 //!
+//! [`start`] returns the running loops so a provider's own loops (`aws`: the interruption
+//! queue, EC2NodeClass status) run beside them over the same reflector stores.
+//!
 //! Every loop reads cluster state from reflector stores and writes through the API server; none
 //! keeps state that a restart would lose, so a restarted agent picks up where it left off.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod conditions;
 pub mod garbage_collection;
 pub mod lifecycle;
 pub mod nodepool_status;
+pub mod pod_events;
 pub mod provisioning;
 
 use crate::apis::{NodeClaim, NodePool};
@@ -196,12 +202,55 @@ pub async fn run<P: CloudProvider + 'static>(
     settings: Settings,
     metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(), Error> {
+    start(client, provider, settings, metrics).await.wait().await;
+    Ok(())
+}
+
+/// The running loops: the shared [`Context`] (so a provider's own loops, such as the AWS
+/// interruption queue, read the same reflector stores instead of caching the cluster twice)
+/// and the tasks. Dropping it stops every loop.
+pub struct Running<P> {
+    pub ctx: Arc<Context<P>>,
+    lifecycle: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl<P> Running<P> {
+    /// Runs `task` beside the controllers, stopped with them.
+    pub fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(task));
+    }
+
+    /// Waits until the lifecycle controller ends (on SIGTERM/SIGINT), then stops the rest.
+    pub async fn wait(mut self) {
+        if let Some(lifecycle) = self.lifecycle.take() {
+            let _ = lifecycle.await;
+        }
+    }
+}
+
+impl<P> Drop for Running<P> {
+    fn drop(&mut self) {
+        for task in self.lifecycle.iter().chain(&self.tasks) {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the reflectors and every control loop, once the reflectors have listed the cluster.
+pub async fn start<P: CloudProvider + 'static>(
+    client: Client,
+    provider: Arc<P>,
+    settings: Settings,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> Running<P> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     use kube::{Api, ResourceExt};
 
     let (pending, wake) = provisioning::PendingPods::new();
     let recent = Arc::new(provisioning::RecentClaims::default());
+    let pod_events = Arc::new(pod_events::PodEvents::default());
 
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
@@ -259,10 +308,23 @@ pub async fn run<P: CloudProvider + 'static>(
         }),
         spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, |_| {}),
         spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
-        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, move |event| match event {
-            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => tracker.observe(pod),
-            watcher::Event::Delete(pod) => tracker.forget(pod),
-            watcher::Event::Init | watcher::Event::InitDone => {}
+        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, {
+            let pod_events = pod_events.clone();
+            move |event| match event {
+                watcher::Event::Apply(pod) => {
+                    tracker.observe(pod);
+                    pod_events.observe(pod, false);
+                }
+                watcher::Event::InitApply(pod) => {
+                    tracker.observe(pod);
+                    pod_events.observe(pod, true);
+                }
+                watcher::Event::Delete(pod) => {
+                    tracker.forget(pod);
+                    pod_events.forget(pod);
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            }
         }),
     ];
     let ready = async {
@@ -286,15 +348,12 @@ pub async fn run<P: CloudProvider + 'static>(
     pending.nudge();
 
     let ctx = Arc::new(Context::new(client, provider, claims, nodes, pools, pods, settings, metrics));
-    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone()));
-    let provisioning = tokio::spawn(provisioning::run(ctx.clone(), pending, recent, wake));
-    let gc = tokio::spawn(garbage_collection::run(ctx.clone()));
-    let status = tokio::spawn(nodepool_status::run(ctx.clone()));
-    let tasks = [provisioning, gc, status];
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
-    let _ = lifecycle.await;
-    for task in tasks.iter().chain(reflectors.iter()) {
-        task.abort();
-    }
-    Ok(())
+    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone()));
+    let mut tasks = Vec::from(reflectors);
+    tasks.push(tokio::spawn(provisioning::run(ctx.clone(), pending, recent, wake)));
+    tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
+    tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
+    tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));
+    Running { ctx, lifecycle: Some(lifecycle), tasks }
 }

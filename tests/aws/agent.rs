@@ -6,17 +6,14 @@
 use crate::env::Env;
 use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
-use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_core::cloud::ProviderId;
-use karpenter_core::cloud::aws::interruption::InterruptionHandler;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
-use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +22,7 @@ use std::time::Duration;
 struct Agent {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     provider: Arc<AwsProvider>,
+    _running: controllers::Running<AwsProvider>,
 }
 
 impl Drop for Agent {
@@ -35,38 +33,22 @@ impl Drop for Agent {
     }
 }
 
+/// Starts the agent as `karpenter-agent run --provider aws` wires it: the common controllers,
+/// then the EC2 loops (node class status, and the interruption queue when `queue` is set).
 async fn start(env: &Env, queue: Option<String>) -> Agent {
     crate::log_to_stderr();
     let client = rig().client().await;
     let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
-    config.interruption_queue = queue.clone();
+    config.interruption_queue = queue;
     let provider = Arc::new(AwsProvider::with_sdk_config(config, &env.sdk, client.clone()));
     let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
-    let mut tasks = vec![tokio::spawn({
-        let (client, provider) = (client.clone(), provider.clone());
-        async move {
-            let _ = controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
-        }
-    })];
-    tasks.push(tokio::spawn(kubelet(client.clone(), env.cluster.clone())));
+    let mut running = controllers::start(client.clone(), provider.clone(), settings, Arc::new(Metrics::new())).await;
+    controllers::aws::start(&mut running).await.expect("the EC2 loops start");
+    let mut tasks = vec![tokio::spawn(kubelet(client.clone(), env.cluster.clone()))];
     if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
         tasks.push(tokio::spawn(dump_state()));
     }
-    if let Some(queue) = queue {
-        let handler = InterruptionHandler::new(aws_sdk_sqs::Client::new(&env.sdk), &queue, client.clone(), provider.unavailable_offerings())
-            .await
-            .expect("interruption handler");
-        let (store, writer) = reflector::store::<NodeClaim>();
-        let stream = reflector::reflector(writer, watcher(Api::<NodeClaim>::all(client.clone()), watcher::Config::default()).default_backoff());
-        tasks.push(tokio::spawn(stream.for_each(|_| futures::future::ready(()))));
-        tasks.push(tokio::spawn(async move {
-            let _ = store.wait_until_ready().await;
-            let mut handler = handler;
-            handler.wait = Duration::from_secs(1);
-            handler.run(store).await;
-        }));
-    }
-    Agent { tasks, provider }
+    Agent { tasks, provider, _running: running }
 }
 
 /// Prints the claims, nodes, pods and events every 20 s (with `KARPENTER_TEST_LOG=1`).
@@ -319,5 +301,46 @@ async fn a_claim_whose_only_type_has_no_capacity_is_replaced_by_one_of_the_next_
     })
     .await;
     clean_up(&client, "replan-demo-app", "replan-demo").await;
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_keeps_an_ec2_node_class_status_current_from_not_ready_to_ready() {
+    let _guard = exclusive();
+    // Nothing is tagged for discovery yet.
+    let env = Env::new("status-demo", false).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    let agent = start(&env, None).await;
+    apply(&node_class("status-demo", &env.cluster, &role));
+    let classes: Api<EC2NodeClass> = Api::all(client.clone());
+    let condition = |class: &EC2NodeClass, type_: &str| {
+        class.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+    };
+    let not_ready = wait_for("the node class to say it is not ready", Duration::from_secs(60), || async {
+        let class = classes.get("status-demo").await.ok()?;
+        condition(&class, "Ready").filter(|c| c.status == "False")
+    })
+    .await;
+    assert!(not_ready.message.contains("no subnets match subnetSelectorTerms"), "{}", not_ready.message);
+
+    // Tag the subnets and security group; the agent notices on its own, with no change to the object.
+    let tag = aws_sdk_ec2::types::Tag::builder().key("karpenter.sh/discovery").value(&env.cluster).build();
+    let mut tagging = env.ec2.create_tags().resources(&env.security_group_id).tags(tag);
+    for subnet in &env.subnet_ids {
+        tagging = tagging.resources(subnet);
+    }
+    tagging.send().await.expect("tag for discovery");
+    let status = wait_for("the node class to become ready", Duration::from_secs(90), || async {
+        let class = classes.get("status-demo").await.ok()?;
+        condition(&class, "Ready").filter(|c| c.status == "True")?;
+        class.status
+    })
+    .await;
+    assert_eq!(status.subnets.len(), 3);
+    assert_eq!(status.security_groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), [env.security_group_id.as_str()]);
+    assert!(status.amis.iter().any(|a| a.id == env.amd64_ami), "{:?}", status.amis);
+    assert!(status.instance_profile.is_some());
+    rig().kubectl_ok(&["delete", "ec2nodeclass", "status-demo", "--wait=false"]);
     drop(agent);
 }

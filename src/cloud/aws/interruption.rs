@@ -125,9 +125,10 @@ impl InterruptionHandler {
         Ok(Self { sqs, queue_url, client, recorder, unavailable, wait: Duration::from_secs(20) })
     }
 
-    /// Receives one batch (long-polling up to `wait`), acts on it against `claims`, deletes the
-    /// messages, and says what it did.
-    pub async fn poll_once(&self, claims: &[Arc<NodeClaim>]) -> Result<Vec<Handled>, CloudError> {
+    /// Receives one batch (long-polling up to `wait`), acts on it against the claims `claims`
+    /// holds once the batch arrived (a claim launched during the long poll is among them),
+    /// deletes the messages, and says what it did.
+    pub async fn poll_once(&self, claims: &Store<NodeClaim>) -> Result<Vec<Handled>, CloudError> {
         let out = self
             .sqs
             .receive_message()
@@ -138,10 +139,11 @@ impl InterruptionHandler {
             .await
             .map_err(|e| cloud_error("reading the interruption queue (sqs:ReceiveMessage)", e))?;
         let mut handled = Vec::new();
+        let claims = if out.messages().is_empty() { Vec::new() } else { claims.state() };
         for message in out.messages() {
             if let Some((interruption, ids)) = message.body().and_then(parse_message) {
                 for instance_id in ids {
-                    let node_claim = self.act(&interruption, &instance_id, claims).await?;
+                    let node_claim = self.act(&interruption, &instance_id, &claims).await?;
                     handled.push(Handled { interruption: interruption.clone(), instance_id, node_claim });
                 }
             }
@@ -203,7 +205,7 @@ impl InterruptionHandler {
     /// and retried after a pause.
     pub async fn run(self, claims: Store<NodeClaim>) {
         loop {
-            match self.poll_once(&claims.state()).await {
+            match self.poll_once(&claims).await {
                 Ok(handled) => {
                     for h in handled {
                         tracing::debug!(?h, "interruption handled");
