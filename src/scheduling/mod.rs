@@ -381,9 +381,24 @@ impl NewClaim {
 /// Plans with at most this many new claims (and pods) are also tried as a single new node.
 const SINGLE_NODE_CHECK: (usize, usize) = (16, 256);
 
+/// The most NodePool orders one round tries (see [`pool_orders`]).
+const MAX_POOL_ORDERS: usize = 8;
+
 /// Places `input.pods`. See the module docs.
 pub fn schedule(input: &Input<'_>) -> Plan {
-    let solver = solver::Solver::new(input, None);
+    let mut best: Option<Plan> = None;
+    for order in pool_orders(input) {
+        let plan = schedule_in_order(input, &order);
+        if best.as_ref().is_none_or(|b| better(&plan, b)) {
+            best = Some(plan);
+        }
+    }
+    best.unwrap_or_default()
+}
+
+/// One greedy solve with NodePools tried in `order`, and for small plans the single-node check.
+fn schedule_in_order(input: &Input<'_>, order: &[usize]) -> Plan {
+    let solver = solver::Solver::new(input, order, None);
     let hopeless = solver.single_node_hopeless();
     let plan = solver.run();
     // Greedy packing can split a small batch that one bigger node would hold for less (when a
@@ -391,12 +406,50 @@ pub fn schedule(input: &Input<'_>) -> Plan {
     // node and keep that if it places as many pods for less.
     let (max_claims, max_pods) = SINGLE_NODE_CHECK;
     if !hopeless && plan.new_claims.len() > 1 && plan.new_claims.len() <= max_claims && input.pods.len() <= max_pods {
-        let single = solver::Solver::new(input, Some(1)).run();
-        if single.placed_pods() >= plan.placed_pods() && single.total_price() < plan.total_price() - 1e-9 {
+        let single = solver::Solver::new(input, order, Some(1)).run();
+        if better(&single, &plan) {
             return single;
         }
     }
     plan
+}
+
+/// Whether `candidate` beats `incumbent`: it places more pods, or as many with no more of them
+/// relaxed, for less.
+fn better(candidate: &Plan, incumbent: &Plan) -> bool {
+    let (placed, placed_before) = (candidate.placed_pods(), incumbent.placed_pods());
+    placed > placed_before
+        || (placed == placed_before
+            && candidate.relaxed.len() <= incumbent.relaxed.len()
+            && candidate.total_price() < incumbent.total_price() - 1e-9)
+}
+
+/// The NodePool orders to try, as indexes into `input.node_pools`. First upstream's: weight
+/// descending, so a heavier pool takes every pod it can even when a lighter one is cheaper (ties
+/// by name ascending; upstream breaks them by name descending, an arbitrary choice either way).
+/// Then, because a tie in weight says nothing about which pool a pod should prefer, that order
+/// with each other pool of a shared weight moved to the front of its weight class: a greedy pass
+/// opens each pod's first node in the first pool that accepts it, which can make every pod pay
+/// for a small node in one pool (15 × t3.medium) when another pool of the same weight holds all
+/// of them on one cheaper node (1 × e2-standard-16). [`schedule`] keeps the cheapest plan.
+fn pool_orders(input: &Input<'_>) -> Vec<Vec<usize>> {
+    let pools = &input.node_pools;
+    let weight = |i: usize| pools[i].node_pool.spec.weight.unwrap_or(0);
+    let name = |i: usize| pools[i].node_pool.metadata.name.as_deref().unwrap_or_default();
+    let mut base: Vec<usize> = (0..pools.len()).collect();
+    base.sort_by(|a, b| weight(*b).cmp(&weight(*a)).then_with(|| name(*a).cmp(name(*b))).then(a.cmp(b)));
+    let mut orders = vec![base.clone()];
+    for (pos, &pool) in base.iter().enumerate() {
+        let class_start = base.iter().position(|p| weight(*p) == weight(pool)).unwrap_or(pos);
+        if class_start == pos || orders.len() >= MAX_POOL_ORDERS {
+            continue;
+        }
+        let mut order = base.clone();
+        let moved = order.remove(pos);
+        order.insert(class_start, moved);
+        orders.push(order);
+    }
+    orders
 }
 
 #[cfg(test)]

@@ -133,7 +133,6 @@ struct Eval {
     state: u32,
     pos: usize,
     delta: f64,
-    price: f64,
 }
 
 /// A set of domains of one topology key, as bits of the key's sorted universe.
@@ -285,6 +284,8 @@ pub(crate) struct Solver<'i, 'a> {
     state_buf: Vec<u32>,
     /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
     explained: FxMap<u32, Explained>,
+    /// Per pod description: pods not placed yet (what a fresh claim is sized for).
+    unplaced: Vec<u32>,
     /// When set, at most this many new claims may be opened (the single-node check).
     max_new_claims: Option<usize>,
     new_claims: usize,
@@ -295,7 +296,9 @@ fn fits_add(used: &[u64], add: &[u64], cap: &[u64]) -> bool {
 }
 
 impl<'i, 'a> Solver<'i, 'a> {
-    pub(crate) fn new(input: &'i Input<'a>, max_new_claims: Option<usize>) -> Self {
+    /// A solver that tries NodePools for new claims in `pool_order` (indexes into
+    /// `input.node_pools`) and opens at most `max_new_claims` claims when set.
+    pub(crate) fn new(input: &'i Input<'a>, pool_order: &[usize], max_new_claims: Option<usize>) -> Self {
         let mut s = Self {
             input,
             dims: Vec::new(),
@@ -333,10 +336,11 @@ impl<'i, 'a> Solver<'i, 'a> {
             scratch: Vec::new(),
             state_buf: Vec::new(),
             explained: FxMap::default(),
+            unplaced: Vec::new(),
             max_new_claims,
             new_claims: 0,
         };
-        s.init();
+        s.init(pool_order);
         s
     }
 
@@ -427,7 +431,7 @@ impl<'i, 'a> Solver<'i, 'a> {
         })
     }
 
-    fn init(&mut self) {
+    fn init(&mut self, pool_order: &[usize]) {
         let input = self.input;
         // Resource dimensions: cpu, memory and pods always, then whatever anything mentions.
         self.cpu = self.dim(resources::CPU);
@@ -438,6 +442,10 @@ impl<'i, 'a> Solver<'i, 'a> {
         for pod in &input.pods {
             let id = self.intern_info(PodSpecInfo::from_pod(pod));
             self.pod_info.push(id);
+            if self.unplaced.len() <= id as usize {
+                self.unplaced.resize(id as usize + 1, 0);
+            }
+            self.unplaced[id as usize] += 1;
         }
         let existing_pods: Vec<Vec<u32>> = input
             .nodes
@@ -475,7 +483,7 @@ impl<'i, 'a> Solver<'i, 'a> {
             self.infos[i].requests = v;
         }
 
-        self.init_pools(&daemon_infos);
+        self.init_pools(pool_order, &daemon_infos);
         self.any_prefer_no_schedule = self.pools.iter().flat_map(|p| &p.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE)
             || input.nodes.iter().flat_map(|n| &n.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE);
 
@@ -551,13 +559,9 @@ impl<'i, 'a> Solver<'i, 'a> {
         self.init_existing(&existing_pods, &daemon_infos);
     }
 
-    fn init_pools(&mut self, daemons: &[PodSpecInfo]) {
+    fn init_pools(&mut self, pool_order: &[usize], daemons: &[PodSpecInfo]) {
         let input = self.input;
-        let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
-        let weight = |i: &usize| input.node_pools[*i].node_pool.spec.weight.unwrap_or(0);
-        let name = |i: &usize| input.node_pools[*i].node_pool.metadata.name.clone().unwrap_or_default();
-        order.sort_by(|a, b| weight(b).cmp(&weight(a)).then_with(|| name(a).cmp(&name(b))));
-        for i in order {
+        for &i in pool_order {
             let p = &input.node_pools[i];
             let np = p.node_pool;
             let pool_name = np.metadata.name.clone().unwrap_or_default();
@@ -908,6 +912,56 @@ impl<'i, 'a> Solver<'i, 'a> {
             return Some(i);
         }
         None
+    }
+
+    /// Sizes a fresh claim for the copies of its first pod still to place (a Deployment's
+    /// replicas): from position `pos` (the cheapest type for the pod alone) on, the type with
+    /// the lowest price per copy it holds, counting at most the copies left. Pods that need a
+    /// host to themselves, or host ports, or a host shared with other pods, size for
+    /// themselves alone.
+    ///
+    /// Why: pod by pod, the cheapest node for one pod is the smallest, and a pod that no
+    /// longer fits opens another small one rather than grow a claim to the next size up; when
+    /// the catalogue's small types carry more overhead per pod (a 2-vCPU node holds one 1-CPU
+    /// pod, a 16-vCPU one holds 15), that buys many small nodes where one large node holds the
+    /// same pods for less. Oversizing costs nothing in the end: a claim's options are the
+    /// types that hold what it was finally given.
+    fn size_for_copies(&self, st: u32, pos: usize, shape: u32, add: &[u64]) -> usize {
+        let state = &self.states[st as usize];
+        let price = state.price[pos];
+        let sh = &self.shapes[shape as usize];
+        let info = &self.infos[sh.info as usize];
+        let left = u64::from(self.unplaced.get(sh.info as usize).copied().unwrap_or(0));
+        if left <= 1 || !sh.exclusive.is_empty() || !sh.host_affinity.is_empty() || !info.spec.host_ports.is_empty() {
+            return pos;
+        }
+        let copies = |alloc: &[u64]| {
+            add.iter().zip(alloc).filter(|(a, _)| **a > 0).map(|(a, c)| c / a).min().unwrap_or(left).clamp(1, left)
+        };
+        let pool = &self.pools[state.pool];
+        let mut best = (pos, price / copies(self.type_alloc(state.pool, state.order[pos])) as f64);
+        let dims = self.dims.len();
+        let zero = vec![0; dims];
+        for i in pos + 1..state.order.len() {
+            // Prices only grow along the order: no later type can beat `best` once even all
+            // `left` copies on it would not.
+            if state.price[i] / left as f64 >= best.1 - PRICE_EPSILON {
+                break;
+            }
+            let t = state.order[i];
+            let alloc = self.type_alloc(state.pool, t);
+            if !fits_add(&zero, add, alloc) || !self.within_limits(pool, t, None) {
+                continue;
+            }
+            if state.min_values && self.min_values_shortfall(st, i, &zero, add).is_some() {
+                continue;
+            }
+            let per_copy = state.price[i] / copies(alloc) as f64;
+            if per_copy < best.1 - PRICE_EPSILON {
+                best = (i, per_copy);
+            }
+        }
+        best.0
     }
 
     fn within_limits(&self, pool: &Pool<'_>, t: u32, old_type: Option<u32>) -> bool {
@@ -1408,7 +1462,8 @@ impl<'i, 'a> Solver<'i, 'a> {
         let old_type = self.states[st0 as usize].order[pos0];
         let pos = self.find_type(st, start, &self.bins[bin as usize].used, add, Some(old_type))?;
         let price = self.states[st as usize].price[pos];
-        Some(Eval { state: st, pos, delta: price - self.states[st0 as usize].price[pos0], price })
+        let delta = price - self.states[st0 as usize].price[pos0];
+        Some(Eval { state: st, pos, delta })
     }
 
     fn eval_new(&mut self, pool: usize, shape: u32, add: &[u64]) -> Option<Eval> {
@@ -1433,8 +1488,11 @@ impl<'i, 'a> Solver<'i, 'a> {
         self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape).ok()?;
         let st = self.apply_narrowing(st1)?;
         let pos = self.find_type(st, 0, &zero, add, None)?;
-        let price = self.states[st as usize].price[pos];
-        Some(Eval { state: st, pos, delta: price, price })
+        // Whether to open the claim is decided by the price of the pod alone; its size, by the
+        // copies still to come.
+        let alone = self.states[st as usize].price[pos];
+        let pos = self.size_for_copies(st, pos, shape, add);
+        Some(Eval { state: st, pos, delta: alone })
     }
 
     fn existing_fits(&mut self, bin: u32, shape: u32, add: &[u64]) -> bool {
@@ -1711,7 +1769,7 @@ impl<'i, 'a> Solver<'i, 'a> {
         let fresh = self.find_new(shape, &add);
         match (best, fresh) {
             (Some((bin, e)), Some((pool, f))) => {
-                if e.delta <= f.price + PRICE_EPSILON {
+                if e.delta <= f.delta + PRICE_EPSILON {
                     self.commit_claim(bin, pod, shape, e);
                 } else {
                     self.open_claim(pool, pod, shape, f);
@@ -1741,6 +1799,9 @@ impl<'i, 'a> Solver<'i, 'a> {
             let shape = self.shape(info_id, relax);
             if self.try_place(pod, shape) {
                 self.relaxed[pod] = relax != initial;
+                if let Some(n) = self.unplaced.get_mut(info_id as usize) {
+                    *n = n.saturating_sub(1);
+                }
                 return true;
             }
             match self.next_relax(&self.infos[info_id as usize], relax) {
@@ -1830,7 +1891,10 @@ impl<'i, 'a> Solver<'i, 'a> {
         let pool = &self.pools[st.pool];
         let used = &self.bins[b].used;
         let zero = vec![0; self.dims.len()];
+        // The type the pool's limits were charged for; a claim sized for copies that went
+        // elsewhere shrinks to the cheapest type that holds what it got.
         let chosen = st.order[pos];
+        let pos = self.find_type(state, 0, used, &zero, Some(chosen)).unwrap_or(pos);
         let cheapest = st.price[pos];
         let ratio = self.input.options.max_price_ratio;
         // Types that hold the pods, cheapest first, within the limits' leftover headroom.

@@ -747,3 +747,180 @@ proptest! {
         }
     }
 }
+
+/// The kwok example NodePool (examples/kwok/nodepool.yaml), renamed, with `extra` requirements
+/// and a weight.
+fn kwok_example_pool(name: &str, extra: Value, weight: Option<i32>) -> NodePool {
+    let mut np: NodePool = match serde_saphyr::from_str(include_str!("../../examples/kwok/nodepool.yaml")) {
+        Ok(np) => np,
+        Err(e) => panic!("examples/kwok/nodepool.yaml: {e}"),
+    };
+    np.metadata.name = Some(name.to_owned());
+    np.spec.weight = weight;
+    match serde_json::from_value::<Vec<crate::apis::NodeSelectorRequirementWithMinValues>>(extra) {
+        Ok(reqs) => np.spec.template.spec.requirements.extend(reqs),
+        Err(e) => panic!("bad requirements: {e}"),
+    }
+    np
+}
+
+fn region(value: &str) -> Value {
+    json!([{"key": labels::REGION, "operator": "In", "values": [value]}])
+}
+
+/// The demo's workload: `inflate` scaled to 15 pods of 1 CPU.
+fn inflate(n: usize) -> Vec<Pod> {
+    (0..n).map(|i| pod(&format!("inflate-{i}"), "1", "0", json!({"labels": {"app": "inflate"}}))).collect()
+}
+
+fn summary(plan: &Plan) -> Vec<(String, String, String, usize)> {
+    plan.new_claims
+        .iter()
+        .map(|c| {
+            let o = &c.instance_types[0];
+            (c.node_pool.clone(), o.name.clone(), o.capacity_type.clone(), c.pods.len())
+        })
+        .collect()
+}
+
+#[test]
+fn the_demo_nodepool_puts_fifteen_one_cpu_pods_on_one_spot_e2_standard_16() {
+    let np = kwok_example_pool("default", json!([]), None);
+    let catalogue = crate::cloud::kwok::catalogue::catalogue();
+    let pods = inflate(15);
+    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let plan = schedule(&input);
+    assert_eq!(summary(&plan), vec![("default".to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
+    assert!((plan.total_price() - 0.1608).abs() < 1e-9, "{}", plan.total_price());
+}
+
+#[test]
+fn equally_weighted_pools_give_the_cheapest_plan_not_the_first_pools_cheapest_node_per_pod() {
+    // Two pools of the same weight, one per region of the kwok catalogue. Pod by pod, AWS's
+    // t3.medium (spot $0.0125, one 1-CPU pod each) is the cheapest new node, so a greedy pass
+    // that tries "aws" first buys 15 of them ($0.1875/h); GCP's e2-standard-16 holds all 15 for
+    // $0.1608/h. Either name order must find the GCP plan.
+    let catalogue = crate::cloud::kwok::catalogue::catalogue();
+    for (aws_name, gcp_name) in [("aws", "gcp"), ("zz-aws", "gcp")] {
+        let aws = kwok_example_pool(aws_name, region("us-west-2"), None);
+        let gcp = kwok_example_pool(gcp_name, region("us-central1"), None);
+        let pods = inflate(15);
+        let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
+        let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+        let plan = schedule(&input);
+        assert_eq!(summary(&plan), vec![(gcp_name.to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
+        assert!((plan.total_price() - 0.1608).abs() < 1e-9, "{}", plan.total_price());
+        assert_eq!(schedule(&input), plan, "deterministic");
+    }
+}
+
+#[test]
+fn a_round_mixing_pods_pinned_to_each_pool_with_flexible_pods_takes_the_cheapest_plan() {
+    // Two pods pinned to the AWS pool, one to the GCP pool, and 12 that may go to either.
+    let catalogue = crate::cloud::kwok::catalogue::catalogue();
+    let aws = kwok_example_pool("aws", region("us-west-2"), None);
+    let gcp = kwok_example_pool("gcp", region("us-central1"), None);
+    let pinned = |name: &str, pool: &str| pod(name, "1", "0", json!({"spec": {"nodeSelector": {labels::NODE_POOL: pool}}}));
+    let mut pods = vec![pinned("on-aws-0", "aws"), pinned("on-aws-1", "aws"), pinned("on-gcp-0", "gcp")];
+    pods.extend(inflate(12));
+    let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
+    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+    let plan = schedule(&input);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let got = summary(&plan);
+    for (i, claim) in plan.new_claims.iter().enumerate() {
+        for p in &claim.pods {
+            let name = pods[*p].metadata.name.as_deref().unwrap_or_default();
+            assert!(!name.starts_with("on-aws") || claim.node_pool == "aws", "{name} in {:?}", got[i]);
+            assert!(!name.starts_with("on-gcp") || claim.node_pool == "gcp", "{name} in {:?}", got[i]);
+        }
+    }
+    // Trying "aws" first buys a t3.medium per flexible pod ($0.1951/h in all). Keeping the 13
+    // pods that may go to GCP there costs $0.1608 for GCP plus two t3.medium: $0.1858/h. (The
+    // optimum, $0.1804/h, puts 7 pods on an e2-standard-8 and 6 on t3.medium; the greedy
+    // packing does not find that split.)
+    assert!(plan.total_price() <= 0.1608 + 2.0 * 0.0125 + 1e-9, "{} {got:?}", plan.total_price());
+    assert!(got.iter().filter(|c| c.0 == "aws").all(|c| c.1 == "t3.medium"), "{got:?}");
+}
+
+#[test]
+fn a_heavier_pool_takes_the_pods_even_when_a_lighter_one_is_cheaper() {
+    // Upstream's semantics: NodePools are tried by weight, the first that can take a pod gets it.
+    let catalogue = crate::cloud::kwok::catalogue::catalogue();
+    let aws = kwok_example_pool("aws", region("us-west-2"), Some(50));
+    let gcp = kwok_example_pool("gcp", region("us-central1"), Some(10));
+    let pods = inflate(15);
+    let pools = vec![PoolInput::new(&gcp, &catalogue), PoolInput::new(&aws, &catalogue)];
+    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+    let plan = schedule(&input);
+    assert_eq!(plan.new_claims.len(), 15);
+    assert!(summary(&plan).iter().all(|(pool, ty, ct, n)| pool == "aws" && ty == "t3.medium" && ct == "spot" && *n == 1), "{:?}", summary(&plan));
+    assert!((plan.total_price() - 15.0 * 0.0125).abs() < 1e-9, "{}", plan.total_price());
+
+    // And the other way round: the heavier GCP pool wins without any comparison.
+    let aws = kwok_example_pool("aws", region("us-west-2"), Some(10));
+    let gcp = kwok_example_pool("gcp", region("us-central1"), Some(50));
+    let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
+    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+    assert_eq!(summary(&schedule(&input)), vec![("gcp".to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn with_two_pools_weights_come_first_and_equal_weights_never_cost_more_than_either_pool_alone(
+        cases in prop::collection::vec(pod_case(), 1..20),
+        types_a in catalogue_case(),
+        types_b in catalogue_case(),
+        heavier in prop::option::of(prop::bool::ANY),
+    ) {
+        // No zone spread here: a pool's zones count as spread domains, so a pool alone may
+        // legitimately spread over fewer zones than both pools together.
+        let cases: Vec<PodCase> = cases.into_iter().map(|c| PodCase { spread: false, ..c }).collect();
+        let (wa, wb) = match heavier {
+            None => (None, None),
+            Some(true) => (Some(60), Some(20)),
+            Some(false) => (Some(20), Some(60)),
+        };
+        let weight = |w: Option<i32>| w.map_or_else(|| json!({}), |w| json!({"weight": w}));
+        let a = node_pool("a", weight(wa));
+        let b = node_pool("b", weight(wb));
+        let (cat_a, cat_b) = (build_catalogue(&types_a), build_catalogue(&types_b));
+        let pods = build_pods(&cases);
+        let both = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&a, &cat_a), PoolInput::new(&b, &cat_b)], ..Input::default() };
+        let plan = schedule(&both);
+        prop_assert_eq!(&plan, &schedule(&both), "same input, same plan");
+        prop_assert_eq!(plan.placed_pods() + plan.unschedulable.len(), pods.len());
+        for c in &plan.new_claims {
+            let catalogue = if c.node_pool == "a" { &cat_a } else { &cat_b };
+            for o in &c.instance_types {
+                let it = catalogue.iter().find(|it| it.name == o.name);
+                prop_assert!(it.is_some(), "{} is not in pool {}'s catalogue", o.name, c.node_pool);
+                prop_assert!(c.requests().fits_in(&it.map(InstanceType::allocatable).unwrap_or_default()));
+            }
+            prop_assert!(c.pods.iter().filter(|p| cases[**p].anti).count() <= 1);
+        }
+        let alone = |np: &NodePool, cat: &[InstanceType]| schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(np, cat)], ..Input::default() });
+        let (plan_a, plan_b) = (alone(&a, &cat_a), alone(&b, &cat_b));
+        match heavier {
+            // The heavier pool takes every pod it can take alone: when it places them all, the
+            // plan is exactly its own.
+            Some(a_heavier) => {
+                let (name, own) = if a_heavier { ("a", &plan_a) } else { ("b", &plan_b) };
+                if own.unschedulable.is_empty() {
+                    prop_assert!(plan.new_claims.iter().all(|c| c.node_pool == name), "{:?}", plan.new_claims.iter().map(|c| &c.node_pool).collect::<Vec<_>>());
+                    prop_assert!((plan.total_price() - own.total_price()).abs() < 1e-9);
+                }
+            }
+            None => {
+                for own in [&plan_a, &plan_b] {
+                    if own.unschedulable.is_empty() && own.relaxed.is_empty() {
+                        prop_assert!(plan.unschedulable.is_empty());
+                        prop_assert!(plan.total_price() <= own.total_price() + 1e-9, "both {} vs one pool {}", plan.total_price(), own.total_price());
+                    }
+                }
+            }
+        }
+    }
+}
