@@ -8,7 +8,7 @@ use crate::cluster::Cluster;
 use crate::output;
 use anyhow::{Context as _, bail};
 use karpenter_core::setup::manifests::Manifest;
-use karpenter_core::setup::{Mode, Plan, SetupError};
+use karpenter_core::setup::{Mode, Outcome, Plan, SetupError};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 
@@ -144,6 +144,7 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
             if !interactive() {
                 bail!("{changes} steps would change things: pass --yes to apply them (stdin is not a terminal, so it cannot ask), or --dry-run to only look");
             }
+            eprintln!();
             let go = dialoguer::Confirm::new()
                 .with_prompt(format!("Apply these {changes} changes?"))
                 .default(false)
@@ -154,7 +155,15 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
             }
         }
         eprintln!("\nApplying:");
-        let report = plan.run(Mode::Apply, |p| eprintln!("  {p}")).await.map_err(|e| setup_error(e, verbose))?;
+        // The check above listed what is in place; here only what changes.
+        let report = plan
+            .run(Mode::Apply, |p| {
+                if !matches!(p.outcome, Outcome::InPlace(_)) {
+                    eprintln!("  {p}");
+                }
+            })
+            .await
+            .map_err(|e| setup_error(e, verbose))?;
         eprintln!("\n{}", report.summary());
     }
     scaffold(&setup.scaffold, common.output_dir.as_deref(), false)?;

@@ -111,6 +111,7 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     let dir_arg = dir.path().to_str().unwrap();
     let out = init_aws(proxy, &["--cluster", CLUSTER, "--yes", "--output-dir", dir_arg]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    eprintln!("--- the completing run's stderr:\n{stderr}");
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.is_empty(), "with --output-dir the scaffold goes to files: {stdout}");
     assert!(stderr.contains("✓ node-role: in place"), "{stderr}");

@@ -67,6 +67,15 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     assert!(!out.status.success());
     assert_eq!(text(&out.stderr).trim(), "error: --project is required (stdin is not a terminal, so it cannot be asked for)");
 
+    // A project that does not exist (or may not be read) is named, with what to check.
+    let out = init_gcp(&fake, cwd.path(), &["--project", "no-such-project", "--cluster", "wi-demo", "-n", ns, "--dry-run"]).await;
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr).lines().last().unwrap(),
+        "error: step project failed: GCP project no-such-project does not exist: check --project, and that you may read it (resourcemanager.projects.get)"
+    );
+    assert!(out.stdout.is_empty());
+
     // A dry run: the plan, what would change, the scaffold on stdout, and no write.
     let args = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut all = vec!["--project", PROJECT, "--cluster", "wi-demo", "-n", "gcp-wi-system"];
@@ -108,6 +117,7 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     }
     let out = init_gcp(&fake, cwd.path(), &args(&["--yes"])).await;
     let stderr = text(&out.stderr);
+    eprintln!("--- the completing run's stderr:\n{stderr}");
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("✓ apis: in place") && stderr.contains("✓ service-account: in place"), "{stderr}");
     assert!(stderr.contains("+ custom-role: done") && stderr.contains("+ workload-identity: done"), "{stderr}");
@@ -198,4 +208,45 @@ async fn init_gcp_with_a_key_keeps_it_only_in_a_secret_and_a_rerun_makes_no_seco
     assert!(writes_since(&fake, before).is_empty(), "{:?}", writes_since(&fake, before));
 
     rig().kubectl_ok(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_init_gcp_asks_for_a_missing_flag_and_changes_nothing_unless_confirmed() {
+    // `script` (util-linux) gives the plugin a terminal; without it this cannot be tested.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to make a terminal with");
+        return;
+    }
+    let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let fake = FakeGcp::start().await.expect("start the fake");
+    fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
+    let line = format!(
+        "{} init gcp --cluster tty-demo --location us-central1 --endpoint-url {} -n gcp-tty-system --image karpenter-agent:test",
+        env!("CARGO_BIN_EXE_kubectl-karpenter"),
+        fake.endpoint()
+    );
+    let mut command = Command::new("script");
+    command
+        .args(["-qec", &line, "/dev/null"])
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("CLOUDSDK_CORE_PROJECT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = command.spawn().expect("run script");
+        // The project when asked, then "n" when asked to confirm.
+        child.stdin.take().expect("stdin").write_all(format!("{PROJECT}\nn").as_bytes()).expect("type");
+        child.wait_with_output().expect("wait")
+    })
+    .await
+    .expect("join");
+    let terminal = text(&out.stdout);
+    assert!(terminal.contains("Google Cloud project id"), "{terminal}");
+    assert!(terminal.contains("Plan for GKE cluster tty-demo in us-central1, project init-demo"), "{terminal}");
+    assert!(terminal.contains("Apply these 6 changes?"), "{terminal}");
+    assert!(terminal.contains("error: not confirmed; nothing changed"), "{terminal}");
+    assert!(writes_since(&fake, 0).is_empty(), "{:?}", writes_since(&fake, 0));
 }

@@ -353,7 +353,7 @@ fn check_cluster(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
         Ok(Status::InPlace(format!(
             "Kubernetes {}, {}, {} subnets, OIDC issuer {}",
             c.version,
-            c.vpc_id,
+            if c.vpc_id.is_empty() { "VPC not reported" } else { c.vpc_id.as_str() },
             c.subnet_ids.len(),
             c.oidc_issuer.as_deref().unwrap_or("none")
         )))
