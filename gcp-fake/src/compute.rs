@@ -10,7 +10,7 @@
 //! [`FaultRule`]s and preempt instances with [`Compute::preempt`].
 
 use crate::wire::{
-    self, ApiResult, COMPUTE_BASE, GoogleError, int64, last_segment, new_etag, new_numeric_id, now_rfc3339, ok,
+    self, ApiResult, COMPUTE_BASE, GoogleError, int64, last_segment, new_fingerprint, new_numeric_id, now_rfc3339, ok,
     parse_body, random_hex,
 };
 use crate::{Shared, lock};
@@ -34,6 +34,9 @@ pub struct Compute {
     /// How many GETs of a new operation answer RUNNING before it is DONE (0: DONE at once,
     /// which keeps tests fast; the Rust poller needs about a second per poll).
     pub operation_polls: u32,
+    /// Page size of lists when the client sends no `maxResults` (GCE: 500); lower it to make
+    /// clients page.
+    pub page_size: Option<usize>,
 }
 
 /// A project and what lives in it.
@@ -440,7 +443,7 @@ async fn list_machine_types(Ext(state): Ext<Shared>, Path((p, z)): Path<(String,
     let items: Vec<Value> = zone.machine_types.values().map(|mt| machine_type_json(&p, &z, mt)).collect();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
-    let (page, next) = paginate(items, &query)?;
+    let (page, next) = paginate(items, &query, state.compute.page_size)?;
     let mut body = json!({"kind": "compute#machineTypeList", "id": format!("projects/{p}/zones/{z}/machineTypes"),
         "items": page, "selfLink": format!("{}/machineTypes", zone_url(&p, &z))});
     if let Some(next) = next {
@@ -468,7 +471,7 @@ async fn aggregated_machine_types(Ext(state): Ext<Shared>, Path(p): Path<String>
         .flat_map(|(z, zone)| zone.machine_types.values().map(move |mt| (z.clone(), machine_type_json(p, z, mt))))
         .collect();
     let zones: Vec<String> = proj.zones.keys().cloned().collect();
-    aggregated("compute#machineTypeAggregatedList", "machineTypes", p, &zones, scoped, &wire::query(&uri))
+    aggregated("compute#machineTypeAggregatedList", "machineTypes", p, &zones, scoped, &wire::query(&uri), state.compute.page_size)
 }
 
 // ---- images ----
@@ -508,7 +511,7 @@ async fn list_images(Ext(state): Ext<Shared>, Path(owner): Path<String>, uri: Ur
         .unwrap_or_default();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
-    let (page, next) = paginate(items, &query)?;
+    let (page, next) = paginate(items, &query, state.compute.page_size)?;
     let mut body = json!({"kind": "compute#imageList", "id": format!("projects/{owner}/global/images"), "items": page,
         "selfLink": format!("{}/global/images", project_url(&owner))});
     if let Some(next) = next {
@@ -691,12 +694,12 @@ fn complete_instance(body: &mut Map<String, Value>, p: &str, z: &str, machine_ty
     body.insert("machineType".into(), json!(format!("{zone}/machineTypes/{machine_type}")));
     body.insert("status".into(), json!(if provisioning { "PROVISIONING" } else { "RUNNING" }));
     body.insert("selfLink".into(), json!(format!("{zone}/instances/{name}")));
-    body.insert("labelFingerprint".into(), json!(new_etag()));
+    body.insert("labelFingerprint".into(), json!(new_fingerprint()));
     body.insert("cpuPlatform".into(), json!("Intel Cascade Lake"));
-    body.insert("fingerprint".into(), json!(new_etag()));
+    body.insert("fingerprint".into(), json!(new_fingerprint()));
     let metadata = body.entry("metadata").or_insert_with(|| json!({}));
     metadata["kind"] = json!("compute#metadata");
-    metadata["fingerprint"] = json!(new_etag());
+    metadata["fingerprint"] = json!(new_fingerprint());
     let scheduling = body.entry("scheduling").or_insert_with(|| json!({}));
     let spot = scheduling.get("provisioningModel").and_then(Value::as_str) == Some("SPOT")
         || scheduling.get("preemptible").and_then(Value::as_bool) == Some(true);
@@ -879,7 +882,7 @@ async fn list_instances(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, Str
         proj.instances.iter().filter(|((zone, _), _)| *zone == z).map(|(_, v)| v.clone()).collect();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
-    let (page, next) = paginate(items, &query)?;
+    let (page, next) = paginate(items, &query, state.compute.page_size)?;
     let mut body = json!({"kind": "compute#instanceList", "id": format!("projects/{p}/zones/{z}/instances"),
         "items": page, "selfLink": format!("{}/instances", zone_url(&p, &z))});
     if let Some(next) = next {
@@ -894,7 +897,7 @@ async fn aggregated_instances(Ext(state): Ext<Shared>, Path(p): Path<String>, ur
     let query = wire::query(&uri);
     let scoped: Vec<(String, Value)> = proj.instances.iter().map(|((z, _), v)| (z.clone(), v.clone())).collect();
     let zones: Vec<String> = proj.zones.keys().cloned().collect();
-    aggregated("compute#instanceAggregatedList", "instances", &p, &zones, scoped, &query)
+    aggregated("compute#instanceAggregatedList", "instances", &p, &zones, scoped, &query, state.compute.page_size)
 }
 
 async fn delete_instance(
@@ -946,7 +949,7 @@ async fn set_labels(
         ));
     }
     instance["labels"] = body.get("labels").cloned().unwrap_or_else(|| json!({}));
-    instance["labelFingerprint"] = json!(new_etag());
+    instance["labelFingerprint"] = json!(new_fingerprint());
     let id = instance["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
     let target = format!("{}/instances/{name}", zone_url(&p, &z));
     let op = new_operation(&p, Some(&z), "setLabels", &target, id, None, 0, Effect::None);
@@ -1104,10 +1107,10 @@ fn filter_items(items: Vec<Value>, query: &HashMap<String, String>) -> Result<Ve
 
 /// The page `pageToken` (an offset) and `maxResults` (default and at most 500) select, and the
 /// next page's token.
-fn paginate<T>(items: Vec<T>, query: &HashMap<String, String>) -> Result<(Vec<T>, Option<String>), GoogleError> {
+fn paginate<T>(items: Vec<T>, query: &HashMap<String, String>, default_size: Option<usize>) -> Result<(Vec<T>, Option<String>), GoogleError> {
     let max = match query.get("maxResults") {
         Some(m) => m.parse::<usize>().map_err(|_| GoogleError::invalid("Invalid value for field 'maxResults'"))?.clamp(1, 500),
-        None => 500,
+        None => default_size.unwrap_or(500).clamp(1, 500),
     };
     let start = match query.get("pageToken").filter(|t| !t.is_empty()) {
         Some(token) => token.parse::<usize>().map_err(|_| GoogleError::invalid("Invalid value for field 'pageToken'"))?,
@@ -1128,13 +1131,14 @@ fn aggregated(
     zones: &[String],
     scoped: Vec<(String, Value)>,
     query: &HashMap<String, String>,
+    page_size: Option<usize>,
 ) -> ApiResult {
     let terms = match query.get("filter").filter(|f| !f.trim().is_empty()) {
         Some(filter) => parse_filter(filter)?,
         None => Vec::new(),
     };
     let scoped: Vec<(String, Value)> = scoped.into_iter().filter(|(_, v)| matches(v, &terms)).collect();
-    let (page, next) = paginate(scoped, query)?;
+    let (page, next) = paginate(scoped, query, page_size)?;
     let mut items = Map::new();
     for (zone, value) in page {
         let scope = items.entry(format!("zones/{zone}")).or_insert_with(|| json!({ key: [] }));
@@ -1197,10 +1201,10 @@ mod tests {
     #[test]
     fn pages_carry_a_next_token_until_the_end() {
         let query: HashMap<String, String> = [("maxResults".to_owned(), "2".to_owned())].into();
-        let (page, next) = paginate(vec![1, 2, 3], &query).unwrap();
+        let (page, next) = paginate(vec![1, 2, 3], &query, None).unwrap();
         assert_eq!((page, next.as_deref()), (vec![1, 2], Some("2")));
         let query: HashMap<String, String> =
             [("maxResults".to_owned(), "2".to_owned()), ("pageToken".to_owned(), "2".to_owned())].into();
-        assert_eq!(paginate(vec![1, 2, 3], &query).unwrap(), (vec![3], None));
+        assert_eq!(paginate(vec![1, 2, 3], &query, None).unwrap(), (vec![3], None));
     }
 }

@@ -169,6 +169,14 @@ pub fn new_etag() -> String {
     base64(&bytes)
 }
 
+/// A fresh random Compute fingerprint (`labelFingerprint`, `metadata.fingerprint`): base64 with
+/// the URL-safe alphabet, which is what google-cloud-compute-v1 decodes `bytes` fields with
+/// (a `/` or `+` makes it fail with "Invalid symbol").
+pub fn new_fingerprint() -> String {
+    let bytes: [u8; 8] = rand::random();
+    base64(&bytes).replace('+', "-").replace('/', "_")
+}
+
 /// A random numeric id in the 19-digit range GCE uses.
 pub fn new_numeric_id() -> u64 {
     rand::random_range(1_000_000_000_000_000_000u64..9_000_000_000_000_000_000u64)

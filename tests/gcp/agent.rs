@@ -1,0 +1,297 @@
+//! The agent, in-process, with the GCP provider against the fake and the rig: pending pods get
+//! fake VMs; the test stands in for the kubelet and registers each VM's Node with its
+//! `gce://project/zone/name` providerID (kwok keeps it Ready); deleting a claim deletes its VM;
+//! VMs no claim owns are collected; a failed operation is retried; a stockout moves the claim to
+//! the next type with an Event saying why; a preempted VM's node is replaced.
+
+use crate::rig::rig;
+use crate::{apply, config, exclusive, fake, node_class, wait_for};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::cloud::ProviderId;
+use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
+use karpenter_core::controllers::{self, Settings};
+use karpenter_core::metrics::Metrics;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent plus a stand-in kubelet, running until dropped.
+struct Agent {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    provider: Arc<GcpProvider>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn start(config: GcpConfig) -> Agent {
+    crate::log_to_stderr();
+    let client = rig().client().await;
+    let cluster = config.cluster_name.clone();
+    let provider = Arc::new(GcpProvider::new(config, client.clone()).await.expect("provider"));
+    let settings =
+        Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
+    let tasks = vec![
+        tokio::spawn({
+            let (client, provider) = (client.clone(), provider.clone());
+            async move {
+                let _ = controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
+            }
+        }),
+        tokio::spawn(kubelet(client, cluster)),
+    ];
+    Agent { tasks, provider }
+}
+
+/// Stands in for the kubelet of each launched VM: registers a Node named after the VM with the
+/// claim's providerID (and the kwok label, so kwok keeps it Ready).
+async fn kubelet(client: kube::Client, cluster: String) {
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        if let Ok(list) = claims.list(&ListParams::default()).await {
+            for claim in list.items {
+                let Some(status) = claim.status.clone() else { continue };
+                let Some(provider_id) = status.provider_id.clone() else { continue };
+                let Ok(ProviderId::Gce { name, .. }) = provider_id.parse::<ProviderId>() else { continue };
+                if claim.metadata.deletion_timestamp.is_some() || !claim.name_any().starts_with(&cluster) {
+                    continue;
+                }
+                if nodes.get_opt(&name).await.ok().flatten().is_some() {
+                    continue;
+                }
+                let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
+                node_labels.insert(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned());
+                node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
+                let node: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": node_labels, "annotations": {labels::KWOK_NODE: labels::KWOK_NODE_FAKE}},
+                    "spec": {"providerID": provider_id, "taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]},
+                    "status": {"capacity": status.capacity, "allocatable": status.allocatable,
+                               "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.34.0-kwok",
+                                            "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
+                                            "machineID": "", "osImage": "", "systemUUID": ""}},
+                }))
+                .expect("node");
+                let _ = nodes.create(&PostParams::default(), &node).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn pool(name: &str, types: &[&str], capacity: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  template:
+    metadata:
+      labels: {{test-pool: {name}}}
+    spec:
+      requirements:
+        - {{key: node.kubernetes.io/instance-type, operator: In, values: [{}]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [{capacity}]}}
+        - {{key: topology.kubernetes.io/zone, operator: In, values: [us-central1-a]}}
+      nodeClassRef: {{group: karpenter.k8s.gcp, kind: GCENodeClass, name: {name}}}
+"#,
+        types.join(", ")
+    )
+}
+
+fn workload(namespace: &str, pool: &str, replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: app, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: app}}}}
+  template:
+    metadata: {{labels: {{app: app}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{test-pool: {pool}}}
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: "1"}}}}
+"#
+    )
+}
+
+async fn claims_of(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("claims").items
+}
+
+async fn running(client: &kube::Client, namespace: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pods = api.list(&ListParams::default()).await.expect("pods").items;
+    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
+}
+
+fn vm_of(claim: &NodeClaim) -> (String, String, String) {
+    match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
+        Some(Ok(ProviderId::Gce { project, zone, name })) => (project, zone, name),
+        other => panic!("claim {} has no GCE provider id: {other:?}", claim.name_any()),
+    }
+}
+
+async fn events_for(client: &kube::Client, claim: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::all(client.clone());
+    let events = api.list(&ListParams::default()).await.expect("events").items;
+    events.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(claim)).collect()
+}
+
+async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
+    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
+    wait_for("the pool's claims to be gone", Duration::from_secs(60), || async { claims_of(client, pool).await.is_empty().then_some(()) }).await;
+    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "gcenodeclass", pool, "--wait=false"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_claim_owns_are_collected() {
+    let _guard = exclusive();
+    let (project, cluster) = ("agent-demo", "gcp-agent");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    // The first insert's operation finishes with an error: the agent must not take it for a launch.
+    fake.state().compute.fail_next_insert("INTERNAL_ERROR", "Internal error. Please try again.", 500);
+    let agent = start(config(&fake, project, cluster)).await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2", "n2d-standard-2"], "on-demand"));
+    apply(&workload("gcp-agent-app", cluster, 1));
+
+    wait_for("the pod to run on a GCE node", Duration::from_secs(120), || async { (running(&client, "gcp-agent-app").await.len() == 1).then_some(()) }).await;
+    let claims = claims_of(&client, cluster).await;
+    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("e2-standard-2"));
+    let (vm_project, zone, name) = vm_of(claim);
+    assert_eq!((vm_project.as_str(), zone.as_str()), (project, "us-central1-a"));
+    let vm = fake.state().compute.instance(project, &zone, &name).expect("the VM");
+    assert_eq!(vm["status"], "RUNNING");
+    assert_eq!(vm["labels"]["karpenter-sh-nodeclaim"], claim.name_any());
+    let inserts = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
+    assert!(inserts >= 2, "the failed operation was retried ({inserts} inserts)");
+    assert_eq!(fake.state().compute.instances(project).len(), 1, "one VM for one claim");
+
+    // A VM labelled for this cluster that no claim owns is collected.
+    let orphan = json!({"name": "gcp-agent-orphan", "zone": format!("https://www.googleapis.com/compute/v1/projects/{project}/zones/us-central1-b"),
+        "machineType": "zones/us-central1-b/machineTypes/e2-standard-2", "status": "RUNNING", "id": "123", "creationTimestamp": "2026-01-01T00:00:00.000Z",
+        "labels": {"karpenter-k8s-gcp-cluster": cluster, "karpenter-sh-nodepool": cluster, "karpenter-sh-nodeclaim": "gcp-agent-gone"}});
+    let other_cluster = json!({"name": "someone-elses", "zone": format!("https://www.googleapis.com/compute/v1/projects/{project}/zones/us-central1-b"),
+        "machineType": "zones/us-central1-b/machineTypes/e2-standard-2", "status": "RUNNING", "id": "124", "creationTimestamp": "2026-01-01T00:00:00.000Z",
+        "labels": {"karpenter-k8s-gcp-cluster": "another", "karpenter-sh-nodepool": "x"}});
+    {
+        let mut state = fake.state();
+        let instances = &mut state.compute.projects.get_mut(project).expect("project").instances;
+        instances.insert(("us-central1-b".to_owned(), "gcp-agent-orphan".to_owned()), orphan);
+        instances.insert(("us-central1-b".to_owned(), "someone-elses".to_owned()), other_cluster);
+    }
+    wait_for("the orphan to be deleted", Duration::from_secs(60), || async {
+        fake.state().compute.instance(project, "us-central1-b", "gcp-agent-orphan").is_none().then_some(())
+    })
+    .await;
+    assert!(fake.state().compute.instance(project, "us-central1-b", "someone-elses").is_some(), "another cluster's VM is left alone");
+    assert!(fake.state().compute.instance(project, &zone, &name).is_some(), "garbage collection left the owned VM alone");
+
+    // Deleting the claim deletes its VM and its node.
+    rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
+    wait_for("the VM to be deleted", Duration::from_secs(60), || async { fake.state().compute.instance(project, &zone, &name).is_none().then_some(()) }).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("the node to be gone", Duration::from_secs(60), || async { nodes.get_opt(&name).await.ok()?.is_none().then_some(()) }).await;
+    clean_up(&client, "gcp-agent-app", cluster).await;
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_an_event_saying_why() {
+    let _guard = exclusive();
+    let (project, cluster) = ("stockout-agent", "gcp-stockout");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    fake.state().compute.stockout("us-central1-a", "e2-standard-2", false);
+    // One offering per launch, so the claim fails and provisioning plans again around the hole.
+    let mut config = config(&fake, project, cluster);
+    config.max_launch_attempts = 1;
+    let agent = start(config).await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2", "n2d-standard-2"], "on-demand"));
+    apply(&workload("gcp-stockout-app", cluster, 1));
+
+    wait_for("the pod to run", Duration::from_secs(120), || async { (running(&client, "gcp-stockout-app").await.len() == 1).then_some(()) }).await;
+    let claims = claims_of(&client, cluster).await;
+    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("n2d-standard-2"), "e2-standard-2 had no capacity");
+    assert!(agent.provider.unavailable_offerings().keys().contains(&"on-demand:e2-standard-2:us-central1-a".to_owned()));
+    // The first claim is gone, with an Event that names the offering.
+    let api: Api<Event> = Api::all(client.clone());
+    let events = api.list(&ListParams::default()).await.expect("events").items;
+    let why = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("InsufficientCapacity") && e.message.as_deref().is_some_and(|m| m.contains("on-demand:e2-standard-2:us-central1-a")));
+    assert!(why.is_some(), "an InsufficientCapacity event names the offering: {:?}", events.iter().map(|e| (&e.reason, &e.message)).collect::<Vec<_>>());
+    let stocked_out = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
+    assert_eq!(stocked_out, 2, "one insert stocked out, the next worked");
+    clean_up(&client, "gcp-stockout-app", cluster).await;
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_spot_vm_has_its_node_replaced() {
+    let _guard = exclusive();
+    let (project, cluster) = ("preempt-agent", "gcp-preempt");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    let agent = start(config(&fake, project, cluster)).await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2"], "spot"));
+    apply(&workload("gcp-preempt-app", cluster, 1));
+
+    let first = wait_for("the pod to run on a spot VM", Duration::from_secs(120), || async {
+        let claim = claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))?;
+        (running(&client, "gcp-preempt-app").await.len() == 1).then_some(claim)
+    })
+    .await;
+    assert_eq!(first.labels().get(labels::CAPACITY_TYPE).map(String::as_str), Some("spot"));
+    let (_, zone, name) = vm_of(&first);
+    assert_eq!(fake.state().compute.instance(project, &zone, &name).expect("VM")["scheduling"]["provisioningModel"], "SPOT");
+
+    // GCE preempts it: the VM stops (TERMINATED) and its Node stays, NotReady at worst.
+    assert!(fake.state().compute.preempt(project, &zone, &name, "TERMINATED"));
+    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(180), || async {
+        let claims = claims_of(&client, cluster).await;
+        let replacement = claims.into_iter().find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
+        (running(&client, "gcp-preempt-app").await.len() == 1).then_some(replacement)
+    })
+    .await;
+    assert_ne!(vm_of(&replacement).2, name);
+    wait_for("the preempted VM to be deleted", Duration::from_secs(60), || async {
+        fake.state().compute.instance(project, &zone, &name).is_none().then_some(())
+    })
+    .await;
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    assert!(claims.get_opt(&first.name_any()).await.expect("get").is_none(), "the preempted claim is gone");
+    let events = events_for(&client, &first.name_any()).await;
+    assert!(events.iter().any(|e| e.reason.as_deref() == Some("InstanceTerminated")), "an event says why: {events:?}");
+    clean_up(&client, "gcp-preempt-app", cluster).await;
+    drop(agent);
+}

@@ -1,0 +1,129 @@
+//! The GCP provider and the agent against the project's own GCP fake (`gcp-fake`, in-process,
+//! one per test) and the real rig (`../support/rig.rs`).
+//!
+//! `provider.rs` drives the provider alone: catalogue, node class resolution, launch labels and
+//! scheduling, the failed-operation check, stockout and quota fallback, preemption as seen by
+//! get/list. `agent.rs` runs the whole agent: pending pods get fake instances, instances go with
+//! their claims, orphans are collected, a stockout moves the claim to the next type, and a
+//! preempted VM's node is replaced. Each test names its own project and cluster; tests that run
+//! an agent or touch cluster-wide objects take [`exclusive`].
+
+#![cfg(feature = "gcp")]
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+// `exclusive()` is held across awaits on purpose: it keeps agents one at a time.
+#![allow(clippy::await_holding_lock)]
+
+#[path = "../support/rig.rs"]
+mod rig;
+
+mod agent;
+mod provider;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One test at a time for agents and cluster-wide objects.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub fn apply(yaml: &str) {
+    let out = rig::rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
+    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Polls `check` every 250 ms until it returns a value; on timeout, panics with the cluster's
+/// claims, nodes, pods and events.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if start.elapsed() >= timeout {
+            let state = rig::rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output();
+            let state = state.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            panic!("timed out after {timeout:?} waiting for {what}\n{state}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A GCENodeClass `name` booting COS, with a service account of `project`, a 60 GiB boot disk,
+/// a network tag, a label and a metadata item.
+pub fn node_class(name: &str, project: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.k8s.gcp/v1alpha1
+kind: GCENodeClass
+metadata: {{name: {name}}}
+spec:
+  serviceAccount: nodes@{project}.iam.gserviceaccount.com
+  imageSelectorTerms: [{{alias: ContainerOptimizedOS@latest}}]
+  disks: [{{category: pd-balanced, sizeGiB: 60, boot: true}}]
+  networkTags: [gke-node]
+  labels: {{team: platform}}
+  metadata: {{startup-script: "echo hello"}}
+"#
+    )
+}
+
+/// A fake with `project` seeded (zones us-central1-a/b/c/f, common machine types, COS and
+/// Ubuntu images).
+pub async fn fake(project: &str) -> gcp_fake::FakeGcp {
+    let fake = gcp_fake::FakeGcp::start().await.expect("start gcp-fake");
+    fake.state().compute.seed_project(project);
+    fake
+}
+
+/// Provider settings for the fake: anonymous credentials, fast operation polling.
+pub fn config(fake: &gcp_fake::FakeGcp, project: &str, cluster: &str) -> karpenter_core::cloud::gcp::GcpConfig {
+    let mut config = karpenter_core::cloud::gcp::GcpConfig::new(project, cluster, "us-central1");
+    config.endpoint = Some(fake.endpoint());
+    config.polling_initial_delay = Some(Duration::from_millis(20));
+    config
+}
+
+/// With `KARPENTER_TEST_LOG=1`, the library's tracing events go to stderr.
+pub fn log_to_stderr() {
+    use std::sync::Once;
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    struct Stderr;
+    struct Line(String);
+    impl Visit for Line {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!(" {}={value:?}", field.name()));
+        }
+    }
+    impl Subscriber for Stderr {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.target().starts_with("karpenter_core") && *metadata.level() <= tracing::Level::DEBUG
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut line = Line(String::new());
+            event.record(&mut line);
+            eprintln!("{} {}{}", event.metadata().level(), event.metadata().target(), line.0);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+    static ONCE: Once = Once::new();
+    if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
+        ONCE.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(Stderr);
+        });
+    }
+}
