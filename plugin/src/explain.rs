@@ -25,7 +25,8 @@ pub struct ExplainArgs {
     /// The object's name (unless given as RESOURCE/NAME).
     #[arg(value_name = "NAME")]
     pub name: Option<String>,
-    /// Output format: text (default), json or yaml.
+    /// Output format: text (default), json, yaml, or name (nodeclaim.karpenter.sh/NAME: with
+    /// `explain node NAME`, which NodeClaim a node belongs to).
     #[arg(short = 'o', long = "output", value_enum)]
     pub output: Option<ExplainFormat>,
 }
@@ -35,6 +36,7 @@ pub struct ExplainArgs {
 pub enum ExplainFormat {
     Json,
     Yaml,
+    Name,
 }
 
 /// Most provisioned-for pods looked up one by one when they are not on the claim's node.
@@ -181,6 +183,7 @@ pub async fn run(cluster: &Cluster, args: &ExplainArgs) -> anyhow::Result<()> {
     match args.output {
         Some(ExplainFormat::Json) => output::print_data(Format::Json, "NodeClaimExplanation", &explanation, now),
         Some(ExplainFormat::Yaml) => output::print_data(Format::Yaml, "NodeClaimExplanation", &explanation, now),
+        Some(ExplainFormat::Name) => output::print_stdout(&(output::node_claim_name(&explanation.name) + "\n")),
         None => output::print_stdout(&render(&explanation, now, crate::table::color_enabled())),
     }
 }

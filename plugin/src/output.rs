@@ -16,6 +16,13 @@ pub enum Format {
     Json,
     /// The same facts as YAML.
     Yaml,
+    /// Only the objects' names, `nodeclaim.karpenter.sh/NAME`, one a line (as `kubectl get -o name`).
+    Name,
+}
+
+/// A NodeClaim as `-o name` prints it: `<plural-less kind>.<group>/<name>`, as kubectl does.
+pub fn node_claim_name(name: &str) -> String {
+    format!("nodeclaim.{}/{name}", karpenter_core::apis::labels::GROUP)
 }
 
 /// The apiVersion stamped on the plugin's data output.
