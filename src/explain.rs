@@ -192,7 +192,9 @@ fn node_is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The state of a claim, from its conditions and (when known) its Node.
+/// The state of a claim, from its conditions and its Node. `node` is `None` only when the caller
+/// looked for the Node and found none: an initialized claim whose Node is gone is `NotReady`
+/// (`NodeDeleted`).
 pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
     let drifted = claim.is_true(cond::DRIFTED);
     let detail_of = |type_: &str| {
@@ -211,7 +213,10 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
     } else {
         let claim_not_ready = claim.condition(cond::READY).is_some_and(|c| c.status != "True");
         let node_not_ready = node.is_some_and(|n| !node_is_ready(n));
-        if claim_not_ready || node_not_ready {
+        let node_deleted = node.is_none() && claim.status.as_ref().is_some_and(|s| s.node_name.is_some());
+        if node_deleted {
+            (ClaimPhase::NotReady, Some("NodeDeleted".to_owned()))
+        } else if claim_not_ready || node_not_ready {
             (ClaimPhase::NotReady, detail_of(cond::READY).or_else(|| node_not_ready.then(|| "NodeNotReady".to_owned())))
         } else {
             (ClaimPhase::Ready, None)

@@ -1,40 +1,48 @@
-//! `status --watch`: follows NodeClaims after the first screen. Each claim still coming up gets a
-//! progress bar on stderr (Launched → Registered → Initialized), over a summary bar with the
-//! pending pod count; stdout gets one NodeClaim row per state change, as `kubectl get -w` does.
-//! Runs until interrupted.
+//! `status --watch`: follows NodeClaims, and the Nodes behind them, after the first screen. Each
+//! claim still coming up gets a progress bar on stderr (Launched → Registered → Initialized), over
+//! a summary bar with the pending pod count; stdout gets one NodeClaim row per change, as
+//! `kubectl get -w` does (a name line with `-o name`). A Node that becomes Ready, stops being
+//! Ready or is deleted changes its claim's row too. Runs until interrupted.
+//!
+//! [`Follow`] holds what is known and decides which rows changed; `run` feeds it the watch
+//! events and draws.
 
 use crate::cluster::Cluster;
+use crate::output::{Format, node_claim_name};
 use crate::status::{StatusArgs, claim_headers, claim_row};
 use crate::table::{Table, render_row};
 use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use karpenter_core::apis::NodeClaim;
+use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+/// One watch event of any kind, boxed where objects are large.
 enum Change {
-    Claim(ClaimChange),
+    Claim(Event<NodeClaim>),
+    Node(Event<Node>),
     Pod(PodChange),
 }
 
-/// A NodeClaim event, boxed: claims are large and events many.
-enum ClaimChange {
-    Seen(Box<NodeClaim>),
-    Gone(Box<NodeClaim>),
+/// A watch event reduced to what the watch acts on.
+enum Event<K> {
+    Seen(Box<K>),
+    Gone(Box<K>),
     Init,
     InitDone,
     Failed(watcher::Error),
 }
 
-impl ClaimChange {
-    fn from(event: Result<watcher::Event<NodeClaim>, watcher::Error>) -> Self {
+impl<K> Event<K> {
+    fn from(event: Result<watcher::Event<K>, watcher::Error>) -> Self {
         match event {
-            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => Self::Seen(Box::new(c)),
-            Ok(watcher::Event::Delete(c)) => Self::Gone(Box::new(c)),
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => Self::Seen(Box::new(o)),
+            Ok(watcher::Event::Delete(o)) => Self::Gone(Box::new(o)),
             Ok(watcher::Event::Init) => Self::Init,
             Ok(watcher::Event::InitDone) => Self::InitDone,
             Err(e) => Self::Failed(e),
@@ -64,70 +72,250 @@ impl PodChange {
     }
 }
 
-/// Nodes by name and by provider id, from the first screen: the watch only follows claims.
-struct Nodes<'a> {
-    by_name: HashMap<&'a str, &'a Node>,
-    by_provider_id: HashMap<&'a str, &'a Node>,
+/// A Node cut to what a claim's row reads of it (name, labels, provider id, conditions): the
+/// watch holds every Node for as long as it runs.
+fn trim(node: Node) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: node.metadata.name,
+            labels: node.metadata.labels,
+            creation_timestamp: node.metadata.creation_timestamp,
+            deletion_timestamp: node.metadata.deletion_timestamp,
+            ..ObjectMeta::default()
+        },
+        spec: node.spec.map(|s| NodeSpec { provider_id: s.provider_id, ..NodeSpec::default() }),
+        status: node.status.map(|s| NodeStatus { conditions: s.conditions, ..NodeStatus::default() }),
+    }
 }
 
-impl<'a> Nodes<'a> {
-    fn new(nodes: &'a [Node]) -> Self {
-        Self {
-            by_name: nodes.iter().filter_map(|n| Some((n.metadata.name.as_deref()?, n))).collect(),
-            by_provider_id: nodes.iter().filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n))).collect(),
+/// What a row shows that can change; a new row prints when it does.
+fn row_key(s: &ClaimSummary) -> (String, Option<String>, Option<String>) {
+    (s.state.to_string(), s.node_name.clone(), s.instance_type.clone())
+}
+
+/// The claims (of the pool asked about), every Node, and the row last shown for each claim.
+struct Follow {
+    node_pool: Option<String>,
+    claims: BTreeMap<String, NodeClaim>,
+    nodes: HashMap<String, Node>,
+    node_by_provider_id: HashMap<String, String>,
+    shown: BTreeMap<String, ClaimSummary>,
+}
+
+impl Follow {
+    /// Starts from the first screen's objects, whose rows were just printed.
+    fn new(snapshot: &explain::Cluster, node_pool: Option<String>) -> Self {
+        let mut follow =
+            Self { node_pool, claims: BTreeMap::new(), nodes: HashMap::new(), node_by_provider_id: HashMap::new(), shown: BTreeMap::new() };
+        for node in &snapshot.nodes {
+            follow.put_node(node.clone());
+        }
+        for claim in &snapshot.node_claims {
+            if follow.wanted(claim) {
+                let name = claim.metadata.name.clone().unwrap_or_default();
+                follow.claims.insert(name.clone(), claim.clone());
+                let summary = follow.summarize(&name);
+                if let Some(s) = summary {
+                    follow.shown.insert(name, s);
+                }
+            }
+        }
+        follow
+    }
+
+    fn wanted(&self, claim: &NodeClaim) -> bool {
+        let pool = claim.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE_POOL));
+        self.node_pool.as_ref().is_none_or(|wanted| pool == Some(wanted))
+    }
+
+    fn put_node(&mut self, node: Node) {
+        let node = trim(node);
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) {
+            self.node_by_provider_id.insert(id, name.clone());
+        }
+        self.nodes.insert(name, node);
+    }
+
+    /// The claim's Node: by provider id, else by `status.nodeName`.
+    fn node_of(&self, claim: &NodeClaim) -> Option<&Node> {
+        let status = claim.status.as_ref()?;
+        status
+            .provider_id
+            .as_deref()
+            .and_then(|id| self.node_by_provider_id.get(id))
+            .and_then(|name| self.nodes.get(name))
+            .or_else(|| status.node_name.as_deref().and_then(|n| self.nodes.get(n)))
+    }
+
+    fn summarize(&self, name: &str) -> Option<ClaimSummary> {
+        let claim = self.claims.get(name)?;
+        Some(explain::claim_summary(claim, self.node_of(claim)))
+    }
+
+    /// Re-reads a claim's row; returns it when it differs from the one shown.
+    fn refresh(&mut self, name: &str) -> Option<ClaimSummary> {
+        let summary = self.summarize(name)?;
+        let changed = self.shown.get(name).is_none_or(|old| row_key(old) != row_key(&summary));
+        self.shown.insert(name.to_owned(), summary.clone());
+        changed.then_some(summary)
+    }
+
+    /// A claim was created or changed.
+    fn claim_seen(&mut self, claim: NodeClaim) -> Option<ClaimSummary> {
+        if !self.wanted(&claim) {
+            return None;
+        }
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        self.claims.insert(name.clone(), claim);
+        self.refresh(&name)
+    }
+
+    /// A claim was deleted: its last row, when it was shown.
+    fn claim_gone(&mut self, name: &str) -> Option<ClaimSummary> {
+        let claim = self.claims.remove(name);
+        let last = self.shown.remove(name);
+        match (claim, last) {
+            (Some(claim), _) => Some(explain::claim_summary(&claim, self.node_of(&claim))),
+            (None, last) => last,
         }
     }
 
-    fn summarize(&self, claim: &NodeClaim) -> ClaimSummary {
-        let status = claim.status.as_ref();
-        let node = status
-            .and_then(|s| s.provider_id.as_deref())
-            .and_then(|id| self.by_provider_id.get(id))
-            .or_else(|| status.and_then(|s| s.node_name.as_deref()).and_then(|n| self.by_name.get(n)));
-        explain::claim_summary(claim, node.copied())
+    /// Names of the claims whose row reads `node`.
+    fn claims_on(&self, node: &Node) -> Vec<String> {
+        let name = node.metadata.name.as_deref();
+        let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        self.claims
+            .iter()
+            .filter(|(_, c)| {
+                let status = c.status.as_ref();
+                (id.is_some() && status.and_then(|s| s.provider_id.as_deref()) == id)
+                    || (name.is_some() && status.and_then(|s| s.node_name.as_deref()) == name)
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A Node was created or changed: the rows of its claims that changed with it.
+    fn node_seen(&mut self, node: Node) -> Vec<ClaimSummary> {
+        let affected = self.claims_on(&node);
+        self.put_node(node);
+        affected.iter().filter_map(|c| self.refresh(c)).collect()
+    }
+
+    /// A Node was deleted: the rows of its claims that changed with it.
+    fn node_gone(&mut self, name: &str) -> Vec<ClaimSummary> {
+        let Some(node) = self.nodes.remove(name) else { return Vec::new() };
+        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+            && self.node_by_provider_id.get(id).map(String::as_str) == Some(name)
+        {
+            self.node_by_provider_id.remove(id);
+        }
+        self.claims_on(&node).iter().filter_map(|c| self.refresh(c)).collect()
+    }
+
+    fn ready(&self) -> usize {
+        self.shown.values().filter(|s| s.state.phase == ClaimPhase::Ready).count()
     }
 }
 
-/// Follows NodeClaims until interrupted.
+fn coming_up(phase: ClaimPhase) -> bool {
+    matches!(phase, ClaimPhase::Pending | ClaimPhase::Launching | ClaimPhase::Registering | ClaimPhase::Initializing)
+}
+
+/// The progress bars on stderr and the rows on stdout.
+struct Screen {
+    progress: MultiProgress,
+    style: ProgressStyle,
+    bars: BTreeMap<String, ProgressBar>,
+    widths: Vec<usize>,
+    format: Format,
+}
+
+impl Screen {
+    fn print(&self, line: String) {
+        let _ = self.progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
+    }
+
+    /// Shows a claim's new row, and moves or ends its bar.
+    fn show(&mut self, s: &ClaimSummary, now: Timestamp) {
+        let state = s.state.to_string();
+        if coming_up(s.state.phase) {
+            let bar = self.bars.entry(s.name.clone()).or_insert_with(|| {
+                let bar = self.progress.add(ProgressBar::new(3).with_style(self.style.clone()).with_prefix(s.name.clone()));
+                bar.enable_steady_tick(Duration::from_millis(200));
+                bar
+            });
+            bar.set_position(s.state.phase.steps_done());
+            let what = s.instance_type.clone().unwrap_or_default();
+            bar.set_message(format!("{state} {what} {}", explain::age(s.created_at, now)));
+        } else if let Some(bar) = self.bars.remove(&s.name) {
+            bar.set_position(3);
+            bar.finish_with_message(format!("{state} after {}", explain::age(s.created_at, now)));
+        }
+        match self.format {
+            Format::Table | Format::Wide => self.print(render_row(&claim_row(s, now, self.format == Format::Wide), &self.widths, false)),
+            Format::Name => self.print(node_claim_name(&s.name)),
+            Format::Json | Format::Yaml => {}
+        }
+    }
+
+    /// Shows that a claim is gone.
+    fn deleted(&mut self, mut s: ClaimSummary, now: Timestamp) {
+        if let Some(bar) = self.bars.remove(&s.name) {
+            bar.abandon_with_message("deleted");
+        }
+        match self.format {
+            Format::Table | Format::Wide => {
+                s.state.phase = ClaimPhase::Terminating;
+                let mut row = claim_row(&s, now, self.format == Format::Wide);
+                if let Some(cell) = row.iter_mut().find(|c| c.text.starts_with("Terminating")) {
+                    cell.text = "Deleted".to_owned();
+                }
+                self.print(render_row(&row, &self.widths, false));
+            }
+            Format::Name => self.print(node_claim_name(&s.name)),
+            Format::Json | Format::Yaml => {}
+        }
+    }
+}
+
+/// Follows NodeClaims and Nodes until interrupted.
 pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusArgs) -> anyhow::Result<()> {
-    let wide = args.output == crate::output::Format::Wide;
-    let structured = matches!(args.output, crate::output::Format::Json | crate::output::Format::Yaml);
+    let wide = args.output == Format::Wide;
     let progress = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
     let style = ProgressStyle::with_template("{spinner} {prefix:<32} [{bar:12}] {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
     let summary = progress.add(ProgressBar::new_spinner());
     summary.enable_steady_tick(Duration::from_millis(200));
-
     // Column widths for the rows: the header's, widened for typical values.
     let widths: Vec<usize> = Table::new(&claim_headers(wide)).widths().into_iter().map(|w| w.max(12)).collect();
+    let mut screen = Screen { progress, style, bars: BTreeMap::new(), widths, format: args.output };
 
-    let claims = watcher(cluster.all::<NodeClaim>(), watcher::Config::default()).default_backoff().map(|e| Change::Claim(ClaimChange::from(e))).boxed();
+    // The watches re-list first (from the API server's cache: resourceVersion=0, as `status`
+    // lists); what the first screen already showed prints again only if it changed since.
+    let config = || watcher::Config::default().any_semantic();
+    let claims = watcher(cluster.all::<NodeClaim>(), config()).default_backoff().map(|e| Change::Claim(Event::from(e))).boxed();
+    let nodes = watcher(cluster.all::<Node>(), config()).default_backoff().map(|e| Change::Node(Event::from(e))).boxed();
     let pod_scope = cluster.namespaced::<Pod>(args.namespace.as_deref());
-    let pods = watcher(pod_scope, watcher::Config::default().fields("spec.nodeName=")).default_backoff().map(|e| Change::Pod(PodChange::from(e))).boxed();
-    let mut changes = futures::stream::select(claims, pods);
+    let pods = watcher(pod_scope, config().fields("spec.nodeName=")).default_backoff().map(|e| Change::Pod(PodChange::from(e))).boxed();
+    let mut changes = futures::stream::select_all([claims, nodes, pods]);
 
-    let nodes = Nodes::new(&snapshot.nodes);
-    let mut known: BTreeMap<String, (ClaimPhase, String)> = snapshot
-        .node_claims
-        .iter()
-        .map(|c| nodes.summarize(c))
-        .filter(|s| args.nodepool.as_ref().is_none_or(|pool| s.node_pool.as_ref() == Some(pool)))
-        .map(|s| (s.name.clone(), (s.state.phase, s.state.to_string())))
-        .collect();
-    let mut bars: BTreeMap<String, ProgressBar> = BTreeMap::new();
+    let mut follow = Follow::new(snapshot, args.nodepool.clone());
     let mut pending: HashSet<String> = snapshot.pods.iter().filter(|p| explain::is_pending(p)).filter_map(|p| p.metadata.uid.clone()).collect();
-    let mut pending_init: HashSet<String> = HashSet::new();
-    let mut seen_in_init: HashSet<String> = HashSet::new();
+    let mut pods_in_init: HashSet<String> = HashSet::new();
+    let mut claims_in_init: HashSet<String> = HashSet::new();
+    let mut nodes_in_init: HashSet<String> = HashSet::new();
 
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
-        let ready = known.values().filter(|(p, _)| *p == ClaimPhase::Ready).count();
         summary.set_message(format!(
-            "{} nodeclaims: {ready} ready, {} coming up · {} pending pods",
-            known.len(),
-            bars.len(),
+            "{} nodeclaims: {} ready, {} coming up · {} pending pods",
+            follow.shown.len(),
+            follow.ready(),
+            screen.bars.len(),
             pending.len()
         ));
         let change = tokio::select! {
@@ -137,60 +325,49 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
         let Some(change) = change else { break };
         let now = Timestamp::now();
         match change {
-            Change::Claim(ClaimChange::Seen(claim)) => {
-                let s = nodes.summarize(&claim);
-                if args.nodepool.as_ref().is_some_and(|pool| s.node_pool.as_ref() != Some(pool)) {
-                    continue;
-                }
-                seen_in_init.insert(s.name.clone());
-                let state = s.state.to_string();
-                let changed = known.get(&s.name).is_none_or(|(_, old)| *old != state);
-                known.insert(s.name.clone(), (s.state.phase, state.clone()));
-                let coming_up = matches!(s.state.phase, ClaimPhase::Pending | ClaimPhase::Launching | ClaimPhase::Registering | ClaimPhase::Initializing);
-                if coming_up {
-                    let bar = bars.entry(s.name.clone()).or_insert_with(|| {
-                        let bar = progress.add(ProgressBar::new(3).with_style(style.clone()).with_prefix(s.name.clone()));
-                        bar.enable_steady_tick(Duration::from_millis(200));
-                        bar
-                    });
-                    bar.set_position(s.state.phase.steps_done());
-                    let what = s.instance_type.clone().unwrap_or_default();
-                    bar.set_message(format!("{state} {what} {}", explain::age(s.created_at, now)));
-                } else if let Some(bar) = bars.remove(&s.name) {
-                    bar.set_position(3);
-                    bar.finish_with_message(format!("{state} after {}", explain::age(s.created_at, now)));
-                }
-                if changed && !structured {
-                    let line = render_row(&claim_row(&s, now, wide), &widths, false);
-                    let _ = progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
+            Change::Claim(Event::Seen(claim)) => {
+                claims_in_init.insert(claim.metadata.name.clone().unwrap_or_default());
+                if let Some(s) = follow.claim_seen(*claim) {
+                    screen.show(&s, now);
                 }
             }
-            Change::Claim(ClaimChange::Gone(claim)) => {
-                let name = claim.metadata.name.clone().unwrap_or_default();
-                if known.remove(&name).is_none() {
-                    continue;
-                }
-                if let Some(bar) = bars.remove(&name) {
-                    bar.abandon_with_message("deleted");
-                }
-                if !structured {
-                    let mut s = nodes.summarize(&claim);
-                    s.state.phase = ClaimPhase::Terminating;
-                    let mut row = claim_row(&s, now, wide);
-                    if let Some(cell) = row.iter_mut().find(|c| c.text.starts_with("Terminating")) {
-                        cell.text = "Deleted".to_owned();
-                    }
-                    let line = render_row(&row, &widths, false);
-                    let _ = progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
+            Change::Claim(Event::Gone(claim)) => {
+                if let Some(s) = follow.claim_gone(claim.metadata.name.as_deref().unwrap_or_default()) {
+                    screen.deleted(s, now);
                 }
             }
-            Change::Claim(ClaimChange::Init) => seen_in_init.clear(),
-            Change::Claim(ClaimChange::InitDone) => {
+            Change::Claim(Event::Init) => claims_in_init.clear(),
+            Change::Claim(Event::InitDone) => {
                 // A re-list: claims that vanished meanwhile are gone.
-                known.retain(|name, _| seen_in_init.contains(name));
+                let vanished: Vec<String> = follow.claims.keys().filter(|n| !claims_in_init.contains(*n)).cloned().collect();
+                for name in vanished {
+                    if let Some(s) = follow.claim_gone(&name) {
+                        screen.deleted(s, now);
+                    }
+                }
+            }
+            Change::Node(Event::Seen(node)) => {
+                nodes_in_init.insert(node.metadata.name.clone().unwrap_or_default());
+                for s in follow.node_seen(*node) {
+                    screen.show(&s, now);
+                }
+            }
+            Change::Node(Event::Gone(node)) => {
+                for s in follow.node_gone(node.metadata.name.as_deref().unwrap_or_default()) {
+                    screen.show(&s, now);
+                }
+            }
+            Change::Node(Event::Init) => nodes_in_init.clear(),
+            Change::Node(Event::InitDone) => {
+                let vanished: Vec<String> = follow.nodes.keys().filter(|n| !nodes_in_init.contains(*n)).cloned().collect();
+                for name in vanished {
+                    for s in follow.node_gone(&name) {
+                        screen.show(&s, now);
+                    }
+                }
             }
             Change::Pod(PodChange::Seen { uid, pending: is_pending }) => {
-                pending_init.insert(uid.clone());
+                pods_in_init.insert(uid.clone());
                 if is_pending {
                     pending.insert(uid);
                 } else {
@@ -200,16 +377,89 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
             Change::Pod(PodChange::Gone(uid)) => {
                 pending.remove(&uid);
             }
-            Change::Pod(PodChange::Init) => pending_init.clear(),
-            Change::Pod(PodChange::InitDone) => pending.retain(|uid| pending_init.contains(uid)),
-            Change::Claim(ClaimChange::Failed(e)) | Change::Pod(PodChange::Failed(e)) => {
+            Change::Pod(PodChange::Init) => pods_in_init.clear(),
+            Change::Pod(PodChange::InitDone) => pending.retain(|uid| pods_in_init.contains(uid)),
+            Change::Claim(Event::Failed(e)) | Change::Node(Event::Failed(e)) | Change::Pod(PodChange::Failed(e)) => {
                 summary.println(format!("watch interrupted ({e}); retrying"));
             }
         }
     }
-    for bar in bars.values() {
+    for bar in screen.bars.values() {
         bar.abandon();
     }
     summary.finish_and_clear();
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    fn named(summaries: &[ClaimSummary]) -> Vec<(String, String)> {
+        summaries.iter().map(|s| (s.name.clone(), s.state.to_string())).collect()
+    }
+
+    fn ready_claim_and_node() -> (explain::Cluster, String, Node) {
+        let cluster = fixtures::cluster();
+        let claim = cluster
+            .node_claims
+            .iter()
+            .find(|c| c.status.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .expect("a registered claim in the fixtures");
+        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node name");
+        let node = cluster.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(&node_name)).expect("its node").clone();
+        (cluster.clone(), claim.metadata.name.clone().expect("name"), node)
+    }
+
+    fn set_ready(node: &mut Node, status: &str) {
+        let conditions = node.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+        for c in conditions.iter_mut().filter(|c| c.type_ == "Ready") {
+            c.status = status.to_owned();
+        }
+    }
+
+    #[test]
+    fn a_node_that_stops_and_becomes_ready_again_changes_its_claims_row() {
+        let (cluster, claim, mut node) = ready_claim_and_node();
+        let mut follow = Follow::new(&cluster, None);
+        assert_eq!(follow.shown[&claim].state.to_string(), "Ready");
+
+        set_ready(&mut node, "False");
+        assert_eq!(named(&follow.node_seen(node.clone())), [(claim.clone(), "NotReady(NodeNotReady)".to_owned())]);
+        assert!(follow.node_seen(node.clone()).is_empty(), "the same node again changes nothing");
+
+        set_ready(&mut node, "True");
+        assert_eq!(named(&follow.node_seen(node)), [(claim, "Ready".to_owned())]);
+    }
+
+    #[test]
+    fn a_deleted_node_changes_its_claims_row() {
+        let (cluster, claim, node) = ready_claim_and_node();
+        let mut follow = Follow::new(&cluster, None);
+        let rows = follow.node_gone(node.metadata.name.as_deref().expect("name"));
+        assert_eq!(named(&rows), [(claim, "NotReady(NodeDeleted)".to_owned())]);
+    }
+
+    #[test]
+    fn a_claim_event_prints_only_when_its_row_changes() {
+        let (cluster, claim, _) = ready_claim_and_node();
+        let mut follow = Follow::new(&cluster, None);
+        let same = cluster.node_claims.iter().find(|c| c.metadata.name.as_deref() == Some(&claim)).expect("claim").clone();
+        assert!(follow.claim_seen(same.clone()).is_none());
+        let mut deleting = same;
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(fixtures::now()));
+        assert_eq!(named(&follow.claim_seen(deleting).into_iter().collect::<Vec<_>>()), [(claim.clone(), "Terminating".to_owned())]);
+        assert!(follow.claim_gone(&claim).is_some());
+        assert!(follow.claim_gone(&claim).is_none(), "gone once");
+    }
+
+    #[test]
+    fn claims_of_other_pools_are_not_followed() {
+        let (cluster, _, node) = ready_claim_and_node();
+        let mut follow = Follow::new(&cluster, Some("no-such-pool".to_owned()));
+        assert!(follow.shown.is_empty());
+        assert!(follow.node_gone(node.metadata.name.as_deref().expect("name")).is_empty());
+    }
 }
