@@ -610,14 +610,30 @@ pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
         image: options.image.clone(),
         service_account_annotations: annotations,
         args: vec!["run".to_owned(), "--provider".to_owned(), "gcp".to_owned()],
-        env: vec![
-            ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
-            ("GCP_PROJECT".to_owned(), options.project.clone()),
-            ("CLUSTER_LOCATION".to_owned(), options.location.clone()),
-        ],
+        env: agent_env(options),
         credentials_secret,
     }));
     objects
+}
+
+/// The agent's settings (`karpenter-agent run --help`): a zonal cluster's nodes stay in its
+/// zone, a regional cluster's go to any zone of the region.
+fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
+    let mut env = vec![("CLUSTER_NAME".to_owned(), options.cluster_name.clone()), ("GCP_PROJECT".to_owned(), options.project.clone())];
+    match zone_region(&options.location) {
+        Some(region) => {
+            env.push(("GCP_REGION".to_owned(), region.to_owned()));
+            env.push(("GCP_ZONES".to_owned(), options.location.clone()));
+        }
+        None => env.push(("GCP_REGION".to_owned(), options.location.clone())),
+    }
+    env
+}
+
+/// The region of a zone (`us-central1-a` → `us-central1`); `None` for a region.
+fn zone_region(location: &str) -> Option<&str> {
+    let (region, suffix) = location.rsplit_once('-')?;
+    (region.contains('-') && suffix.len() == 1 && suffix.chars().all(|c| c.is_ascii_lowercase())).then_some(region)
 }
 
 /// A starter NodePool and GCENodeClass, both `default`.
@@ -747,6 +763,16 @@ mod tests {
         assert_eq!(policy.bindings.len(), 1);
         assert!(has_binding(&policy, "roles/x", "user:b"));
         assert!(!has_binding(&policy, "roles/y", "user:a"));
+    }
+
+    #[test]
+    fn a_zonal_cluster_keeps_its_nodes_in_its_zone_and_a_regional_one_uses_the_region() {
+        assert_eq!(zone_region("us-central1-a"), Some("us-central1"));
+        assert_eq!(zone_region("us-central1"), None);
+        assert_eq!(zone_region("europe-west4"), None);
+        let env = agent_env(&GcpOptions::new("p", "c", "europe-west4-b"));
+        assert!(env.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())));
+        assert!(env.contains(&("GCP_ZONES".to_owned(), "europe-west4-b".to_owned())));
     }
 
     #[test]
