@@ -11,10 +11,12 @@
 mod rig;
 
 use karpenter_core::apis::{NodeClaim, labels};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use rig::rig;
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
 
 /// Runs the plugin against the rig.
 fn plugin(args: &[&str]) -> Output {
@@ -59,9 +61,15 @@ spec:
     )
 }
 
-/// A Ready NodeClaim as upstream Karpenter leaves it, its Node (priced by label) and a pod on it.
+/// A Ready NodeClaim as upstream Karpenter leaves it (its labels, no annotation of ours, a status
+/// written by hand), its Node with upstream's labels (priced by eks-node-viewer's label) and a
+/// pod on it.
 async fn upstream_claim(pool: &str, claim: &str, node: &str, pod_annotations: &str) {
-    apply(&pool_yaml(pool, "{consolidateAfter: 0s, budgets: [{nodes: '10%'}]}"));
+    upstream_claim_in(pool, "{consolidateAfter: 0s, budgets: [{nodes: '10%'}]}", claim, node, pod_annotations, "{}").await;
+}
+
+async fn upstream_claim_in(pool: &str, disruption: &str, claim: &str, node: &str, pod_annotations: &str, pod_labels: &str) {
+    apply(&pool_yaml(pool, disruption));
     apply(&format!(
         r#"
 apiVersion: karpenter.sh/v1
@@ -78,7 +86,15 @@ apiVersion: v1
 kind: Node
 metadata:
   name: {node}
-  labels: {{kwok.x-k8s.io/node: fake, eks-node-viewer/instance-price: "0.0350", karpenter.sh/nodepool: {pool}}}
+  labels:
+    kwok.x-k8s.io/node: fake
+    eks-node-viewer/instance-price: "0.0350"
+    karpenter.sh/nodepool: {pool}
+    karpenter.sh/registered: "true"
+    karpenter.sh/initialized: "true"
+    karpenter.sh/capacity-type: spot
+    node.kubernetes.io/instance-type: m5.large
+    topology.kubernetes.io/zone: us-west-2b
   annotations: {{kwok.x-k8s.io/node: fake}}
 spec:
   providerID: aws:///us-west-2b/i-{node}
@@ -93,6 +109,7 @@ metadata:
   name: api-0
   namespace: {pool}
   annotations: {pod_annotations}
+  labels: {pod_labels}
 spec:
   nodeName: {node}
   containers: [{{name: app, image: registry.k8s.io/pause:3.10}}]
@@ -198,6 +215,147 @@ spec:
     assert!(row.contains("Pending"), "{row}");
     let pod = table.lines().find(|l| l.contains("web-0")).unwrap_or_else(|| panic!("the pending pod is listed:\n{table}"));
     assert!(pod.contains("WaitingForNodeClaim") && pod.contains("nodeclaim ours-abcde is Pending"), "{pod}");
+}
+
+/// Waits (bounded) until `kubectl get` of `what` prints `want` with `jsonpath`.
+fn wait_for_jsonpath(what: &[&str], jsonpath: &str, want: &str) {
+    for _ in 0..120 {
+        let out = rig().kubectl().args(["get"]).args(what).arg(format!("-o=jsonpath={jsonpath}")).output().expect("kubectl get");
+        if String::from_utf8_lossy(&out.stdout).trim() == want {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("{} never showed {jsonpath} = {want}", what.join(" "));
+}
+
+fn blocker_kinds(yaml: &str) -> Vec<String> {
+    yaml.lines().filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("kind: ")).filter(|k| *k != "NodeClaimExplanation").map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn explain_names_a_pdb_and_a_zero_budget_as_blockers_of_an_upstream_claim() {
+    upstream_claim_in("up-budget", "{consolidateAfter: 0s, budgets: [{nodes: '0'}]}", "up-budget-x1", "up-budget-node", "{}", "{app: api}").await;
+    apply(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: api, namespace: up-budget}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: api}}
+"#,
+    );
+    // The disruption controller fills in the PDB's status; explain reads it.
+    wait_for_jsonpath(&["pdb", "api", "-n", "up-budget"], "{.status.observedGeneration}", "1");
+    let text = stdout_ok(&["explain", "nodeclaim", "up-budget-x1"]);
+    assert!(text.contains("Can it be disrupted now? no"), "{text}");
+    assert!(text.contains("PodDisruptionBudget up-budget/api allows 0 disruptions and covers pod up-budget/api-0"), "{text}");
+    assert!(text.contains("NodePool up-budget allows no more Underutilized disruptions now under budget 1 (nodes \"0\")"), "{text}");
+    let yaml = stdout_ok(&["explain", "nodeclaim", "up-budget-x1", "-o", "yaml"]);
+    assert_eq!(blocker_kinds(&yaml), ["PodDisruptionBudget", "Budget"], "{yaml}");
+}
+
+#[tokio::test]
+async fn explain_says_when_consolidate_after_lets_an_upstream_claim_be_considered() {
+    upstream_claim_in("up-after", "{consolidateAfter: 1h}", "up-after-x1", "up-after-node", "{}", "{}").await;
+    let text = stdout_ok(&["explain", "nodeclaim", "up-after-x1"]);
+    assert!(text.contains("Can it be disrupted now? no"), "{text}");
+    assert!(text.contains("consolidateAfter is 1h: the last pod event was"), "{text}");
+    let yaml = stdout_ok(&["explain", "nodeclaim", "up-after-x1", "-o", "yaml"]);
+    assert_eq!(blocker_kinds(&yaml), ["ConsolidateAfter"], "{yaml}");
+
+    // Nothing blocks the same claim in a pool that consolidates at once with room in its budget.
+    upstream_claim("up-free", "up-free-x1", "up-free-node", "{}").await;
+    let free = stdout_ok(&["explain", "nodeclaim", "up-free-x1"]);
+    assert!(free.contains("Can it be disrupted now? yes"), "{free}");
+}
+
+#[tokio::test]
+async fn name_output_prints_nodeclaims_as_kubectl_names_them() {
+    upstream_claim("up-name", "up-name-x1", "up-name-node", "{}").await;
+    assert_eq!(stdout_ok(&["status", "--nodepool", "up-name", "-o", "name"]), "nodeclaim.karpenter.sh/up-name-x1\n");
+    assert_eq!(stdout_ok(&["explain", "node", "up-name-node", "-o", "name"]), "nodeclaim.karpenter.sh/up-name-x1\n");
+}
+
+async fn set_node_ready(node: &str, ready: &str) {
+    let api: Api<Node> = Api::all(rig().client().await);
+    let t = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Test", "message": "", "lastHeartbeatTime": t, "lastTransitionTime": t}]}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch node status");
+}
+
+#[tokio::test]
+async fn status_watch_reprints_a_claims_row_when_its_node_becomes_ready_and_when_it_is_deleted() {
+    // A Node no kwok manages, so its Ready condition is what this test writes.
+    apply(&pool_yaml("up-watch", "{consolidateAfter: 0s}"));
+    apply(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: up-watch-x1
+  labels: {karpenter.sh/nodepool: up-watch, node.kubernetes.io/instance-type: m5.large, karpenter.sh/capacity-type: on-demand, topology.kubernetes.io/zone: us-west-2a}
+spec:
+  requirements: []
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: up-watch-node
+  labels: {karpenter.sh/nodepool: up-watch, node.kubernetes.io/instance-type: m5.large}
+spec:
+  providerID: aws:///us-west-2a/i-up-watch-node
+"#,
+    );
+    set_node_ready("up-watch-node", "False").await;
+    let t = k8s_openapi::jiff::Timestamp::now().to_string();
+    let condition = |type_: &str| json!({"type": type_, "status": "True", "reason": type_, "message": "", "lastTransitionTime": t});
+    set_claim_status(
+        "up-watch-x1",
+        json!({"nodeName": "up-watch-node", "providerID": "aws:///us-west-2a/i-up-watch-node",
+               "conditions": [condition("Launched"), condition("Registered"), condition("Initialized"), condition("Ready")]}),
+    )
+    .await;
+
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status", "-w", "--nodepool", "up-watch"])
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start status -w");
+    let stdout = watch.stdout.take().expect("stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen: Vec<String> = Vec::new();
+    let mut wait_for_row = |state: &str| {
+        let wanted = |l: &String| l.starts_with("up-watch-x1 ") && l.split_whitespace().any(|w| w == state);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !seen.iter().any(wanted) {
+            match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok(line) => seen.push(line),
+                Err(e) => panic!("no {state} row for up-watch-x1 ({e}); saw:\n{}", seen.join("\n")),
+            }
+        }
+        seen.clear();
+    };
+    wait_for_row("NotReady(NodeNotReady)");
+    set_node_ready("up-watch-node", "True").await;
+    wait_for_row("Ready");
+    let deleted = rig().kubectl().args(["delete", "node", "up-watch-node", "--wait=false"]).output().expect("kubectl delete");
+    assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
+    wait_for_row("NotReady(NodeDeleted)");
+    let _ = watch.kill();
+    let _ = watch.wait();
 }
 
 #[test]
