@@ -136,11 +136,14 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     assert!(stderr.contains("nodepool-default.yaml: in place"), "{stderr}");
     assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
 
-    // And a dry run now finds nothing to do.
-    let out = init_aws(proxy, &["--cluster", CLUSTER, "--dry-run"]);
+    // And a dry run now finds nothing to do, and writes no scaffold either.
+    let fresh = dir.path().join("fresh");
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--dry-run", "--output-dir", fresh.to_str().unwrap()]);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("everything is in place"), "{stderr}");
+    assert!(stderr.contains("nodepool-default.yaml: would write NodePool/default"), "{stderr}");
+    assert!(!fresh.exists(), "the dry run wrote the scaffold");
     assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
 
     rig().kubectl_ok(&["delete", "namespace", NAMESPACE, "--wait=false"]);
