@@ -73,9 +73,23 @@ fn krew_installs_the_plugin_from_our_index_and_kubectl_runs_it() {
     let dist = work.path().join("dist");
     let index = work.path().join("index");
     let url = serve(dist.clone());
+    // Only this machine's platform is built here: without --partial the script refuses to write
+    // a manifest missing the others, and it never writes a placeholder.
+    let refused = Command::new(root.join("krew/package"))
+        .args(["--binary", env!("CARGO_BIN_EXE_kubectl-karpenter"), "--base-url", &url])
+        .arg("--out")
+        .arg(&dist)
+        .arg("--manifest")
+        .arg(index.join("plugins/karpenter.yaml"))
+        .output()
+        .expect("krew/package");
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.lines().last().is_some_and(|l| l.starts_with("krew/package: no archive in") && l.contains("--partial")), "{said}");
+    assert!(!index.join("plugins/karpenter.yaml").exists(), "nothing written when refusing");
     checked(
         Command::new(root.join("krew/package"))
-            .args(["--binary", env!("CARGO_BIN_EXE_kubectl-karpenter"), "--base-url", &url])
+            .args(["--manifest-only", "--partial", "--base-url", &url])
             .arg("--out")
             .arg(&dist)
             .arg("--manifest")
@@ -83,7 +97,14 @@ fn krew_installs_the_plugin_from_our_index_and_kubectl_runs_it() {
         "krew/package",
     );
     let manifest = std::fs::read_to_string(index.join("plugins/karpenter.yaml")).expect("manifest");
-    assert!(manifest.contains("PLACEHOLDER: no darwin/arm64 archive yet"), "platforms not built here are marked:\n{manifest}");
+    let archives: Vec<PathBuf> = std::fs::read_dir(&dist).expect("dist").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(archives.len(), 1, "one archive, for this machine: {archives:?}");
+    let archive = &archives[0];
+    let sha = String::from_utf8_lossy(&checked(Command::new("sha256sum").arg(archive), "sha256sum").stdout).split_whitespace().next().expect("sha").to_owned();
+    let file = archive.file_name().and_then(|f| f.to_str()).expect("file name");
+    assert!(manifest.contains(&format!("uri: {url}/{file}\n    sha256: \"{sha}\"")), "the archive's uri and sha256:\n{manifest}");
+    assert_eq!(manifest.matches("- selector:").count(), 1, "only platforms with an archive:\n{manifest}");
+    assert!(!manifest.contains("OWNER") && !manifest.contains(&"0".repeat(64)), "no placeholder:\n{manifest}");
     git(&index, &["init", "-q"]);
     git(&index, &["add", "."]);
     git(&index, &["commit", "-q", "-m", "kubectl-karpenter index"]);
