@@ -13,35 +13,63 @@ use crate::scheduling::Requirements;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, applier};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-/// Runs the lifecycle controller until the stream ends (shutdown).
-pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+/// Runs the lifecycle controller until SIGTERM/SIGINT. `triggers` names the claims to
+/// reconcile: the agent's own claim and node watches feed it (see `controllers::start`), so the
+/// controller reads the shared claim store instead of caching every claim and watching every
+/// node a second time.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, triggers: mpsc::UnboundedReceiver<ObjectRef<NodeClaim>>) {
     let store = ctx.claims.clone();
-    Controller::new(claims, watcher::Config::default())
-        .watches(nodes, watcher::Config::default(), move |node: Node| {
-            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
-            store
-                .state()
-                .into_iter()
-                .filter(|c| provider_id.is_some() && c.status.as_ref().and_then(|s| s.provider_id.clone()) == provider_id)
-                .map(|c| ObjectRef::from_obj(&*c))
-                .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let queue = tokio_stream_of(triggers);
+    let reconciles = applier(|claim, ctx| Box::pin(reconcile(claim, ctx)), error_policy, ctx, store, queue, controller::Config::default())
+        .for_each(|_| futures::future::ready(()));
+    tokio::select! {
+        () = reconciles => {}
+        () = shutdown_signal() => info!("shutting down"),
+    }
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = Result<T, std::convert::Infallible>> + Send + Unpin {
+    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|item| item.map(Ok))))
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            let _ = interrupt.await;
+            return;
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// The claims a Node event concerns: those whose providerID is the node's.
+pub fn claims_of_node(claims: &kube::runtime::reflector::Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeClaim>> {
+    let Some(provider_id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else { return Vec::new() };
+    claims
+        .state()
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+        .map(|c| ObjectRef::from_obj(&**c))
+        .collect()
 }
 
 fn error_policy<P: CloudProvider>(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Context<P>>) -> Action {

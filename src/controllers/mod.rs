@@ -288,12 +288,18 @@ pub async fn start<P: CloudProvider + 'static>(
     }
 
     let tracker = pending.clone();
+    // The lifecycle controller reconciles the claims these watches name (see lifecycle::run).
+    let (lifecycle_triggers, lifecycle_queue) = tokio::sync::mpsc::unbounded_channel();
     let reflectors = [
         spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, {
             let recent = recent.clone();
             let pending = pending.clone();
+            let lifecycle_triggers = lifecycle_triggers.clone();
             move |event| match event {
-                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => recent.seen(claim),
+                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
+                    recent.seen(claim);
+                    let _ = lifecycle_triggers.send(kube::runtime::reflector::ObjectRef::from_obj(claim));
+                }
                 watcher::Event::Delete(claim) => {
                     recent.seen(claim);
                     // Pods planned onto a claim that is gone (its launch failed for capacity or
@@ -306,7 +312,17 @@ pub async fn start<P: CloudProvider + 'static>(
                 watcher::Event::Init | watcher::Event::InitDone => {}
             }
         }),
-        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, |_| {}),
+        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, {
+            let claims = claims.clone();
+            move |event| match event {
+                watcher::Event::Apply(node) | watcher::Event::Delete(node) => {
+                    for claim in lifecycle::claims_of_node(&claims, node) {
+                        let _ = lifecycle_triggers.send(claim);
+                    }
+                }
+                watcher::Event::InitApply(_) | watcher::Event::Init | watcher::Event::InitDone => {}
+            }
+        }),
         spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
         spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, {
             let pod_events = pod_events.clone();
@@ -349,7 +365,7 @@ pub async fn start<P: CloudProvider + 'static>(
 
     let ctx = Arc::new(Context::new(client, provider, claims, nodes, pools, pods, settings, metrics));
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
-    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone()));
+    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), lifecycle_queue));
     let mut tasks = Vec::from(reflectors);
     tasks.push(tokio::spawn(provisioning::run(ctx.clone(), pending, recent, wake)));
     tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));

@@ -305,11 +305,22 @@ pub async fn provision<P: CloudProvider>(
 
     let mut existing = Vec::new();
     let mut registered_ids = std::collections::HashSet::new();
+    // Pods already bound to the Node of a claim that still counts as in flight.
+    let mut pods_of_in_flight: HashMap<&str, Vec<&Pod>> = HashMap::new();
     for node in nodes.iter().map(AsRef::as_ref).filter(|n| schedulable_node(n)) {
         let name = node.name_any();
         let pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
-        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else { continue };
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        let reports_allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref()).is_some_and(|a| !a.is_empty());
+        if !reports_allocatable {
+            // A Node that has not reported what it holds yet (just created) would stand in for
+            // its claim as an empty node; its claim keeps counting as in flight instead.
+            if let Some(id) = provider_id.filter(|id| claim_by_provider_id.contains_key(id)) {
+                pods_of_in_flight.insert(id, pods);
+            }
+            continue;
+        }
+        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else { continue };
         if let Some(claim) = provider_id.and_then(|id| claim_by_provider_id.get(id)) {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -328,7 +339,8 @@ pub async fn provision<P: CloudProvider>(
         if provider_id.as_ref().is_some_and(|id| registered_ids.contains(id)) {
             continue;
         }
-        match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), Vec::new()) {
+        let bound = provider_id.as_deref().and_then(|id| pods_of_in_flight.remove(id)).unwrap_or_default();
+        match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), bound) {
             Ok(mut flight) => {
                 // Before launch the claim holds at least what it was sized for.
                 let launched = claim.status.as_ref().is_some_and(|s| !s.allocatable.is_empty());

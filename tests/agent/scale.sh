@@ -5,25 +5,29 @@
 # peak RSS. A figure, not a test.
 #
 # Usage: tests/agent/scale.sh [N ...]
+# Environment: AGENT_BIN=path (default target/debug/karpenter-agent, built first); anything the
+# agent reads (e.g. MALLOC_ARENA_MAX=2) passes through to it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(15 2000)
 
-cargo build --workspace --quiet
+# AGENT_BIN measures another build of the agent (e.g. a release build in another target dir).
+agent_bin="${AGENT_BIN:-target/debug/karpenter-agent}"
+[[ -n "${AGENT_BIN:-}" ]] || cargo build --workspace --quiet
 bin="$(tests/rig/rig bin | tail -n 1)"
 
 for n in "${sizes[@]}"; do
   dir="$(mktemp -d /tmp/karpenter-scale-XXXXXX)"
   tests/rig/rig up "$dir" --owner-pid $$ >/dev/null
   k=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
-  target/debug/karpenter-agent crds | "${k[@]}" apply --server-side -f - >/dev/null
+  "$agent_bin" crds | "${k[@]}" apply --server-side -f - >/dev/null
   "${k[@]}" wait --for condition=Established --timeout 60s crd --all >/dev/null
   "${k[@]}" apply -f examples/kwok/kwoknodeclass.yaml -f examples/kwok/nodepool.yaml -f examples/inflate.yaml >/dev/null
   "${k[@]}" patch nodepool default --type merge -p '{"spec":{"limits":{"cpu":"100000","memory":"100000Gi"}}}' >/dev/null
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  target/debug/karpenter-agent run --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
+  "$agent_bin" run --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
   agent=$!
   sleep 2
   # Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
@@ -32,9 +36,16 @@ for n in "${sizes[@]}"; do
   start=$(date +%s.%N)
   "${k[@]}" scale deployment inflate --replicas "$n" >/dev/null
   peak=0
-  while :; do
+  peak_anon=0
+  sample() {
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+    anon=$(awk '/RssAnon/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
     [[ "$rss" -gt "$peak" ]] && peak=$rss
+    [[ "$anon" -gt "$peak_anon" ]] && peak_anon=$anon
+    return 0
+  }
+  while :; do
+    sample
     running=$("${k[@]}" get pods -l app=inflate --field-selector status.phase=Running --no-headers 2>/dev/null | wc -l)
     [[ "$running" -ge "$n" ]] && break
     elapsed=$(python3 -c "print($(date +%s.%N) - $start)")
@@ -43,18 +54,19 @@ for n in "${sizes[@]}"; do
   done
   end=$(date +%s.%N)
   for _ in 1 2 3 4 5 6; do
-    rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
-    [[ "$rss" -gt "$peak" ]] && peak=$rss
+    sample
     sleep 0.5
   done
+  file_rss=$(awk '/RssFile/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
   kill "$agent"; wait "$agent" 2>/dev/null || true
   [[ -n "${KEEP_SCALE_LOGS:-}" ]] && cp "$dir/agent.log" "/tmp/agent-scale-$n.log"
   tests/rig/rig down "$dir" --purge >/dev/null
-  python3 - "$n" "$start" "$end" "$peak" "$claims" <<PY
+  python3 - "$n" "$start" "$end" "$peak" "$claims" "$peak_anon" "$file_rss" <<PY
 import sys, re
 n, start, end, peak, claims = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+peak_anon, file_rss = int(sys.argv[6]), int(sys.argv[7])
 text = """$metrics"""
 buckets = []
 for line in text.splitlines():
@@ -68,6 +80,7 @@ def quantile(q):
             return le
     return float("nan")
 print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}  "
-      f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB")
+      f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB "
+      f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)")
 PY
 done
