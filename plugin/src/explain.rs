@@ -311,6 +311,12 @@ mod tests {
     }
 
     #[test]
+    fn explaining_a_ready_claim_upstream_made_derives_what_it_can_from_the_objects() {
+        let e = explain::explain_node_claim(&fixtures::upstream_cluster(), "general-q9z8w", fixtures::now()).expect("claim exists");
+        insta::assert_snapshot!(render(&e, fixtures::now(), false));
+    }
+
+    #[test]
     fn yaml_output_carries_the_same_facts() {
         let text = output::render_data(Format::Yaml, "NodeClaimExplanation", &explained("default-abcde"), fixtures::now()).expect("yaml");
         insta::assert_snapshot!(text);

@@ -146,3 +146,45 @@ impl WithPending for Cluster {
         self
     }
 }
+
+/// A cluster as upstream Karpenter leaves it: a Ready claim with upstream's labels and a status
+/// its controllers wrote, its Node (no price label: upstream sets none), a pod on it that an
+/// exhausted PodDisruptionBudget covers, in a pool that waits 1h before consolidating.
+pub fn upstream_cluster() -> Cluster {
+    let claim: NodeClaim = object(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "general-q9z8w", "creationTimestamp": "2026-03-02T09:00:00Z",
+            "labels": {labels::NODE_POOL: "general", labels::INSTANCE_TYPE: "m6i.large", labels::CAPACITY_TYPE: "spot", labels::ZONE: "eu-west-1b"}},
+        "spec": {
+            "requirements": [{"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["m6i.large", "m6i.xlarge"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        },
+        "status": {
+            "nodeName": "ip-10-0-1-23.eu-west-1.compute.internal", "providerID": "aws:///eu-west-1b/i-0abc",
+            "capacity": {"cpu": "2", "memory": "8Gi"},
+            "lastPodEventTime": "2026-03-02T09:30:00Z",
+            "conditions": conditions("2026-03-02T09:00:30Z", true),
+        },
+    }));
+    let node: Node = object(json!({
+        "metadata": {"name": "ip-10-0-1-23.eu-west-1.compute.internal", "creationTimestamp": "2026-03-02T09:01:00Z",
+            "labels": {labels::NODE_POOL: "general", labels::INSTANCE_TYPE: "m6i.large", labels::CAPACITY_TYPE: "spot", labels::ZONE: "eu-west-1b"}},
+        "spec": {"providerID": "aws:///eu-west-1b/i-0abc"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }));
+    let mut general = pool("general", json!({"cpu": "16"}));
+    general.spec.disruption.consolidate_after = object(json!("1h"));
+    let pdb = object(json!({
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+    }));
+    Cluster {
+        node_pools: vec![general],
+        node_claims: vec![claim],
+        nodes: vec![node],
+        pods: vec![pod("shop", "api-0", Some("ip-10-0-1-23.eu-west-1.compute.internal"), "2026-03-02T09:30:00Z", json!({"phase": "Running"}))],
+        events: Vec::new(),
+        pod_disruption_budgets: vec![pdb],
+    }
+}

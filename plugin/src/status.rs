@@ -294,6 +294,12 @@ mod tests {
     }
 
     #[test]
+    fn the_status_of_a_cluster_upstream_karpenter_runs() {
+        let report = report(&fixtures::upstream_cluster(), &args(Format::Table));
+        insta::assert_snapshot!(render(&report, fixtures::now(), false, false));
+    }
+
+    #[test]
     fn name_output_lists_the_claims_as_kubectl_names_them() {
         let report = report(&fixtures::cluster(), &args(Format::Name));
         let text = names(&report);
