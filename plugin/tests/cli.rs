@@ -358,6 +358,33 @@ spec:
     let _ = watch.wait();
 }
 
+/// Runs the plugin on a terminal (util-linux `script` gives it a pty), as a person would.
+fn plugin_on_a_terminal(args: &str, no_color: bool) -> String {
+    let mut command = Command::new("script");
+    command
+        .args(["-qec", &format!("{} {args}", env!("CARGO_BIN_EXE_kubectl-karpenter")), "/dev/null"])
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR");
+    if no_color {
+        command.env("NO_COLOR", "1");
+    }
+    let out = command.output().expect("run script");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_terminal_gets_colour_unless_no_color_is_set() {
+    upstream_claim("up-color", "up-color-x1", "up-color-node", "{}").await;
+    let coloured = plugin_on_a_terminal("status --nodepool up-color", false);
+    assert!(coloured.contains("\x1b[32mReady\x1b[0m"), "{coloured:?}");
+    let plain = plugin_on_a_terminal("status --nodepool up-color", true);
+    assert!(plain.contains("Ready") && !plain.contains('\x1b'), "{plain:?}");
+    let explained = plugin_on_a_terminal("explain nodeclaim up-color-x1", true);
+    assert!(explained.contains("Can it be disrupted now?") && !explained.contains('\x1b'), "{explained:?}");
+}
+
 #[test]
 fn an_unknown_nodeclaim_is_one_clear_line_naming_those_that_exist() {
     apply(&pool_yaml("names", "{consolidateAfter: 0s}"));
