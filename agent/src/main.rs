@@ -93,6 +93,10 @@ struct RunArgs {
     /// GCP: the subnetwork nodes use when the GCENodeClass names none.
     #[arg(long, env = "GCP_SUBNETWORK")]
     gcp_subnetwork: Option<String>,
+    /// GCP: the instance template nodes copy GKE's bootstrap from (kube-env, network, tags);
+    /// default: the newest gke-<cluster>-* template.
+    #[arg(long, env = "GCP_NODE_TEMPLATE")]
+    gcp_node_template: Option<String>,
     /// GCP: send every Compute call here with anonymous credentials (tests: gcp-fake).
     #[arg(long, env = "GCP_ENDPOINT", hide = true)]
     gcp_endpoint: Option<String>,
@@ -115,6 +119,7 @@ async fn gcp_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<ka
     config.zones = args.gcp_zones.clone();
     config.subnetwork = args.gcp_subnetwork.clone();
     config.endpoint = args.gcp_endpoint.clone();
+    config.node_template = args.gcp_node_template.clone();
     tracing::info!(project = %config.project, cluster = %config.cluster_name, region = %config.region, zones = ?config.zones,
         endpoint = ?config.endpoint, "using the gcp provider");
     GcpProvider::new(config, client).await.context("setting up the Compute Engine clients")

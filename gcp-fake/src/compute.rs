@@ -1,5 +1,5 @@
 //! Compute Engine v1 (`/compute/v1/projects/{project}/…`): zones, machine types (per zone and
-//! aggregated), images (by name and family), instances (insert, get, list and aggregated list with
+//! aggregated), images (by name and family), global instance templates (get, list), instances (insert, get, list and aggregated list with
 //! label filters, delete, setLabels) and zone/region/global operations.
 //!
 //! Faithful to the points the provider depends on (`cloud-test-servers.md` §2.4): a failed
@@ -48,6 +48,8 @@ pub struct Project {
     pub instances: BTreeMap<(String, String), Value>,
     /// Operations by name.
     pub operations: BTreeMap<String, Operation>,
+    /// Global instance templates by name, as the API returns them (GKE keeps one per node pool).
+    pub instance_templates: BTreeMap<String, Value>,
     /// requestId → operation name, for idempotent retries.
     pub request_ids: HashMap<String, String>,
 }
@@ -218,6 +220,19 @@ impl Compute {
         }
     }
 
+    /// Adds a global instance template with these `properties` (an InstanceProperties body).
+    pub fn add_instance_template(&mut self, project: &str, name: &str, properties: Value) {
+        let value = json!({
+            "kind": "compute#instanceTemplate",
+            "id": int64(new_numeric_id()),
+            "creationTimestamp": now_rfc3339(),
+            "name": name,
+            "properties": properties,
+            "selfLink": format!("{}/global/instanceTemplates/{name}", project_url(project)),
+        });
+        self.add_project(project).instance_templates.insert(name.to_owned(), value);
+    }
+
     /// Inserts of `machine_type` in `zone` end in a stockout until the rule is removed.
     pub fn stockout(&mut self, zone: &str, machine_type: &str, with_details: bool) {
         self.faults.push(FaultRule {
@@ -337,6 +352,8 @@ pub fn router() -> Router<Shared> {
         .route(&format!("{P}/global/images"), get(list_images))
         .route(&format!("{P}/global/images/{{name}}"), get(get_image))
         .route(&format!("{P}/global/images/family/{{family}}"), get(get_image_from_family))
+        .route(&format!("{P}/global/instanceTemplates"), get(list_instance_templates))
+        .route(&format!("{P}/global/instanceTemplates/{{name}}"), get(get_instance_template))
         .route(&format!("{P}/zones/{{zone}}/instances"), get(list_instances).post(insert_instance))
         .route(&format!("{P}/zones/{{zone}}/instances/{{name}}"), get(get_instance).delete(delete_instance))
         .route(&format!("{P}/zones/{{zone}}/instances/{{name}}/setLabels"), post(set_labels))
@@ -540,6 +557,30 @@ async fn get_image_from_family(Ext(state): Ext<Shared>, Path((owner, family)): P
         .and_then(|list| list.iter().rev().find(|i| !i.deprecated && i.family.as_deref() == Some(family.as_str())))
         .ok_or_else(|| image_not_found(&owner, &format!("family/{family}")))?;
     ok(image_json(&owner, image))
+}
+
+// ---- instance templates ----
+
+async fn list_instance_templates(Ext(state): Ext<Shared>, Path(p): Path<String>, uri: Uri) -> ApiResult {
+    let state = lock(&state);
+    let items: Vec<Value> = project(&state.compute, &p)?.instance_templates.values().cloned().collect();
+    let query = wire::query(&uri);
+    let items = filter_items(items, &query)?;
+    let (page, next) = paginate(items, &query, state.compute.page_size)?;
+    let mut body = json!({"kind": "compute#instanceTemplateList", "id": format!("projects/{p}/global/instanceTemplates"),
+        "items": page, "selfLink": format!("{}/global/instanceTemplates", project_url(&p))});
+    if let Some(next) = next {
+        body["nextPageToken"] = json!(next);
+    }
+    ok(body)
+}
+
+async fn get_instance_template(Ext(state): Ext<Shared>, Path((p, name)): Path<(String, String)>) -> ApiResult {
+    let state = lock(&state);
+    let template = project(&state.compute, &p)?.instance_templates.get(&name).cloned().ok_or_else(|| {
+        GoogleError::not_found(format!("The resource 'projects/{p}/global/instanceTemplates/{name}' was not found"))
+    })?;
+    ok(template)
 }
 
 // ---- instances ----

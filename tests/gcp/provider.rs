@@ -248,3 +248,58 @@ async fn an_operation_that_finishes_with_an_error_is_a_failed_launch_and_a_preem
     assert!(vm.is_none());
     rig().kubectl_ok(&["delete", "gcenodeclass", "opfail-demo"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_take_gke_bootstrap_metadata_network_and_tags_from_the_clusters_node_template() {
+    let fake = fake("template-demo").await;
+    let subnetwork = "projects/template-demo/regions/us-central1/subnetworks/gke-subnet";
+    for (name, kube_env) in [("gke-template-demo-default-pool-0ld", "OLD"), ("gke-template-demo-default-pool-n3w", "NEW")] {
+        fake.state().compute.add_instance_template(
+            "template-demo",
+            name,
+            serde_json::json!({
+                "machineType": "e2-medium",
+                "metadata": {"items": [
+                    {"key": "kube-env", "value": kube_env},
+                    {"key": "user-data", "value": "#cloud-config"},
+                    {"key": "kube-labels", "value": "cloud.google.com/gke-nodepool=default-pool,cloud.google.com/gke-os-distribution=cos"},
+                ]},
+                "tags": {"items": ["gke-template-demo-1234-node"]},
+                "serviceAccounts": [{"email": "gke-nodes@template-demo.iam.gserviceaccount.com", "scopes": []}],
+                "networkInterfaces": [{"network": "projects/template-demo/global/networks/vpc", "subnetwork": subnetwork,
+                    "aliasIpRanges": [{"subnetworkRangeName": "pods", "ipCidrRange": "/24"}]}],
+            }),
+        );
+        // The second one is newer.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    fake.state().compute.add_instance_template("template-demo", "gke-other-cluster-pool-x", serde_json::json!({"metadata": {"items": [{"key": "kube-env", "value": "OTHER"}]}}));
+    apply(
+        r#"
+apiVersion: karpenter.k8s.gcp/v1alpha1
+kind: GCENodeClass
+metadata: {name: template-demo}
+spec:
+  imageSelectorTerms: [{alias: ContainerOptimizedOS@latest}]
+  networkTags: [extra-tag]
+"#,
+    );
+    let provider = provider(&fake, "template-demo", "template-demo").await;
+    let claim = claim("template-demo-x1", "template-demo", &["e2-standard-2"], &["us-central1-a"], "on-demand");
+    let instance = launch(&provider, &claim).await.expect("launched");
+    let (_, zone, name) = gce(&instance.provider_id);
+    let vm = fake.state().compute.instance("template-demo", &zone, &name).expect("VM");
+    let metadata: std::collections::BTreeMap<&str, &str> =
+        vm["metadata"]["items"].as_array().unwrap().iter().map(|i| (i["key"].as_str().unwrap(), i["value"].as_str().unwrap())).collect();
+    assert_eq!(metadata.get("kube-env"), Some(&"NEW"), "the newest template of this cluster");
+    assert_eq!(metadata.get("user-data"), Some(&"#cloud-config"));
+    let kube_labels = metadata["kube-labels"];
+    assert!(kube_labels.contains("cloud.google.com/gke-os-distribution=cos") && kube_labels.contains("karpenter.sh/nodepool=test-pool"), "{kube_labels}");
+    assert!(!kube_labels.contains("gke-nodepool"), "not GKE's pool: {kube_labels}");
+    assert_eq!(vm["networkInterfaces"][0]["subnetwork"], subnetwork);
+    assert_eq!(vm["networkInterfaces"][0]["aliasIpRanges"][0]["subnetworkRangeName"], "pods");
+    assert!(vm["networkInterfaces"][0].get("accessConfigs").is_none(), "private like the template");
+    assert_eq!(vm["tags"]["items"], serde_json::json!(["gke-template-demo-1234-node", "extra-tag"]));
+    assert_eq!(vm["serviceAccounts"][0]["email"], "gke-nodes@template-demo.iam.gserviceaccount.com");
+    rig().kubectl_ok(&["delete", "gcenodeclass", "template-demo"]);
+}

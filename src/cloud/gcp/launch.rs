@@ -8,7 +8,7 @@
 use super::nodeclass::{Image, ResolvedNodeClass};
 use super::{
     CLUSTER_LABEL, CatalogueSnapshot, GcpApiError, GcpProvider, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_CLASS_LABEL,
-    NODE_POOL_LABEL, NODE_POOL_METADATA, gce_label_key, gce_label_value,
+    NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate, gce_label_key, gce_label_value,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::catalogue::InstanceType;
@@ -136,7 +136,8 @@ pub fn instance_labels(cluster: &str, claim: &NodeClaim, resolved: &ResolvedNode
     out
 }
 
-/// The `instances.insert` body for one attempt.
+/// The `instances.insert` body for one attempt. The node class wins over the node template
+/// (GKE's bootstrap), which wins over the provider's defaults.
 pub fn instance_body(
     provider: &GcpProvider,
     claim: &NodeClaim,
@@ -144,6 +145,7 @@ pub fn instance_body(
     attempt: &Attempt,
     capacity_type: &str,
     accelerated: bool,
+    template: Option<&NodeTemplate>,
 ) -> Value {
     let spec = &resolved.spec;
     let zone = &attempt.zone;
@@ -167,14 +169,26 @@ pub fn instance_body(
     disks.extend(spec.disks.iter().filter(|d| !d.boot).map(|d| disk_json(d, zone, None)));
 
     let network = spec.network_config.clone().unwrap_or_default();
-    let mut primary = match network.subnetwork.as_ref().or(config.subnetwork.as_ref()) {
-        Some(subnetwork) => json!({"subnetwork": subnetwork}),
-        None => json!({"network": config.network.clone().unwrap_or_else(|| "global/networks/default".to_owned())}),
+    let template_nic = template.and_then(|t| t.network_interface.as_ref());
+    let template_field = |key: &str| template_nic.and_then(|n| n.get(key)).and_then(Value::as_str).map(str::to_owned);
+    let mut primary = match (network.subnetwork.as_ref().or(config.subnetwork.as_ref()), template_field("subnetwork")) {
+        (Some(subnetwork), _) => json!({"subnetwork": subnetwork}),
+        (None, Some(subnetwork)) => json!({"subnetwork": subnetwork, "network": template_field("network")}),
+        (None, None) => json!({"network": config.network.clone().unwrap_or_else(|| "global/networks/default".to_owned())}),
     };
-    if network.enable_private_nodes != Some(true) {
+    let template_public = template_nic.is_none_or(|n| n.get("accessConfigs").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    let public = match network.enable_private_nodes {
+        Some(private) => !private,
+        None => template_public,
+    };
+    if public {
         primary["accessConfigs"] = json!([{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]);
     }
-    if let Some(range) = &spec.subnet_range_name {
+    let template_range = template_nic
+        .and_then(|n| n.pointer("/aliasIpRanges/0/subnetworkRangeName"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if let Some(range) = spec.subnet_range_name.clone().or(template_range) {
         primary["aliasIpRanges"] = json!([{"subnetworkRangeName": range, "ipCidrRange": "/24"}]);
     }
     let mut interfaces = vec![primary];
@@ -187,22 +201,30 @@ pub fn instance_body(
     }
 
     let claim_name = claim.name_any();
-    let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
+    let mut metadata: BTreeMap<String, String> = template.map(|t| t.metadata.iter().cloned().collect()).unwrap_or_default();
+    metadata.extend(spec.metadata.clone());
     metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim_name.clone());
     if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
         metadata.insert(NODE_POOL_METADATA.to_owned(), pool.clone());
     }
     metadata.insert("cluster-name".to_owned(), config.cluster_name.clone());
     // What GKE's node bootstrap reads for the kubelet's labels and taints.
-    let kube_labels: Vec<String> = claim
+    let mut kube_labels: Vec<String> =
+        metadata
+        .get("kube-labels")
+        .map(|l| {
+            // The template's node pool label would claim the node for GKE's pool.
+            l.split(',').filter(|l| !l.is_empty() && !l.starts_with("cloud.google.com/gke-nodepool=")).map(str::to_owned).collect()
+        })
+        .unwrap_or_default();
+    kube_labels.extend(claim
         .labels()
         .iter()
         .filter(|(k, _)| {
             let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
             !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
         })
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+        .map(|(k, v)| format!("{k}={v}")));
     metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
     let mut taints: Vec<String> =
         claim.spec.taints.iter().chain(&claim.spec.startup_taints).map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect)).collect();
@@ -216,12 +238,14 @@ pub fn instance_body(
         "scheduling": scheduling,
         "disks": disks,
         "networkInterfaces": interfaces,
-        "serviceAccounts": [{"email": spec.service_account.clone().unwrap_or_else(|| "default".to_owned()),
+        "serviceAccounts": [{"email": spec.service_account.clone().or_else(|| template.and_then(|t| t.service_account.clone())).unwrap_or_else(|| "default".to_owned()),
                              "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}],
         "metadata": {"items": metadata.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()},
     });
-    if !spec.network_tags.is_empty() {
-        body["tags"] = json!({"items": spec.network_tags});
+    let mut tags: Vec<String> = template.map(|t| t.tags.clone()).unwrap_or_default();
+    tags.extend(spec.network_tags.iter().filter(|t| !tags.contains(t)).cloned().collect::<Vec<_>>());
+    if !tags.is_empty() {
+        body["tags"] = json!({"items": tags});
     }
     if let Some(shielded) = &spec.shielded_instance_config {
         body["shieldedInstanceConfig"] = json!({"enableSecureBoot": shielded.enable_secure_boot,
@@ -284,6 +308,7 @@ pub(super) async fn launch(
     candidates: &[InstanceType],
     resolved: &ResolvedNodeClass,
     snapshot: &CatalogueSnapshot,
+    template: Option<&NodeTemplate>,
 ) -> Result<Instance, CloudError> {
     let claim_name = claim.name_any();
     let requirements =
@@ -301,7 +326,7 @@ pub(super) async fn launch(
             continue; // a quota error on an earlier attempt ruled it out
         }
         let accelerated = snapshot.types.get(&attempt.instance_type).is_some_and(|t| t.gpus.is_some());
-        let body = instance_body(provider, claim, resolved, attempt, capacity_type, accelerated);
+        let body = instance_body(provider, claim, resolved, attempt, capacity_type, accelerated, template);
         let instance: google_cloud_compute_v1::model::Instance =
             serde_json::from_value(body).map_err(|e| CloudError::api("building the instance request", e))?;
         // No requestId: GCE would answer a retry of a failed insert with the same failed

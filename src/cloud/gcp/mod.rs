@@ -21,7 +21,7 @@ use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, Provid
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{GCENodeClass, GCENodeClassStatus, NodeClaim, NodeClassReference, labels};
 use catalogue::MachineTypeInfo;
-use google_cloud_compute_v1::client::{Images, Instances, MachineTypes, Zones};
+use google_cloud_compute_v1::client::{Images, InstanceTemplates, Instances, MachineTypes, Zones};
 use nodeclass::ResolvedNodeClass;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -76,9 +76,14 @@ pub struct GcpConfig {
     pub zones: Vec<String>,
     /// Send every Compute call here with anonymous credentials (tests: `gcp-fake`).
     pub endpoint: Option<String>,
-    /// The network and subnetwork when the node class names none (default: the `default` network).
+    /// The network and subnetwork when the node class names none (default: the node template's,
+    /// else the `default` network).
     pub network: Option<String>,
     pub subnetwork: Option<String>,
+    /// The instance template new nodes take GKE's bootstrap from (its metadata: `kube-env`,
+    /// `user-data` and the scripts that join the cluster; its network, tags and service account
+    /// as defaults). Unset: the newest `gke-<cluster>-*` template with a `kube-env`, if any.
+    pub node_template: Option<String>,
     /// How long the machine types and zones are reused (upstream: 5 min).
     pub catalogue_ttl: Duration,
     /// How long a node class's resolution is reused before the images are read again.
@@ -102,6 +107,7 @@ impl GcpConfig {
             endpoint: None,
             network: None,
             subnetwork: None,
+            node_template: None,
             catalogue_ttl: Duration::from_secs(300),
             node_class_ttl: Duration::from_secs(60),
             unavailable_ttl: super::unavailable::DEFAULT_TTL,
@@ -159,6 +165,7 @@ pub struct Clients {
     pub machine_types: MachineTypes,
     pub zones: Zones,
     pub images: Images,
+    pub instance_templates: InstanceTemplates,
 }
 
 /// Why the clients could not be built.
@@ -193,6 +200,7 @@ impl Clients {
             machine_types: build!(MachineTypes),
             zones: build!(Zones),
             images: build!(Images),
+            instance_templates: build!(InstanceTemplates),
         })
     }
 }
@@ -209,6 +217,52 @@ pub struct CatalogueSnapshot {
     pub zones: Vec<String>,
 }
 
+/// What new nodes copy from a GKE node pool's instance template, so they join the cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeTemplate {
+    pub name: String,
+    /// Its metadata items (`kube-env`, `user-data`, `configure-sh`, `cluster-name`...).
+    pub metadata: Vec<(String, String)>,
+    pub tags: Vec<String>,
+    pub service_account: Option<String>,
+    /// Its first network interface (`network`, `subnetwork`, `aliasIpRanges`, `accessConfigs`).
+    pub network_interface: Option<serde_json::Value>,
+}
+
+impl NodeTemplate {
+    /// From an instance template as the API returns it.
+    pub fn from_api(template: &google_cloud_compute_v1::model::InstanceTemplate) -> Option<Self> {
+        let json = serde_json::to_value(template).ok()?;
+        let properties = json.get("properties")?;
+        let metadata = properties
+            .pointer("/metadata/items")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|item| Some((item.get("key")?.as_str()?.to_owned(), item.get("value")?.as_str().unwrap_or_default().to_owned())))
+            .collect();
+        let tags = properties
+            .pointer("/tags/items")
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect();
+        Some(Self {
+            name: json.get("name")?.as_str()?.to_owned(),
+            metadata,
+            tags,
+            service_account: properties.pointer("/serviceAccounts/0/email").and_then(|v| v.as_str()).map(str::to_owned),
+            network_interface: properties.pointer("/networkInterfaces/0").cloned(),
+        })
+    }
+
+    /// One metadata value.
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
 struct CachedNodeClass {
     resolved_at: Instant,
     spec: crate::apis::GCENodeClassSpec,
@@ -223,6 +277,7 @@ pub struct GcpProvider {
     unavailable: Arc<UnavailableOfferings>,
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
     node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    node_template: tokio::sync::Mutex<Option<(Instant, Option<Arc<NodeTemplate>>)>>,
 }
 
 impl GcpProvider {
@@ -241,7 +296,73 @@ impl GcpProvider {
             config,
             catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
             node_classes: Mutex::new(HashMap::new()),
+            node_template: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The node template (named, or discovered as the newest `gke-<cluster>-*` template with a
+    /// `kube-env`), reused for `catalogue_ttl`. `None` when there is none to copy: nodes then
+    /// boot with only the node class's metadata.
+    pub async fn node_template(&self) -> Result<Option<Arc<NodeTemplate>>, CloudError> {
+        let mut cached = self.node_template.lock().await;
+        if let Some((at, template)) = cached.as_ref()
+            && at.elapsed() < self.config.catalogue_ttl
+        {
+            return Ok(template.clone());
+        }
+        let project = &self.config.project;
+        let found = match &self.config.node_template {
+            Some(name) => {
+                let template = self
+                    .clients
+                    .instance_templates
+                    .get()
+                    .set_project(project)
+                    .set_instance_template(name)
+                    .send()
+                    .await
+                    .map_err(|e| cloud_error("reading the node instance template", e))?;
+                NodeTemplate::from_api(&template)
+            }
+            None => {
+                let prefix = format!("gke-{}-", gce_label_value(&self.config.cluster_name));
+                let mut newest: Option<(String, NodeTemplate)> = None;
+                let mut token = String::new();
+                loop {
+                    let page = self
+                        .clients
+                        .instance_templates
+                        .list()
+                        .set_project(project)
+                        .set_page_token(token.clone())
+                        .send()
+                        .await
+                        .map_err(|e| cloud_error("listing instance templates", e))?;
+                    for template in &page.items {
+                        let created = template.creation_timestamp.clone().unwrap_or_default();
+                        let Some(parsed) = NodeTemplate::from_api(template) else { continue };
+                        if parsed.name.starts_with(&prefix)
+                            && parsed.metadata("kube-env").is_some()
+                            && newest.as_ref().is_none_or(|(at, _)| created > *at)
+                        {
+                            newest = Some((created, parsed));
+                        }
+                    }
+                    match page.next_page_token.filter(|t| !t.is_empty()) {
+                        Some(next) => token = next,
+                        None => break,
+                    }
+                }
+                newest.map(|(_, t)| t)
+            }
+        };
+        match &found {
+            Some(t) => tracing::info!(template = %t.name, "nodes take their bootstrap from this instance template"),
+            None => tracing::warn!(cluster = %self.config.cluster_name, "no GKE node template found; nodes get only the node class's metadata and may not join the cluster"),
+        }
+        let found = found.map(Arc::new);
+        *cached = Some((Instant::now(), found.clone()));
+        Ok(found)
     }
 
     /// The configuration it was built with.
@@ -512,7 +633,8 @@ impl CloudProvider for GcpProvider {
         }
         let resolved = self.resolve_node_class(&reference.name).await?;
         let snapshot = self.catalogue().await?;
-        launch::launch(self, claim, candidates, &resolved, &snapshot).await
+        let template = self.node_template().await?;
+        launch::launch(self, claim, candidates, &resolved, &snapshot, template.as_deref()).await
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
