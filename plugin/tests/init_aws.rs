@@ -17,8 +17,9 @@ mod proxy;
 #[path = "../../tests/aws/env.rs"]
 mod env;
 
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::Api;
+use kube::api::PostParams;
 use rig::rig;
 use std::process::{Command, Output, Stdio};
 
@@ -38,6 +39,45 @@ fn init_aws(proxy: &proxy::Proxy, extra: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run kubectl-karpenter")
+}
+
+/// An entry some other node group already has in aws-auth; init must keep it as it is.
+const EXISTING_MAPPING: &str = "- rolearn: arn:aws:iam::123456789012:role/existing-node-group-plugin-init\n  username: system:node:{{EC2PrivateDNSName}}\n  groups:\n    - system:bootstrappers\n    - system:nodes\n";
+
+/// Puts [`EXISTING_MAPPING`] into `kube-system/aws-auth` (made if missing; other tests on the
+/// rig may edit it too, hence the conflict retry).
+async fn seed_aws_auth() {
+    let api: Api<ConfigMap> = Api::namespaced(rig().client().await, "kube-system");
+    loop {
+        let result = match api.get_opt("aws-auth").await.expect("read aws-auth") {
+            Some(mut cm) => {
+                let data = cm.data.get_or_insert_with(Default::default);
+                let roles = data.entry("mapRoles".to_owned()).or_default();
+                if roles.contains(EXISTING_MAPPING) {
+                    return;
+                }
+                roles.push_str(EXISTING_MAPPING);
+                api.replace("aws-auth", &PostParams::default(), &cm).await.map(drop)
+            }
+            None => {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "aws-auth", "namespace": "kube-system"}, "data": {"mapRoles": EXISTING_MAPPING},
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &cm).await.map(drop)
+            }
+        };
+        match result {
+            Ok(()) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("seeding aws-auth: {e}"),
+        }
+    }
+}
+
+async fn map_roles() -> String {
+    let api: Api<ConfigMap> = Api::namespaced(rig().client().await, "kube-system");
+    api.get("aws-auth").await.expect("aws-auth").data.unwrap_or_default().get("mapRoles").cloned().unwrap_or_default()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -63,6 +103,10 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     let env = env::Env::new(CLUSTER, false).await;
     let proxy = &env.proxy;
     let node_role = format!("KarpenterNodeRole-{CLUSTER}");
+    // moto's clusters report no authentication mode, so nodes join through aws-auth, where
+    // another node group is already mapped.
+    seed_aws_auth().await;
+    let node_role_arn = format!("arn:aws:iam::123456789012:role/{node_role}");
 
     // No --cluster and no terminal to ask on: one line naming the flag.
     let out = init_aws(proxy, &[]);
@@ -84,6 +128,8 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     assert!(out.status.success(), "{stderr}");
     insta::assert_snapshot!("init_aws_plan", plan_lines(&stderr));
     assert!(stderr.contains("~ node-role: would change: create role KarpenterNodeRole-plugin-init"), "{stderr}");
+    assert!(stderr.contains("~ node-access: would change: map KarpenterNodeRole-plugin-init as a node in kube-system/aws-auth, keeping its other entries"), "{stderr}");
+    assert!(!map_roles().await.contains(&node_role_arn), "the dry run edited aws-auth");
     assert!(stderr.contains("dry run: "), "{stderr}");
     let documents: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&stdout).expect("stdout is YAML");
     let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -117,6 +163,14 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     assert!(stderr.contains("✓ node-role: in place"), "{stderr}");
     assert!(stderr.contains("+ controller-policy: done"), "{stderr}");
     assert!(stderr.contains("+ kubernetes-agent: done"), "{stderr}");
+    assert!(stderr.contains("+ node-access: done"), "{stderr}");
+    // The node role is mapped as a node, and the entry that was there is kept as it was.
+    let roles = map_roles().await;
+    assert!(roles.contains(EXISTING_MAPPING), "{roles}");
+    let entries: Vec<serde_json::Value> = serde_saphyr::from_str(&roles).expect("mapRoles is YAML");
+    let node = entries.iter().find(|e| e["rolearn"] == node_role_arn.as_str()).unwrap_or_else(|| panic!("{roles}"));
+    assert_eq!(node["username"], "system:node:{{EC2PrivateDNSName}}");
+    assert_eq!(node["groups"], serde_json::json!(["system:bootstrappers", "system:nodes"]));
     let pool = std::fs::read_to_string(dir.path().join("nodepool-default.yaml")).expect("nodepool file");
     assert!(pool.contains("kind: NodePool"), "{pool}");
     assert!(dir.path().join("ec2nodeclass-default.yaml").exists());
@@ -134,7 +188,9 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     assert!(stderr.contains("Everything is already in place; nothing changed."), "{stderr}");
     assert!(!stderr.contains("would change") && !stderr.contains("done:"), "{stderr}");
     assert!(stderr.contains("nodepool-default.yaml: in place"), "{stderr}");
+    assert!(stderr.contains("✓ node-access: in place (kube-system/aws-auth maps KarpenterNodeRole-plugin-init"), "{stderr}");
     assert!(writes_since(proxy, before).is_empty(), "{:?}", writes_since(proxy, before));
+    assert_eq!(map_roles().await.matches(&node_role_arn).count(), 1, "the re-run added the node role again");
 
     // And a dry run now finds nothing to do, and writes no scaffold either.
     let fresh = dir.path().join("fresh");

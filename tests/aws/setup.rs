@@ -31,7 +31,7 @@ async fn init_aws_dry_runs_then_fails_half_way_naming_the_permission_then_comple
         names,
         [
             "eks-cluster", "node-role", "node-instance-profile", "spot-service-linked-role", "oidc-provider", "controller-role",
-            "controller-policy", "discovery-tags", "interruption-queue", "interruption-rules", "kubernetes-agent", "default-nodepool"
+            "controller-policy", "discovery-tags", "interruption-queue", "interruption-rules", "node-access", "kubernetes-agent", "default-nodepool"
         ]
     );
     assert!(plan.describe().iter().any(|l| l.contains("KarpenterNodeRole-init-demo")));
