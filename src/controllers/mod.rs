@@ -150,16 +150,41 @@ impl<P: CloudProvider> Context<P> {
 /// The annotation `kubectl apply` keeps a full copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Drops what no loop reads from a cached Pod (commands, env, volumes, probes, container
-/// statuses): with thousands of pods cached, this is most of the agent's memory.
+/// Pod annotations a loop reads; every other annotation is dropped from the cache.
+fn pod_annotation_kept(key: &str) -> bool {
+    key.starts_with("karpenter.sh/") || key == "kubernetes.io/config.mirror"
+}
+
+/// Drops what no loop reads from a cached Pod (commands, env, volumes, probes, images,
+/// container statuses, annotations, status conditions other than PodScheduled): with
+/// thousands of pods cached, pods are most of the agent's memory. What stays is what
+/// scheduling reads (labels, owners, resources, ports, affinity, tolerations, spread,
+/// selectors, priority) and what provisioning and pod events read (node name, phase,
+/// PodScheduled). The resourceVersion stays: the watch resumes from it.
 fn trim_pod(pod: &mut Pod) {
     if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.retain(|key, _| pod_annotation_kept(key));
     }
+    pod.metadata.generate_name = None;
     if let Some(spec) = pod.spec.as_mut() {
         spec.volumes = None;
         spec.ephemeral_containers = None;
+        spec.image_pull_secrets = None;
+        spec.security_context = None;
+        spec.dns_config = None;
+        spec.dns_policy = None;
+        spec.readiness_gates = None;
+        spec.service_account = None;
+        spec.service_account_name = None;
+        spec.hostname = None;
+        spec.subdomain = None;
+        spec.host_aliases = None;
         for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            container.image = None;
+            container.image_pull_policy = None;
+            container.termination_message_path = None;
+            container.termination_message_policy = None;
+            container.working_dir = None;
             container.env = None;
             container.env_from = None;
             container.command = None;
@@ -174,11 +199,21 @@ fn trim_pod(pod: &mut Pod) {
         }
     }
     if let Some(status) = pod.status.as_mut() {
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|c| c.type_ == "PodScheduled");
+            for condition in conditions.iter_mut() {
+                condition.message = None;
+            }
+        }
         status.container_statuses = None;
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
         status.pod_ips = None;
         status.host_ips = None;
+        status.pod_ip = None;
+        status.host_ip = None;
+        status.message = None;
+        status.qos_class = None;
     }
 }
 
