@@ -36,17 +36,16 @@ impl Agent {
     async fn start() -> Self {
         // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more):
         // the agent's tasks run on worker threads, whose output the test harness does not capture.
-        if let Some(path) = std::env::var_os("KARPENTER_TEST_LOG") {
-            if let Ok(file) = std::fs::File::options().create(true).append(true).open(path) {
-                let _ = tracing_subscriber::fmt()
-                    .with_env_filter(
-                        tracing_subscriber::EnvFilter::try_from_default_env()
-                            .unwrap_or_else(|_| "info,kube_runtime=warn".into()),
-                    )
-                    .with_ansi(false)
-                    .with_writer(std::sync::Mutex::new(file))
-                    .try_init();
-            }
+        if let Some(path) = std::env::var_os("KARPENTER_TEST_LOG")
+            && let Ok(file) = std::fs::File::options().create(true).append(true).open(path)
+        {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube_runtime=warn".into()),
+                )
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .try_init();
         }
         let client = rig().client().await;
         let provider = Arc::new(KwokProvider::new(client.clone()));
@@ -212,6 +211,22 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
         total <= cheapest_fleet + 1e-9,
         "fleet costs ${total:.4}/h; one instance type could do it for ${cheapest_fleet:.4}/h"
     );
+    // Pods were bound to every claim's node: each records when (upstream's lastPodEventTime),
+    // and says it launched.
+    wait_for("lastPodEventTime on every claim", Duration::from_secs(60), || async {
+        let claims = pool_claims(&client, "inflate-pool").await;
+        claims.iter().all(|c| c.status.as_ref().is_some_and(|s| s.last_pod_event_time.is_some())).then_some(())
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let launched = events.list(&ListParams::default()).await.expect("events");
+    for claim in &claims {
+        assert!(
+            launched.items.iter().any(|e| e.reason.as_deref() == Some("Launched") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == claim.metadata.name.as_deref()),
+            "no Launched event for {}",
+            claim.name_any()
+        );
+    }
     clean_up(&client, "inflate-test", "inflate-pool").await;
 }
 
