@@ -1,6 +1,6 @@
 //! `kubectl karpenter status`: NodePools against their limits, NodeClaims with their state and
-//! price, pending pods with the reason each waits, and what it all costs. One list request per
-//! kind, made concurrently; the facts come from `karpenter_core::explain`.
+//! price, pending pods with the reason each waits, and what it all costs. At most one list request
+//! per kind, made concurrently; the facts come from `karpenter_core::explain`.
 
 use crate::cluster::{Cluster, lean};
 use crate::output::{self, Format};
@@ -37,7 +37,7 @@ pub struct StatusArgs {
 /// Pending pods shown in the table before the rest are summarised (all with `-o wide`).
 const PENDING_ROWS: usize = 20;
 
-/// Lists what `status` needs: one request per kind, concurrently.
+/// Lists what `status` needs: at most one request per kind, concurrently.
 ///
 /// Every list asks for `resourceVersion=0` ("any version"): the API server answers from its watch
 /// cache instead of first confirming the newest revision with etcd (a quorum read), and for a
@@ -58,15 +58,29 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     let claims = cluster.all::<NodeClaim>();
     let nodes = cluster.all::<Node>();
     let pods = cluster.namespaced::<Pod>(pod_scope);
-    // Events are the one kind the API server does not cache: every list reads them from etcd, so
-    // keep it to the namespace asked about when there is one.
-    let events = cluster.namespaced::<Event>(args.namespace.as_deref());
-    let (node_pools, node_claims, nodes, pods, events) = tokio::try_join!(
+    // Events are the one kind the API server does not cache: every list of them reads etcd, all
+    // of a namespace's events (or all of the cluster's) before the field selector filters. They
+    // only explain pending pods, so they are listed after the pods (a small list, done while the
+    // big ones still stream), only when a pod waits, and only in its namespace when all waiting
+    // pods share one.
+    let pods_and_events = async {
+        let pods: Vec<Pod> = cluster.list_lean::<_, lean::LeanPod>(pods, any().fields(pod_fields)).await?;
+        let waiting: std::collections::BTreeSet<&str> =
+            pods.iter().filter(|p| explain::is_pending(p)).map(|p| p.metadata.namespace.as_deref().unwrap_or_default()).collect();
+        let scope = match (args.namespace.as_deref(), waiting.len()) {
+            (_, 0) => return anyhow::Ok((pods, Vec::new())),
+            (Some(ns), _) => Some(ns),
+            (None, 1) => waiting.first().copied(),
+            (None, _) => None,
+        };
+        let events = cluster.list(cluster.namespaced::<Event>(scope), any().fields("reason=FailedProvisioning")).await?;
+        Ok((pods, events))
+    };
+    let (node_pools, node_claims, nodes, (pods, events)) = tokio::try_join!(
         cluster.list(pools, any()),
         cluster.list_lean::<_, lean::LeanNodeClaim>(claims, any()),
         cluster.list_lean::<_, lean::LeanNode>(nodes, any()),
-        cluster.list_lean::<_, lean::LeanPod>(pods, any().fields(pod_fields)),
-        cluster.list(events, any().fields("reason=FailedProvisioning")),
+        pods_and_events,
     )?;
     Ok(explain::Cluster { node_pools, node_claims, nodes, pods, events, pod_disruption_budgets: Vec::new() })
 }
