@@ -924,3 +924,57 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn copies_of_a_pod_open_a_node_sized_for_them() {
+    // Ten 1-CPU replicas on types with 100m reserved: a g.2x holds one, a g.4x three, a g.8x
+    // seven. Pod by pod the cheapest new node is a g.2x and growing a g.4x to a g.8x costs more
+    // than another g.2x; sized for the copies, seven share a g.8x and three a g.4x.
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let pods: Vec<Pod> = (0..10).map(|i| pod(&format!("web-{i}"), "1", "1Gi", json!({"labels": {"app": "web"}}))).collect();
+    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let mut got: Vec<(String, usize)> = plan.new_claims.iter().map(|c| (c.instance_types[0].name.clone(), c.pods.len())).collect();
+    got.sort();
+    assert_eq!(got, vec![("g.4x".to_owned(), 3), ("g.8x".to_owned(), 7)]);
+    assert!((plan.total_price() - 0.6).abs() < 1e-9, "{}", plan.total_price());
+}
+
+#[test]
+fn a_daemon_set_host_port_keeps_pods_wanting_that_port_off_new_nodes() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let with_port = |name: &str, port: u16| {
+        let spec = json!({"containers": [{"name": "c", "ports": [{"containerPort": port, "hostPort": port}], "resources": {"requests": {"cpu": "100m"}}}]});
+        pod(name, "100m", "100Mi", json!({"spec": spec}))
+    };
+    let exporter = with_port("node-exporter", 9100);
+    let clash = with_port("clash", 9100);
+    let other = with_port("other", 9101);
+    let plan = schedule(&Input {
+        pods: vec![&clash, &other],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        daemon_set_pods: vec![&exporter],
+        ..Input::default()
+    });
+    assert_eq!(plan.unschedulable.iter().map(|u| u.pod).collect::<Vec<_>>(), vec![0], "{:?}", plan.unschedulable);
+    assert_eq!(plan.new_claims.len(), 1);
+    assert_eq!(plan.new_claims[0].pods, vec![1]);
+}
+
+#[test]
+fn min_values_hold_while_a_claim_grows() {
+    let np = node_pool("default", json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}));
+    let catalogue = general_catalogue();
+    let pods: Vec<Pod> = (0..6).map(|i| pod(&format!("p{i}"), &format!("{}m", 300 + 200 * i), "1Gi", json!({}))).collect();
+    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    assert!(plan.unschedulable.is_empty());
+    for claim in &plan.new_claims {
+        assert!(claim.instance_types.len() >= 3, "{:?}", claim.instance_types);
+        for o in &claim.instance_types {
+            let it = catalogue.iter().find(|it| it.name == o.name).map(InstanceType::allocatable).unwrap_or_default();
+            assert!(claim.requests().fits_in(&it), "{} on {}", claim.requests(), o.name);
+        }
+    }
+}
