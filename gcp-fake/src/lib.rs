@@ -1,6 +1,6 @@
 //! A fake of the Google Cloud REST endpoints kubectl-karpenter uses, faithful enough for the
 //! official google-cloud-rust clients: the Compute Engine calls of the agent's GCP provider, and
-//! (added by `init gcp`) IAM, Resource Manager and Service Usage.
+//! (added by `init gcp`) GKE clusters, IAM, Resource Manager and Service Usage.
 //!
 //! Google ships no Compute Engine emulator and the PyPI candidates break the Rust clients
 //! (`cloud-test-servers.md` §2), so the project owns this one. It serves every API on one port
@@ -21,6 +21,7 @@
 //! ```
 
 pub mod compute;
+pub mod container;
 pub mod iam;
 pub mod resourcemanager;
 pub mod serviceusage;
@@ -38,6 +39,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub struct State {
     /// Compute Engine: projects, zones, machine types, images, instances, operations, faults.
     pub compute: compute::Compute,
+    /// GKE: clusters `init gcp` reads.
+    pub container: container::Container,
     /// IAM: service accounts, their keys and policies, custom roles.
     pub iam: iam::Iam,
     /// Resource Manager: project policies, and the permission denials every `init` API honours.
@@ -62,6 +65,7 @@ pub fn lock(state: &Shared) -> MutexGuard<'_, State> {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .merge(compute::router())
+        .merge(container::router())
         .merge(iam::router())
         .merge(resourcemanager::router())
         .merge(serviceusage::router())

@@ -53,7 +53,10 @@ pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Resu
     }
     options.endpoint = args.endpoint_url.clone();
     options.kube = Some(cluster.client());
-    let scaffold = setup_gcp::node_pool_manifests(&options);
+    // The scaffold uses the cluster's subnetwork when it can be read; when it cannot, the
+    // gke-cluster step says why.
+    let cluster = setup_gcp::read_cluster(&options).await.ok();
+    let scaffold = setup_gcp::node_pool_manifests(&options, cluster.as_ref());
     let plan = Plan::for_gcp(options).await.map_err(|e| init::setup_error(e, verbose))?;
     let next_steps = vec![match &args.common.output_dir {
         Some(dir) => format!("Next: review and apply the NodePool: kubectl apply -f {}", dir.display()),

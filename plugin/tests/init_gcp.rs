@@ -57,6 +57,8 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
     fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
+    fake.state().container.seed_cluster(PROJECT, "us-central1", "wi-demo", true, "nodes");
+    fake.state().container.seed_cluster(PROJECT, "us-central1", "no-wi", false, "nodes");
     let cwd = tempfile::tempdir().expect("temp dir");
     let ns = "gcp-wi-system";
     let base = ["--cluster", "wi-demo", "-n", ns];
@@ -76,6 +78,14 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     );
     assert!(out.stdout.is_empty());
 
+    // Workload Identity auth on a cluster without a workload pool: one line saying how to turn it on.
+    let out = init_gcp(&fake, cwd.path(), &["--project", PROJECT, "--cluster", "no-wi", "-n", ns, "--dry-run"]).await;
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr).lines().last().unwrap(),
+        "error: step gke-cluster failed: Workload Identity on GKE cluster no-wi does not exist: enable it with: gcloud container clusters update no-wi --location us-central1 --workload-pool=init-demo.svc.id.goog (or use --auth key)"
+    );
+
     // A dry run: the plan, what would change, the scaffold on stdout, and no write.
     let args = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut all = vec!["--project", PROJECT, "--cluster", "wi-demo", "-n", "gcp-wi-system"];
@@ -91,6 +101,9 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     let documents: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&stdout).expect("stdout is YAML");
     let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(kinds, ["GCENodeClass", "NodePool"], "stdout carries only the scaffold:\n{stdout}");
+    assert!(stderr.contains("✓ gke-cluster: in place (us-central1, subnetwork projects/init-demo/regions/us-central1/subnetworks/nodes, Workload Identity init-demo.svc.id.goog)"), "{stderr}");
+    assert_eq!(documents[0]["spec"]["networkConfig"]["subnetwork"], "projects/init-demo/regions/us-central1/subnetworks/nodes", "{stdout}");
+    assert_eq!(documents[0]["spec"]["subnetRangeName"], "pods", "{stdout}");
     assert!(writes_since(&fake, 0).is_empty(), "the dry run wrote: {:?}", writes_since(&fake, 0));
 
     // The caller may not create roles: the run stops at the custom role, naming the permission.
@@ -157,6 +170,7 @@ async fn init_gcp_with_a_key_keeps_it_only_in_a_secret_and_a_rerun_makes_no_seco
     let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
     fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
+    fake.state().container.seed_cluster(PROJECT, "us-central1", "key-demo", false, "default");
     let cwd = tempfile::tempdir().expect("temp dir");
     let ns = "gcp-key-system";
     let args = ["--project", PROJECT, "--cluster", "key-demo", "-n", ns, "--auth", "key", "--yes"];
@@ -220,6 +234,7 @@ async fn on_a_terminal_init_gcp_asks_for_a_missing_flag_and_changes_nothing_unle
     let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
     fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
+    fake.state().container.seed_cluster(PROJECT, "us-central1", "tty-demo", true, "default");
     let line = format!(
         "{} init gcp --cluster tty-demo --location us-central1 --endpoint-url {} -n gcp-tty-system --image karpenter-agent:test",
         env!("CARGO_BIN_EXE_kubectl-karpenter"),

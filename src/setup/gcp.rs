@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `project` | reads the project (Resource Manager `projects.get`) |
 //! | `apis` | `compute.googleapis.com` and `container.googleapis.com` enabled (Service Usage) |
+//! | `gke-cluster` | reads the cluster (GKE `clusters.get`): Workload Identity pool, network, subnetwork; fails, saying how to turn it on, when Workload Identity auth meets a cluster without a pool |
 //! | `service-account` | `karpenter-<cluster>@<project>.iam.gserviceaccount.com`, the agent's identity |
 //! | `custom-role` | project role `kubectlKarpenterAgent` with [`AGENT_PERMISSIONS`] and nothing else |
 //! | `project-binding` | the service account holds that role on the project |
@@ -158,12 +159,93 @@ pub const AGENT_PERMISSIONS: [(&str, &str); 28] = [
     ("container.clusters.get", "read the cluster's settings for the node bootstrap"),
 ];
 
+/// What GKE `clusters.get` said, as far as `init gcp` needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GkeCluster {
+    /// `workloadIdentityConfig.workloadPool` (`<project>.svc.id.goog`); `None` when Workload
+    /// Identity is off.
+    pub workload_pool: Option<String>,
+    /// `networkConfig.network` (`projects/<p>/global/networks/<n>`), else the short name.
+    pub network: String,
+    /// `networkConfig.subnetwork` (`projects/<p>/regions/<r>/subnetworks/<s>`), the form a
+    /// GCENodeClass's `networkConfig.subnetwork` takes.
+    pub subnetwork: String,
+    /// The cluster's region or zone.
+    pub location: String,
+    /// `ipAllocationPolicy.clusterSecondaryRangeName`: the pods' range (VPC-native clusters).
+    pub pod_range: Option<String>,
+}
+
+impl GkeCluster {
+    fn from_json(value: &serde_json::Value, project: &str) -> Self {
+        let text = |pointer: &str| value.pointer(pointer).and_then(serde_json::Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+        let location = text("/location").unwrap_or_default();
+        let region = zone_region(&location).unwrap_or(&location).to_owned();
+        Self {
+            workload_pool: text("/workloadIdentityConfig/workloadPool"),
+            network: text("/networkConfig/network").or_else(|| text("/network")).unwrap_or_default(),
+            subnetwork: text("/networkConfig/subnetwork")
+                .or_else(|| text("/subnetwork").map(|s| format!("projects/{project}/regions/{region}/subnetworks/{s}")))
+                .unwrap_or_default(),
+            location,
+            pod_range: text("/ipAllocationPolicy/clusterSecondaryRangeName"),
+        }
+    }
+}
+
+/// The GKE API's root.
+const CONTAINER_ENDPOINT: &str = "https://container.googleapis.com";
+
+/// Reads the cluster with GKE `clusters.get` (at `options.endpoint` without credentials, else
+/// Google with Application Default Credentials).
+///
+/// Plain REST over reqwest: the official google-cloud-container-v1 crate is not in this build's
+/// registry, and reqwest is already compiled for google-cloud-auth.
+pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError> {
+    let o = options;
+    let resource = format!("projects/{}/locations/{}/clusters/{}", o.project, o.location, o.cluster_name);
+    let cloud = |detail: String, source: Box<dyn std::error::Error + Send + Sync>| SetupError::Cloud {
+        action: format!("container.clusters.get on {resource}"),
+        detail,
+        source,
+    };
+    let base = o.endpoint.as_deref().unwrap_or(CONTAINER_ENDPOINT).trim_end_matches('/');
+    let mut request = reqwest::Client::new().get(format!("{base}/v1/{resource}"));
+    if o.endpoint.is_none() {
+        let credentials = google_cloud_auth::credentials::Builder::default()
+            .build_access_token_credentials()
+            .map_err(|e| cloud(e.to_string(), Box::new(e)))?;
+        let token = credentials.access_token().await.map_err(|e| cloud(e.to_string(), Box::new(e)))?;
+        request = request.bearer_auth(token.token);
+    }
+    let response = request.send().await.map_err(|e| cloud(e.to_string(), Box::new(e)))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    match status.as_u16() {
+        200 => Ok(GkeCluster::from_json(&body, &o.project)),
+        404 => Err(SetupError::Missing {
+            resource: format!("GKE cluster {} in {} (project {})", o.cluster_name, o.location, o.project),
+            hint: "check --cluster, --location and --project".to_owned(),
+        }),
+        code => {
+            let message = body.pointer("/error/message").and_then(serde_json::Value::as_str).unwrap_or("").to_owned();
+            let error: Box<dyn std::error::Error + Send + Sync> = format!("HTTP {code}: {message}").into();
+            if code == 403 {
+                Err(SetupError::PermissionDenied { action: "container.clusters.get".to_owned(), resource, source: error })
+            } else {
+                Err(cloud(format!("HTTP {code}: {message}"), error))
+            }
+        }
+    }
+}
+
 /// Shared by the steps.
 struct Ctx {
     options: GcpOptions,
     iam: Iam,
     projects: Projects,
     services: ServiceUsage,
+    cluster: tokio::sync::OnceCell<GkeCluster>,
 }
 
 /// Maps a Google error: permission denied names the permission and the resource.
@@ -352,6 +434,28 @@ fn check_project(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
             }),
             Err(e) => Err(gcp_error("resourcemanager.projects.get", &name, e)),
         }
+    })
+}
+
+fn check_cluster(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
+    Box::pin(async move {
+        let o = &ctx.options;
+        let cluster = ctx.cluster.get_or_try_init(|| read_cluster(o)).await?;
+        if o.auth == GcpAuth::WorkloadIdentity && cluster.workload_pool.is_none() {
+            return Err(SetupError::Missing {
+                resource: format!("Workload Identity on GKE cluster {}", o.cluster_name),
+                hint: format!(
+                    "enable it with: gcloud container clusters update {} --location {} --workload-pool={}.svc.id.goog (or use --auth key)",
+                    o.cluster_name, o.location, o.project
+                ),
+            });
+        }
+        Ok(Status::InPlace(format!(
+            "{}, subnetwork {}, Workload Identity {}",
+            cluster.location,
+            cluster.subnetwork,
+            cluster.workload_pool.as_deref().unwrap_or("off")
+        )))
     })
 }
 
@@ -636,21 +740,28 @@ fn zone_region(location: &str) -> Option<&str> {
     (region.contains('-') && suffix.len() == 1 && suffix.chars().all(|c| c.is_ascii_lowercase())).then_some(region)
 }
 
-/// A starter NodePool and GCENodeClass, both `default`.
-pub fn node_pool_manifests(options: &GcpOptions) -> Vec<Manifest> {
+/// A starter NodePool and GCENodeClass, both `default`; with the cluster read, the node class
+/// puts nodes on the cluster's subnetwork and pods' secondary range.
+pub fn node_pool_manifests(options: &GcpOptions, cluster: Option<&GkeCluster>) -> Vec<Manifest> {
+    let mut node_class = json!({
+        "apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass", "metadata": {"name": "default"},
+        "spec": {
+            "imageSelectorTerms": [{"alias": "ContainerOptimizedOS@latest"}],
+            "disks": [{"category": "pd-balanced", "sizeGiB": 60, "boot": true}],
+            "networkTags": [format!("gke-{}-node", options.cluster_name)],
+            "labels": {"karpenter-cluster": options.cluster_name},
+        },
+    });
+    if let Some(cluster) = cluster {
+        if !cluster.subnetwork.is_empty() {
+            node_class["spec"]["networkConfig"] = json!({"subnetwork": cluster.subnetwork});
+        }
+        if let Some(range) = &cluster.pod_range {
+            node_class["spec"]["subnetRangeName"] = json!(range);
+        }
+    }
     vec![
-        Manifest::new(
-            json!({
-                "apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass", "metadata": {"name": "default"},
-                "spec": {
-                    "imageSelectorTerms": [{"alias": "ContainerOptimizedOS@latest"}],
-                    "disks": [{"category": "pd-balanced", "sizeGiB": 60, "boot": true}],
-                    "networkTags": [format!("gke-{}-node", options.cluster_name)],
-                    "labels": {"karpenter-cluster": options.cluster_name},
-                },
-            }),
-            "gcenodeclasses",
-        ),
+        Manifest::new(node_class, "gcenodeclasses"),
         Manifest::new(
             json!({
                 "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
@@ -695,6 +806,7 @@ impl Plan {
             iam: client!(Iam, endpoint.as_deref()),
             projects: client!(Projects, endpoint.as_deref()),
             services: client!(ServiceUsage, endpoint.as_deref()),
+            cluster: tokio::sync::OnceCell::new(),
             options: options.clone(),
         });
         let o = &options;
@@ -702,6 +814,7 @@ impl Plan {
         let mut steps = vec![
             step(&ctx, "project", format!("read GCP project {}", o.project), check_project, apply_nothing),
             step(&ctx, "apis", format!("enable {}", APIS.join(" and ")), check_apis, apply_apis),
+            step(&ctx, "gke-cluster", format!("read GKE cluster {} in {}", o.cluster_name, o.location), check_cluster, apply_nothing),
             step(&ctx, "service-account", format!("service account {email}, the agent's identity"), check_account, apply_account),
             step(
                 &ctx,
@@ -773,6 +886,22 @@ mod tests {
         let env = agent_env(&GcpOptions::new("p", "c", "europe-west4-b"));
         assert!(env.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())));
         assert!(env.contains(&("GCP_ZONES".to_owned(), "europe-west4-b".to_owned())));
+    }
+
+    #[test]
+    fn the_cluster_read_gives_full_subnetwork_paths_even_when_gke_answers_short_names() {
+        let full = json!({"location": "us-central1", "workloadIdentityConfig": {"workloadPool": "p.svc.id.goog"}, "network": "default", "subnetwork": "nodes",
+                          "networkConfig": {"network": "projects/p/global/networks/default", "subnetwork": "projects/p/regions/us-central1/subnetworks/nodes"},
+                          "ipAllocationPolicy": {"clusterSecondaryRangeName": "pods"}});
+        let c = GkeCluster::from_json(&full, "p");
+        assert_eq!(c.subnetwork, "projects/p/regions/us-central1/subnetworks/nodes");
+        assert_eq!(c.workload_pool.as_deref(), Some("p.svc.id.goog"));
+        let short = GkeCluster::from_json(&json!({"location": "europe-west4-b", "network": "vpc", "subnetwork": "sub"}), "p");
+        assert_eq!(short.subnetwork, "projects/p/regions/europe-west4/subnetworks/sub");
+        assert_eq!(short.workload_pool, None);
+        let class = &node_pool_manifests(&GcpOptions::new("p", "c", "us-central1"), Some(&c))[0].object;
+        assert_eq!(class["spec"]["networkConfig"]["subnetwork"], "projects/p/regions/us-central1/subnetworks/nodes");
+        assert_eq!(class["spec"]["subnetRangeName"], "pods");
     }
 
     #[test]
