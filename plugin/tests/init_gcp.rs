@@ -104,6 +104,7 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     assert!(stderr.contains("✓ gke-cluster: in place (us-central1, subnetwork projects/init-demo/regions/us-central1/subnetworks/nodes, Workload Identity init-demo.svc.id.goog)"), "{stderr}");
     assert_eq!(documents[0]["spec"]["networkConfig"]["subnetwork"], "projects/init-demo/regions/us-central1/subnetworks/nodes", "{stdout}");
     assert_eq!(documents[0]["spec"]["subnetRangeName"], "pods", "{stdout}");
+    assert_eq!(documents[0]["spec"]["serviceAccount"], "karpenter-nodes-wi-demo@init-demo.iam.gserviceaccount.com", "{stdout}");
     assert!(writes_since(&fake, 0).is_empty(), "the dry run wrote: {:?}", writes_since(&fake, 0));
 
     // The caller may not create roles: the run stops at the custom role, naming the permission.
@@ -139,7 +140,16 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
         assert_eq!(state.resource_manager.concurrent_writes, 0, "both races happened");
         let role = &state.iam.roles["projects/init-demo/roles/kubectlKarpenterAgent"];
         let permissions = role["includedPermissions"].as_array().unwrap();
-        assert!(permissions.iter().any(|p| p == "compute.instances.create") && permissions.iter().any(|p| p == "iam.serviceAccounts.actAs"));
+        assert!(permissions.iter().any(|p| p == "compute.instances.create"));
+        assert!(!permissions.iter().any(|p| p == "iam.serviceAccounts.actAs"), "no actAs on every account of the project");
+        // The nodes run as their own account, with GKE's node roles, and the agent may act as
+        // that account alone.
+        let nodes = "karpenter-nodes-wi-demo@init-demo.iam.gserviceaccount.com";
+        let node_account = state.iam.account(nodes).expect("the nodes' service account");
+        assert!(node_account.policy.has("roles/iam.serviceAccountUser", &format!("serviceAccount:{email}")));
+        for role in ["roles/logging.logWriter", "roles/monitoring.metricWriter", "roles/monitoring.viewer", "roles/stackdriver.resourceMetadata.writer", "roles/artifactregistry.reader"] {
+            assert!(state.resource_manager.policy(PROJECT).has(role, &format!("serviceAccount:{nodes}")), "{role}");
+        }
         assert!(!permissions.iter().any(|p| p.as_str().unwrap().ends_with(".setIamPolicy")), "no way to grant itself more");
         let member = format!("serviceAccount:{email}");
         assert!(state.resource_manager.policy(PROJECT).has("projects/init-demo/roles/kubectlKarpenterAgent", &member));
@@ -261,7 +271,7 @@ async fn on_a_terminal_init_gcp_asks_for_a_missing_flag_and_changes_nothing_unle
     let terminal = text(&out.stdout);
     assert!(terminal.contains("Google Cloud project id"), "{terminal}");
     assert!(terminal.contains("Plan for GKE cluster tty-demo in us-central1, project init-demo"), "{terminal}");
-    assert!(terminal.contains("Apply these 6 changes?"), "{terminal}");
+    assert!(terminal.contains("Apply these 9 changes?"), "{terminal}");
     assert!(terminal.contains("error: not confirmed; nothing changed"), "{terminal}");
     assert!(writes_since(&fake, 0).is_empty(), "{:?}", writes_since(&fake, 0));
 }

@@ -9,6 +9,9 @@
 //! | `service-account` | `karpenter-<cluster>@<project>.iam.gserviceaccount.com`, the agent's identity |
 //! | `custom-role` | project role `kubectlKarpenterAgent` with [`AGENT_PERMISSIONS`] and nothing else |
 //! | `project-binding` | the service account holds that role on the project |
+//! | `node-service-account` | `karpenter-nodes-<cluster>@…`, what the nodes run as |
+//! | `node-roles` | the nodes' account holds [`NODE_ROLES`] on the project (GKE's least-privilege node roles) |
+//! | `node-act-as` | the agent holds `roles/iam.serviceAccountUser` on the nodes' account only (actAs on that one account) |
 //! | `workload-identity` (default) | `roles/iam.workloadIdentityUser` on the service account for `serviceAccount:<project>.svc.id.goog[<ns>/<ksa>]` |
 //! | `kubernetes-agent` (with a kube client) | CRDs, namespace, service account, RBAC, Deployment |
 //! | `service-account-key` (`--auth key`) | a key, kept only in a Kubernetes Secret |
@@ -98,6 +101,22 @@ impl GcpOptions {
         format!("{}@{}.iam.gserviceaccount.com", self.gcp_service_account_id(), self.project)
     }
 
+    /// The nodes' service account id: `karpenter-nodes-<cluster>`, shortened with a hash to 30.
+    pub fn node_service_account_id(&self) -> String {
+        let id = format!("karpenter-nodes-{}", self.cluster_name);
+        if id.len() <= 30 {
+            return id;
+        }
+        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        let head: String = self.cluster_name.chars().take(5).collect();
+        format!("karpenter-nodes-{}-{hash:08x}", head.trim_end_matches('-'))
+    }
+
+    /// `karpenter-nodes-<cluster>@<project>.iam.gserviceaccount.com`: what the nodes run as.
+    pub fn node_service_account_email(&self) -> String {
+        format!("{}@{}.iam.gserviceaccount.com", self.node_service_account_id(), self.project)
+    }
+
     /// `projects/<project>/roles/kubectlKarpenterAgent`.
     pub fn custom_role(&self) -> String {
         format!("projects/{}/roles/{CUSTOM_ROLE_ID}", self.project)
@@ -122,13 +141,28 @@ impl GcpOptions {
 pub const CUSTOM_ROLE_ID: &str = "kubectlKarpenterAgent";
 /// The APIs the agent calls.
 pub const APIS: [&str; 2] = ["compute.googleapis.com", "container.googleapis.com"];
+/// The roles GKE recommends for a node's service account (least privilege: logs, metrics,
+/// metadata, and pulling images), instead of the Compute Engine default account's Editor.
+pub const NODE_ROLES: [&str; 5] = [
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/artifactregistry.reader",
+];
+/// Granted to the agent on the nodes' service account only: `iam.serviceAccounts.actAs` on that
+/// one account, so the agent can launch nodes that run as it and as no other account.
+pub const SERVICE_ACCOUNT_USER: &str = "roles/iam.serviceAccountUser";
 /// The role that lets a Kubernetes service account act as a Google one.
 pub const WORKLOAD_IDENTITY_USER: &str = "roles/iam.workloadIdentityUser";
 /// The Secret annotation naming the key stored in it, so a re-run can check the key still exists.
 pub const KEY_NAME_ANNOTATION: &str = "kubectl-karpenter.io/gcp-key-name";
 
 /// Every permission of the custom role, with why the agent needs it.
-pub const AGENT_PERMISSIONS: [(&str, &str); 28] = [
+///
+/// `iam.serviceAccounts.actAs` is not here: project-wide it would let the agent launch nodes as
+/// any account in the project; it is granted on the nodes' account alone (`node-act-as`).
+pub const AGENT_PERMISSIONS: [(&str, &str); 27] = [
     ("compute.instances.create", "launch nodes"),
     ("compute.instances.delete", "remove nodes"),
     ("compute.instances.get", "follow a node's state (and notice preemption)"),
@@ -155,7 +189,6 @@ pub const AGENT_PERMISSIONS: [(&str, &str); 28] = [
     ("compute.subnetworks.use", "attach nodes to the cluster's subnetwork"),
     ("compute.zoneOperations.get", "wait for launches and deletions, and read why one failed"),
     ("compute.regionOperations.get", "wait for regional bulkInsert and templates"),
-    ("iam.serviceAccounts.actAs", "attach a service account to the nodes"),
     ("container.clusters.get", "read the cluster's settings for the node bootstrap"),
 ];
 
@@ -297,8 +330,8 @@ impl Ctx {
     }
 
     /// The service account's policy; `None` when the account does not exist yet.
-    async fn account_policy(&self) -> Result<Option<Policy>, SetupError> {
-        let resource = self.options.account_resource();
+    async fn account_policy(&self, email: &str) -> Result<Option<Policy>, SetupError> {
+        let resource = format!("projects/{}/serviceAccounts/{email}", self.options.project);
         match self
             .iam
             .get_iam_policy()
@@ -334,11 +367,11 @@ impl Ctx {
     }
 
     /// Read-modify-write of the service account's policy with its etag; retried on ABORTED.
-    async fn bind_on_account(&self, role: &str, member: &str) -> Result<(), SetupError> {
-        let resource = self.options.account_resource();
+    async fn bind_on_account(&self, email: &str, role: &str, member: &str) -> Result<(), SetupError> {
+        let resource = format!("projects/{}/serviceAccounts/{email}", self.options.project);
         for attempt in 1..=POLICY_ATTEMPTS {
-            let Some(mut policy) = self.account_policy().await? else {
-                return Err(SetupError::Missing { resource: format!("service account {}", self.options.gcp_service_account_email()), hint: "the service-account step makes it".to_owned() });
+            let Some(mut policy) = self.account_policy(email).await? else {
+                return Err(SetupError::Missing { resource: format!("service account {email}"), hint: "the service-account steps make it".to_owned() });
             };
             if has_binding(&policy, role, member) {
                 return Ok(());
@@ -376,8 +409,8 @@ impl Ctx {
         }
     }
 
-    async fn account_exists(&self) -> Result<bool, SetupError> {
-        let resource = self.options.account_resource();
+    async fn account_exists(&self, email: &str) -> Result<bool, SetupError> {
+        let resource = format!("projects/{}/serviceAccounts/{email}", self.options.project);
         match self.iam.get_service_account().set_name(&resource).send().await {
             Ok(_) => Ok(true),
             Err(e) if code(&e) == Some(Code::NotFound) => Ok(false),
@@ -496,7 +529,7 @@ fn apply_apis(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 fn check_account(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let email = ctx.options.gcp_service_account_email();
-        Ok(if ctx.account_exists().await? {
+        Ok(if ctx.account_exists(&email).await? {
             Status::InPlace(format!("service account {email}"))
         } else {
             Status::Needed(format!("create service account {email}"))
@@ -516,6 +549,79 @@ fn apply_account(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
             Err(e) if code(&e) == Some(Code::AlreadyExists) => Ok(()),
             Err(e) => Err(gcp_error("iam.serviceAccounts.create", &parent, e)),
         }
+    })
+}
+
+fn check_node_account(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
+    Box::pin(async move {
+        let email = ctx.options.node_service_account_email();
+        Ok(if ctx.account_exists(&email).await? {
+            Status::InPlace(format!("service account {email}"))
+        } else {
+            Status::Needed(format!("create service account {email}"))
+        })
+    })
+}
+
+fn apply_node_account(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
+    Box::pin(async move {
+        let o = &ctx.options;
+        let parent = format!("projects/{}", o.project);
+        let account = google_cloud_iam_admin_v1::model::ServiceAccount::new()
+            .set_display_name(format!("kubectl-karpenter nodes ({})", o.cluster_name))
+            .set_description(format!("What the nodes kubectl-karpenter launches for GKE cluster {} run as", o.cluster_name));
+        match ctx.iam.create_service_account().set_name(&parent).set_account_id(o.node_service_account_id()).set_service_account(account).send().await {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e) == Some(Code::AlreadyExists) => Ok(()),
+            Err(e) => Err(gcp_error("iam.serviceAccounts.create", &parent, e)),
+        }
+    })
+}
+
+async fn missing_node_roles(ctx: &Ctx) -> Result<Vec<&'static str>, SetupError> {
+    let member = format!("serviceAccount:{}", ctx.options.node_service_account_email());
+    let policy = ctx.project_policy().await?;
+    Ok(NODE_ROLES.iter().copied().filter(|r| !has_binding(&policy, r, &member)).collect())
+}
+
+fn check_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
+    Box::pin(async move {
+        let missing = missing_node_roles(ctx).await?;
+        let email = ctx.options.node_service_account_email();
+        Ok(if missing.is_empty() {
+            Status::InPlace(format!("{email} holds {} node roles", NODE_ROLES.len()))
+        } else {
+            Status::Needed(format!("grant {} to {email} on project {}", missing.join(", "), ctx.options.project))
+        })
+    })
+}
+
+fn apply_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
+    Box::pin(async move {
+        let member = format!("serviceAccount:{}", ctx.options.node_service_account_email());
+        for role in missing_node_roles(ctx).await? {
+            ctx.bind_on_project(role, &member).await?;
+        }
+        Ok(())
+    })
+}
+
+fn check_node_act_as(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
+    Box::pin(async move {
+        let (agent, nodes) = (format!("serviceAccount:{}", ctx.options.gcp_service_account_email()), ctx.options.node_service_account_email());
+        let bound = ctx.account_policy(&nodes).await?.is_some_and(|p| has_binding(&p, SERVICE_ACCOUNT_USER, &agent));
+        Ok(if bound {
+            Status::InPlace(format!("{agent} may launch nodes as {nodes}"))
+        } else {
+            Status::Needed(format!("grant {SERVICE_ACCOUNT_USER} on {nodes} to {agent}"))
+        })
+    })
+}
+
+fn apply_node_act_as(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
+    Box::pin(async move {
+        let agent = format!("serviceAccount:{}", ctx.options.gcp_service_account_email());
+        ctx.bind_on_account(&ctx.options.node_service_account_email(), SERVICE_ACCOUNT_USER, &agent).await
     })
 }
 
@@ -601,7 +707,7 @@ fn apply_project_binding(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 fn check_workload_identity(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let member = ctx.options.workload_identity_member();
-        let bound = ctx.account_policy().await?.is_some_and(|p| has_binding(&p, WORKLOAD_IDENTITY_USER, &member));
+        let bound = ctx.account_policy(&ctx.options.gcp_service_account_email()).await?.is_some_and(|p| has_binding(&p, WORKLOAD_IDENTITY_USER, &member));
         Ok(if bound {
             Status::InPlace(format!("{member} may act as {}", ctx.options.gcp_service_account_email()))
         } else {
@@ -611,7 +717,7 @@ fn check_workload_identity(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError
 }
 
 fn apply_workload_identity(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
-    Box::pin(async move { ctx.bind_on_account(WORKLOAD_IDENTITY_USER, &ctx.options.workload_identity_member()).await })
+    Box::pin(async move { ctx.bind_on_account(&ctx.options.gcp_service_account_email(), WORKLOAD_IDENTITY_USER, &ctx.options.workload_identity_member()).await })
 }
 
 /// The key step: a key of the service account, kept only in a Secret. Its own type because it
@@ -748,6 +854,7 @@ pub fn node_pool_manifests(options: &GcpOptions, cluster: Option<&GkeCluster>) -
         "spec": {
             "imageSelectorTerms": [{"alias": "ContainerOptimizedOS@latest"}],
             "disks": [{"category": "pd-balanced", "sizeGiB": 60, "boot": true}],
+            "serviceAccount": options.node_service_account_email(),
             "networkTags": [format!("gke-{}-node", options.cluster_name)],
             "labels": {"karpenter-cluster": options.cluster_name},
         },
@@ -820,7 +927,7 @@ impl Plan {
                 &ctx,
                 "custom-role",
                 format!(
-                    "custom role {} with the {} permissions the agent calls (compute instances, instance templates, disks, images, machine types, zones, operations, subnetwork use; iam.serviceAccounts.actAs; container.clusters.get), not roles/compute.instanceAdmin.v1 + roles/iam.serviceAccountUser, which could change every instance and disk in the project",
+                    "custom role {} with the {} permissions the agent calls (compute instances, instance templates, disks, images, machine types, zones, operations, subnetwork use; container.clusters.get; actAs only on the nodes' account), not roles/compute.instanceAdmin.v1 + roles/iam.serviceAccountUser, which could change every instance and disk in the project",
                     o.custom_role(),
                     AGENT_PERMISSIONS.len()
                 ),
@@ -828,6 +935,9 @@ impl Plan {
                 apply_role,
             ),
             step(&ctx, "project-binding", format!("grant {} to {email} on project {}", o.custom_role(), o.project), check_project_binding, apply_project_binding),
+            step(&ctx, "node-service-account", format!("service account {}, what the nodes run as", o.node_service_account_email()), check_node_account, apply_node_account),
+            step(&ctx, "node-roles", format!("grant {} to the nodes' account on project {} (GKE's least-privilege node roles)", NODE_ROLES.join(", "), o.project), check_node_roles, apply_node_roles),
+            step(&ctx, "node-act-as", format!("grant {SERVICE_ACCOUNT_USER} on the nodes' account only to {email}, so it launches nodes as that account and no other"), check_node_act_as, apply_node_act_as),
         ];
         if o.auth == GcpAuth::WorkloadIdentity {
             steps.push(step(
@@ -866,6 +976,9 @@ mod tests {
         let long = GcpOptions::new("p", "a-very-long-cluster-name-indeed-yes", "us-central1");
         let id = long.gcp_service_account_id();
         assert!(id.len() <= 30 && id.starts_with("karpenter-a-very-long") && !id.contains("--"), "{id}");
+        assert_eq!(short.node_service_account_id(), "karpenter-nodes-demo");
+        let node = long.node_service_account_id();
+        assert!(node.len() <= 30 && node.starts_with("karpenter-nodes-a-ver") && node != id, "{node}");
     }
 
     #[test]
