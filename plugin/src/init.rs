@@ -111,6 +111,13 @@ pub fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
     anyhow::Error::new(StepFailure { line, error, verbose: verbose > 0 })
 }
 
+/// Where the agent's image comes from, for the end of a run.
+pub fn image_note(image: &str) -> String {
+    format!(
+        "The agent runs image {image}; if the cluster cannot pull it, build it from a checkout (docker build -f agent/Dockerfile -t IMAGE .), push it where the cluster can pull, and re-run with --image IMAGE"
+    )
+}
+
 /// What a cloud's `init` hands to [`execute`].
 pub struct Setup<'a> {
     /// `EKS cluster demo in us-west-2`.

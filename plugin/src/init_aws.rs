@@ -50,14 +50,16 @@ pub async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Resu
     }
     options.endpoint_url = args.endpoint_url.clone();
     options.kube = Some(cluster.client());
+    let image = options.image.clone();
     // The NodePool is scaffolded for the user to read and apply, not applied behind their back.
     options.scaffold_node_pool = false;
     let scaffold = setup_aws::node_pool_manifests(&options);
     let plan = Plan::for_aws(options).await;
-    let next_steps = vec![match &args.common.output_dir {
+    let mut next_steps = vec![match &args.common.output_dir {
         Some(dir) => format!("Next: review and apply the NodePool: kubectl apply -f {}", dir.display()),
         None => "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)".to_owned(),
     }];
+    next_steps.push(init::image_note(&image));
     let setup = Setup { title: format!("EKS cluster {name} in {region}"), plan: &plan, scaffold, next_steps };
     init::execute(setup, &args.common, verbose).await
 }

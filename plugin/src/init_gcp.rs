@@ -53,15 +53,17 @@ pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Resu
     }
     options.endpoint = args.endpoint_url.clone();
     options.kube = Some(cluster.client());
+    let image = options.image.clone();
     // The scaffold uses the cluster's subnetwork when it can be read; when it cannot, the
     // gke-cluster step says why.
     let cluster = setup_gcp::read_cluster(&options).await.ok();
     let scaffold = setup_gcp::node_pool_manifests(&options, cluster.as_ref());
     let plan = Plan::for_gcp(options).await.map_err(|e| init::setup_error(e, verbose))?;
-    let next_steps = vec![match &args.common.output_dir {
+    let mut next_steps = vec![match &args.common.output_dir {
         Some(dir) => format!("Next: review and apply the NodePool: kubectl apply -f {}", dir.display()),
         None => "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)".to_owned(),
     }];
+    next_steps.push(init::image_note(&image));
     let setup = Setup { title: format!("GKE cluster {name} in {location}, project {project}"), plan: &plan, scaffold, next_steps };
     init::execute(setup, &args.common, verbose).await
 }

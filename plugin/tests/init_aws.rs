@@ -164,6 +164,7 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     assert!(stderr.contains("+ controller-policy: done"), "{stderr}");
     assert!(stderr.contains("+ kubernetes-agent: done"), "{stderr}");
     assert!(stderr.contains("+ node-access: done"), "{stderr}");
+    assert!(stderr.contains("The agent runs image karpenter-agent:test; if the cluster cannot pull it, build it from a checkout (docker build -f agent/Dockerfile -t IMAGE .)"), "{stderr}");
     // The node role is mapped as a node, and the entry that was there is kept as it was.
     let roles = map_roles().await;
     assert!(roles.contains(EXISTING_MAPPING), "{roles}");
