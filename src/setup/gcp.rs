@@ -162,7 +162,7 @@ pub const KEY_NAME_ANNOTATION: &str = "kubectl-karpenter.io/gcp-key-name";
 ///
 /// `iam.serviceAccounts.actAs` is not here: project-wide it would let the agent launch nodes as
 /// any account in the project; it is granted on the nodes' account alone (`node-act-as`).
-pub const AGENT_PERMISSIONS: [(&str, &str); 27] = [
+pub const AGENT_PERMISSIONS: [(&str, &str); 30] = [
     ("compute.instances.create", "launch nodes"),
     ("compute.instances.delete", "remove nodes"),
     ("compute.instances.get", "follow a node's state (and notice preemption)"),
@@ -187,6 +187,9 @@ pub const AGENT_PERMISSIONS: [(&str, &str); 27] = [
     ("compute.zones.list", "which zones offer what"),
     ("compute.regions.get", "regional quotas"),
     ("compute.subnetworks.use", "attach nodes to the cluster's subnetwork"),
+    ("compute.subnetworks.useExternalIp", "give nodes an external IP on a subnetwork, when their template has one"),
+    ("compute.networks.use", "attach nodes to a network when no subnetwork is named (the default network)"),
+    ("compute.networks.useExternalIp", "give nodes an external IP on such a network"),
     ("compute.zoneOperations.get", "wait for launches and deletions, and read why one failed"),
     ("compute.regionOperations.get", "wait for regional bulkInsert and templates"),
     ("container.clusters.get", "read the cluster's settings for the node bootstrap"),
@@ -927,7 +930,7 @@ impl Plan {
                 &ctx,
                 "custom-role",
                 format!(
-                    "custom role {} with the {} permissions the agent calls (compute instances, instance templates, disks, images, machine types, zones, operations, subnetwork use; container.clusters.get; actAs only on the nodes' account), not roles/compute.instanceAdmin.v1 + roles/iam.serviceAccountUser, which could change every instance and disk in the project",
+                    "custom role {} with the {} permissions the agent calls (compute instances, instance templates, disks, images, machine types, zones, operations, network and subnetwork use; container.clusters.get; actAs only on the nodes' account), not roles/compute.instanceAdmin.v1 + roles/iam.serviceAccountUser, which could change every instance and disk in the project",
                     o.custom_role(),
                     AGENT_PERMISSIONS.len()
                 ),
