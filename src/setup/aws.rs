@@ -19,7 +19,7 @@
 //! | `default-nodepool` (with a kube client) | NodePool `default` + EC2NodeClass `default` |
 
 use super::manifests::{self, AgentSettings, ApplyManifests, Manifest};
-use super::{Plan, SetupError, Status, Step};
+use super::{Plan, SetupError, Status, Step, step};
 use crate::apis::labels;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use futures::future::BoxFuture;
@@ -346,30 +346,6 @@ impl Ctx {
             {"Sid": "AllowAPIServerEndpointDiscovery", "Effect": "Allow", "Action": "eks:DescribeCluster",
              "Resource": format!("arn:{p}:eks:{r}:{a}:cluster/{c}")},
         ]}))
-    }
-}
-
-/// A step made of two closures over the shared context.
-struct FnStep {
-    name: &'static str,
-    description: String,
-    ctx: Arc<Ctx>,
-    check: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<Status, SetupError>>,
-    apply: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<(), SetupError>>,
-}
-
-impl Step for FnStep {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn describe(&self) -> String {
-        self.description.clone()
-    }
-    fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
-        (self.check)(&self.ctx)
-    }
-    fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>> {
-        (self.apply)(&self.ctx)
     }
 }
 
@@ -1105,16 +1081,6 @@ impl Step for NodeAccessStep {
             Ok(())
         })
     }
-}
-
-fn step(
-    ctx: &Arc<Ctx>,
-    name: &'static str,
-    description: String,
-    check: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<Status, SetupError>>,
-    apply: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<(), SetupError>>,
-) -> Box<dyn Step> {
-    Box::new(FnStep { name, description, ctx: ctx.clone(), check, apply })
 }
 
 /// The agent's objects for AWS: its Deployment runs `karpenter-agent run --provider aws`.

@@ -23,7 +23,7 @@
 //! another writer got there first (ABORTED).
 
 use super::manifests::{self, AgentSettings, ApplyManifests, Manifest};
-use super::{Plan, SetupError, Status, Step};
+use super::{Plan, SetupError, Status, Step, step};
 use futures::future::BoxFuture;
 use google_cloud_api_serviceusage_v1::client::ServiceUsage;
 use google_cloud_gax::error::rpc::Code;
@@ -420,40 +420,6 @@ impl Ctx {
             Err(e) => Err(gcp_error("iam.serviceAccounts.get", &resource, e)),
         }
     }
-}
-
-/// A step made of two functions over the shared context.
-struct FnStep {
-    name: &'static str,
-    description: String,
-    ctx: Arc<Ctx>,
-    check: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<Status, SetupError>>,
-    apply: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<(), SetupError>>,
-}
-
-impl Step for FnStep {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn describe(&self) -> String {
-        self.description.clone()
-    }
-    fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
-        (self.check)(&self.ctx)
-    }
-    fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>> {
-        (self.apply)(&self.ctx)
-    }
-}
-
-fn step(
-    ctx: &Arc<Ctx>,
-    name: &'static str,
-    description: String,
-    check: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<Status, SetupError>>,
-    apply: for<'a> fn(&'a Ctx) -> BoxFuture<'a, Result<(), SetupError>>,
-) -> Box<dyn Step> {
-    Box::new(FnStep { name, description, ctx: ctx.clone(), check, apply })
 }
 
 // ---------------------------------------------------------------- steps

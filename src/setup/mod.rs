@@ -47,6 +47,44 @@ pub trait Step: Send + Sync {
     fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>>;
 }
 
+/// A step made of two functions over a cloud's shared context (its clients, options and what
+/// earlier steps found), so each cloud writes a step as a `check` and an `apply` function.
+#[cfg_attr(not(any(feature = "aws", feature = "gcp")), allow(dead_code))]
+struct FnStep<C> {
+    name: &'static str,
+    description: String,
+    ctx: std::sync::Arc<C>,
+    check: for<'a> fn(&'a C) -> BoxFuture<'a, Result<Status, SetupError>>,
+    apply: for<'a> fn(&'a C) -> BoxFuture<'a, Result<(), SetupError>>,
+}
+
+impl<C: Send + Sync> Step for FnStep<C> {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+    fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
+        (self.check)(&self.ctx)
+    }
+    fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>> {
+        (self.apply)(&self.ctx)
+    }
+}
+
+/// A [`Step`] named `name` that checks and applies with the given functions over `ctx`.
+#[cfg_attr(not(any(feature = "aws", feature = "gcp")), allow(dead_code))]
+fn step<C: Send + Sync + 'static>(
+    ctx: &std::sync::Arc<C>,
+    name: &'static str,
+    description: String,
+    check: for<'a> fn(&'a C) -> BoxFuture<'a, Result<Status, SetupError>>,
+    apply: for<'a> fn(&'a C) -> BoxFuture<'a, Result<(), SetupError>>,
+) -> Box<dyn Step> {
+    Box::new(FnStep { name, description, ctx: ctx.clone(), check, apply })
+}
+
 /// Why setup could not go on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
