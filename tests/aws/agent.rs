@@ -4,6 +4,7 @@
 //! an interruption event on the queue replaces the node.
 
 use crate::env::Env;
+use crate::cloud_agent::{claims_of, clean_up, kubelet, running, workload};
 use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, labels};
@@ -11,10 +12,8 @@ use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ListParams, PostParams};
+use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +43,7 @@ async fn start(env: &Env, queue: Option<String>) -> Agent {
     let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
     let mut running = controllers::start(client.clone(), provider.clone(), settings, Arc::new(Metrics::new())).await;
     controllers::aws::start(&mut running).await.expect("the EC2 loops start");
-    let mut tasks = vec![tokio::spawn(kubelet(client.clone(), env.cluster.clone()))];
+    let mut tasks = vec![tokio::spawn(kubelet(client.clone(), env.cluster.clone(), aws_node_name))];
     if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
         tasks.push(tokio::spawn(dump_state()));
     }
@@ -58,43 +57,6 @@ async fn dump_state() {
         if let Ok(out) = rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output() {
             eprintln!("--- state\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         }
-    }
-}
-
-/// Stands in for the kubelet of each launched instance: registers a Node with the claim's
-/// providerID (and the kwok label, so kwok keeps it Ready).
-async fn kubelet(client: kube::Client, cluster: String) {
-    let claims: Api<NodeClaim> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client);
-    loop {
-        if let Ok(list) = claims.list(&ListParams::default()).await {
-            for claim in list.items {
-                let Some(status) = claim.status.clone() else { continue };
-                let Some(provider_id) = status.provider_id.clone() else { continue };
-                let Ok(ProviderId::Aws { instance_id, .. }) = provider_id.parse::<ProviderId>() else { continue };
-                if claim.metadata.deletion_timestamp.is_some() || !claim.name_any().starts_with(&cluster) {
-                    continue;
-                }
-                let name = format!("ip-{instance_id}");
-                if nodes.get_opt(&name).await.ok().flatten().is_some() {
-                    continue;
-                }
-                let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
-                node_labels.insert(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned());
-                node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
-                let node: Node = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": name, "labels": node_labels, "annotations": {labels::KWOK_NODE: labels::KWOK_NODE_FAKE}},
-                    "spec": {"providerID": provider_id, "taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]},
-                    "status": {"capacity": status.capacity, "allocatable": status.allocatable,
-                               "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.34.0-kwok",
-                                            "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
-                                            "machineID": "", "osImage": "", "systemUUID": ""}},
-                }))
-                .expect("node");
-                let _ = nodes.create(&PostParams::default(), &node).await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -118,43 +80,6 @@ spec:
     )
 }
 
-fn workload(namespace: &str, pool: &str, replicas: u32) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {namespace}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: app, namespace: {namespace}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: app}}}}
-  template:
-    metadata: {{labels: {{app: app}}}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      nodeSelector: {{test-pool: {pool}}}
-      containers:
-        - name: pause
-          image: registry.k8s.io/pause:3.10
-          resources: {{requests: {{cpu: "1"}}}}
-"#
-    )
-}
-
-async fn claims_of(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
-    let api: Api<NodeClaim> = Api::all(client.clone());
-    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("claims").items
-}
-
-async fn running(client: &kube::Client, namespace: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = api.list(&ListParams::default()).await.expect("pods").items;
-    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
-}
-
 fn instance_id(claim: &NodeClaim) -> String {
     match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
         Some(Ok(ProviderId::Aws { instance_id, .. })) => instance_id,
@@ -162,12 +87,12 @@ fn instance_id(claim: &NodeClaim) -> String {
     }
 }
 
-async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
-    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
-    wait_for("the pool's claims to be gone", Duration::from_secs(60), || async { claims_of(client, pool).await.is_empty().then_some(()) }).await;
-    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "ec2nodeclass", pool, "--wait=false"]);
+/// The Node name EKS gives an instance (`ip-<instance id>` stands in for its private DNS name).
+fn aws_node_name(id: &ProviderId) -> Option<String> {
+    match id {
+        ProviderId::Aws { instance_id, .. } => Some(format!("ip-{instance_id}")),
+        _ => None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,7 +152,7 @@ async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_cap
         nodes.get_opt(&format!("ip-{id}")).await.ok()?.is_none().then_some(())
     })
     .await;
-    clean_up(&client, "agent-demo-app", "agent-demo").await;
+    clean_up(&client, "agent-demo-app", "agent-demo", "ec2nodeclass").await;
     drop(agent);
 }
 
@@ -276,7 +201,7 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
     // The spot offering of the interrupted type and zone is avoided for a while.
     let zone = first.labels().get(labels::ZONE).cloned().unwrap_or_default();
     assert!(agent.provider.unavailable_offerings().keys().contains(&format!("spot:m5.large:{zone}")));
-    clean_up(&client, "interrupt-demo-app", "interrupt-demo").await;
+    clean_up(&client, "interrupt-demo-app", "interrupt-demo", "ec2nodeclass").await;
     drop(agent);
 }
 
@@ -300,7 +225,7 @@ async fn a_claim_whose_only_type_has_no_capacity_is_replaced_by_one_of_the_next_
         (on_next && running(&client, "replan-demo-app").await.len() == 1).then_some(())
     })
     .await;
-    clean_up(&client, "replan-demo-app", "replan-demo").await;
+    clean_up(&client, "replan-demo-app", "replan-demo", "ec2nodeclass").await;
     drop(agent);
 }
 

@@ -12,6 +12,8 @@
 
 #[path = "../support/rig.rs"]
 mod rig;
+#[path = "../support/cloud_agent.rs"]
+mod cloud_agent;
 
 mod agent;
 mod env;
@@ -20,39 +22,8 @@ mod provider;
 mod proxy;
 mod setup;
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
-/// One test at a time for agents and cluster-wide objects.
-pub fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub fn apply(yaml: &str) {
-    let out = rig::rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
-    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
-}
-
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if start.elapsed() >= timeout {
-            // What the cluster looked like, so a failure on a loaded machine can be told apart.
-            let state = rig::rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output();
-            let state = state.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-            panic!("timed out after {timeout:?} waiting for {what}\n{state}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+pub use cloud_agent::{apply, exclusive, wait_for};
 
 /// An EC2NodeClass named `name` for `cluster`'s discovery tags, nodes in `role`.
 pub fn node_class(name: &str, cluster: &str, role: &str) -> String {

@@ -4,18 +4,18 @@
 //! VMs no claim owns are collected; a failed operation is retried; a stockout moves the claim to
 //! the next type with an Event saying why; a preempted VM's node is replaced.
 
+use crate::cloud_agent::{claims_of, clean_up, kubelet, running, workload};
 use crate::rig::rig;
 use crate::{apply, config, exclusive, fake, node_class, wait_for};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,45 +47,9 @@ async fn start(config: GcpConfig) -> Agent {
                 let _ = controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
             }
         }),
-        tokio::spawn(kubelet(client, cluster)),
+        tokio::spawn(kubelet(client, cluster, gce_node_name)),
     ];
     Agent { tasks, provider }
-}
-
-/// Stands in for the kubelet of each launched VM: registers a Node named after the VM with the
-/// claim's providerID (and the kwok label, so kwok keeps it Ready).
-async fn kubelet(client: kube::Client, cluster: String) {
-    let claims: Api<NodeClaim> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client);
-    loop {
-        if let Ok(list) = claims.list(&ListParams::default()).await {
-            for claim in list.items {
-                let Some(status) = claim.status.clone() else { continue };
-                let Some(provider_id) = status.provider_id.clone() else { continue };
-                let Ok(ProviderId::Gce { name, .. }) = provider_id.parse::<ProviderId>() else { continue };
-                if claim.metadata.deletion_timestamp.is_some() || !claim.name_any().starts_with(&cluster) {
-                    continue;
-                }
-                if nodes.get_opt(&name).await.ok().flatten().is_some() {
-                    continue;
-                }
-                let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
-                node_labels.insert(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned());
-                node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
-                let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": node_labels, "annotations": {labels::KWOK_NODE: labels::KWOK_NODE_FAKE}},
-                    "spec": {"providerID": provider_id, "taints": [{"key": labels::UNREGISTERED_TAINT_KEY, "effect": "NoExecute"}]},
-                    "status": {"capacity": status.capacity, "allocatable": status.allocatable,
-                               "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.34.0-kwok",
-                                            "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "",
-                                            "machineID": "", "osImage": "", "systemUUID": ""}},
-                }))
-                .expect("node");
-                let _ = nodes.create(&PostParams::default(), &node).await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn pool(name: &str, types: &[&str], capacity: &str) -> String {
@@ -109,43 +73,6 @@ spec:
     )
 }
 
-fn workload(namespace: &str, pool: &str, replicas: u32) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {namespace}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: app, namespace: {namespace}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: app}}}}
-  template:
-    metadata: {{labels: {{app: app}}}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      nodeSelector: {{test-pool: {pool}}}
-      containers:
-        - name: pause
-          image: registry.k8s.io/pause:3.10
-          resources: {{requests: {{cpu: "1"}}}}
-"#
-    )
-}
-
-async fn claims_of(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
-    let api: Api<NodeClaim> = Api::all(client.clone());
-    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("claims").items
-}
-
-async fn running(client: &kube::Client, namespace: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = api.list(&ListParams::default()).await.expect("pods").items;
-    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
-}
-
 fn vm_of(claim: &NodeClaim) -> (String, String, String) {
     match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
         Some(Ok(ProviderId::Gce { project, zone, name })) => (project, zone, name),
@@ -159,12 +86,12 @@ async fn events_for(client: &kube::Client, claim: &str) -> Vec<Event> {
     events.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(claim)).collect()
 }
 
-async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
-    rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]);
-    wait_for("the pool's claims to be gone", Duration::from_secs(60), || async { claims_of(client, pool).await.is_empty().then_some(()) }).await;
-    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "gcenodeclass", pool, "--wait=false"]);
+/// GKE names a Node after its VM.
+fn gce_node_name(id: &ProviderId) -> Option<String> {
+    match id {
+        ProviderId::Gce { name, .. } => Some(name.clone()),
+        _ => None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,7 +145,7 @@ async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_cl
     wait_for("the VM to be deleted", Duration::from_secs(60), || async { fake.state().compute.instance(project, &zone, &name).is_none().then_some(()) }).await;
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for("the node to be gone", Duration::from_secs(60), || async { nodes.get_opt(&name).await.ok()?.is_none().then_some(()) }).await;
-    clean_up(&client, "gcp-agent-app", cluster).await;
+    clean_up(&client, "gcp-agent-app", cluster, "gcenodeclass").await;
     drop(agent);
 }
 
@@ -251,7 +178,7 @@ async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_a
     assert!(why.is_some(), "an InsufficientCapacity event names the offering: {:?}", events.iter().map(|e| (&e.reason, &e.message)).collect::<Vec<_>>());
     let stocked_out = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
     assert_eq!(stocked_out, 2, "one insert stocked out, the next worked");
-    clean_up(&client, "gcp-stockout-app", cluster).await;
+    clean_up(&client, "gcp-stockout-app", cluster, "gcenodeclass").await;
     drop(agent);
 }
 
@@ -292,6 +219,6 @@ async fn a_preempted_spot_vm_has_its_node_replaced() {
     assert!(claims.get_opt(&first.name_any()).await.expect("get").is_none(), "the preempted claim is gone");
     let events = events_for(&client, &first.name_any()).await;
     assert!(events.iter().any(|e| e.reason.as_deref() == Some("InstanceTerminated")), "an event says why: {events:?}");
-    clean_up(&client, "gcp-preempt-app", cluster).await;
+    clean_up(&client, "gcp-preempt-app", cluster, "gcenodeclass").await;
     drop(agent);
 }

@@ -15,44 +15,15 @@
 
 #[path = "../support/rig.rs"]
 mod rig;
+#[path = "../support/cloud_agent.rs"]
+mod cloud_agent;
 
 mod agent;
 mod provider;
 
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// One test at a time for agents and cluster-wide objects.
-pub fn exclusive() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub fn apply(yaml: &str) {
-    let out = rig::rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
-    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Polls `check` every 250 ms until it returns a value; on timeout, panics with the cluster's
-/// claims, nodes, pods and events.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if start.elapsed() >= timeout {
-            let state = rig::rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output();
-            let state = state.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-            panic!("timed out after {timeout:?} waiting for {what}\n{state}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+pub use cloud_agent::{apply, exclusive, wait_for};
 
 /// A GCENodeClass `name` booting COS, with a service account of `project`, a 60 GiB boot disk,
 /// a network tag, a label and a metadata item.
