@@ -6,6 +6,7 @@
 //! type would fit but has no capacity left in the zone the pod needs.
 
 use crate::apis::labels;
+use std::collections::BTreeMap;
 use crate::resources::ResourceList;
 use crate::scheduling::requirements::{Requirement, Requirements};
 
@@ -81,6 +82,22 @@ impl InstanceType {
             capacity,
             overhead: Overhead::default(),
         }
+    }
+
+    /// The labels a node of this type gets where its requirements fix one value (`In` with a
+    /// single value: instance type, arch, os, family, size, GPU...). Zone and capacity type come
+    /// from the offering the node was bought as.
+    pub fn fixed_labels(&self) -> BTreeMap<String, String> {
+        self.requirements
+            .iter()
+            .filter_map(|r| {
+                let mut values = r.values();
+                match (values.next(), values.next(), r.operator()) {
+                    (Some(v), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), v.to_owned())),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// What pods can use: capacity minus kube-reserved, system-reserved and the eviction

@@ -342,20 +342,7 @@ pub(super) async fn launch(
     };
     let chosen = overrides.iter().find(|o| o.instance_type == instance_type && o.zone == zone);
     let it = candidates.iter().find(|c| c.name == instance_type);
-    let mut node_labels: BTreeMap<String, String> = it
-        .map(|it| {
-            it.requirements
-                .iter()
-                .filter_map(|r| {
-                    let mut values = r.values();
-                    match (values.next(), values.next(), r.operator()) {
-                        (Some(v), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), v.to_owned())),
-                        _ => None,
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut node_labels = it.map(InstanceType::fixed_labels).unwrap_or_default();
     node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.clone());
     node_labels.insert(labels::ZONE.to_owned(), zone.clone());
     node_labels.insert(labels::CAPACITY_TYPE.to_owned(), launched_as.to_owned());

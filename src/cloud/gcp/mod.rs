@@ -566,21 +566,7 @@ impl GcpProvider {
         let terminating = matches!(status, "STOPPING" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "TERMINATED");
         let info = snapshot.types.get(&machine_type);
         let it = info.map(|info| catalogue::instance_type(info, &self.config.region, catalogue::DEFAULT_BOOT_DISK_GIB));
-        let mut node_labels: BTreeMap<String, String> = it
-            .as_ref()
-            .map(|it| {
-                it.requirements
-                    .iter()
-                    .filter_map(|r| {
-                        let mut values = r.values();
-                        match (values.next(), values.next(), r.operator()) {
-                            (Some(v), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), v.to_owned())),
-                            _ => None,
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut node_labels = it.as_ref().map(InstanceType::fixed_labels).unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), machine_type.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.clone());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
