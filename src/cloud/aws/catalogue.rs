@@ -8,7 +8,7 @@
 //! threshold of 100Mi of memory and 10 % of the root volume.
 
 use crate::apis::{KubeletConfiguration, labels};
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead};
+use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
 use crate::resources::{self, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
 use aws_sdk_ec2::types::{ArchitectureType, InstanceTypeInfo, UsageClassType};
@@ -115,20 +115,6 @@ impl TypeInfo {
     pub fn is_exotic(&self) -> bool {
         self.gpus.is_some() || self.neuron_devices > 0 || self.bare_metal
     }
-}
-
-/// kube-reserved CPU as EKS computes it: 6 % of the first core, 1 % of the second, 0.5 % of the
-/// next two and 0.25 % of every core after that (milli-cores, rounded up).
-pub fn kube_reserved_cpu_millis(vcpus: u64) -> u64 {
-    let mut remaining = vcpus;
-    let mut tenths = 0;
-    for (count, per_core) in [(1, 60), (1, 10), (2, 5)] {
-        let used = remaining.min(count);
-        tenths += used * per_core * 10;
-        remaining -= used;
-    }
-    tenths += remaining * 25;
-    tenths.div_ceil(10)
 }
 
 /// Parses an eviction threshold (`100Mi` or `10%`) against a capacity.

@@ -5,7 +5,7 @@
 //! provider fetches and caches, this module only shapes.
 
 use crate::apis::labels;
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead};
+use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
 use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
@@ -53,19 +53,6 @@ impl MachineTypeInfo {
     pub fn family(&self) -> &str {
         gcp_prices::family(&self.name)
     }
-}
-
-/// kube-reserved CPU as GKE computes it: 6% of the first core, 1% of the second, 0.5% of the
-/// next two and 0.25% of every core after that (milli-cores).
-pub fn kube_reserved_cpu_millis(vcpus: u64) -> u64 {
-    let mut remaining = vcpus;
-    let mut tenths = 0;
-    for (count, per_core) in [(1, 60), (1, 10), (2, 5)] {
-        let used = remaining.min(count);
-        tenths += used * per_core * 10;
-        remaining -= used;
-    }
-    (tenths + remaining * 25).div_ceil(10)
 }
 
 /// kube-reserved memory as GKE computes it: 255 MiB below 1 GiB, else 25% of the first 4 GiB,

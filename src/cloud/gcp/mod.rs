@@ -421,21 +421,7 @@ impl GcpProvider {
     /// The catalogue from Compute, refreshed when older than `catalogue_ttl` (a stale one is
     /// kept when a refresh fails).
     pub async fn catalogue(&self) -> Result<Arc<CatalogueSnapshot>, CloudError> {
-        let mut current = self.catalogue.lock().await;
-        if current.fetched.is_some_and(|t| t.elapsed() < self.config.catalogue_ttl) {
-            return Ok(current.clone());
-        }
-        match self.fetch_catalogue().await {
-            Ok(fresh) => {
-                *current = Arc::new(fresh);
-                Ok(current.clone())
-            }
-            Err(e) if current.fetched.is_some() => {
-                tracing::warn!(error = %e, "refreshing the machine type catalogue failed; using the previous one");
-                Ok(current.clone())
-            }
-            Err(e) => Err(e),
-        }
+        super::catalogue::cached_or_refreshed(&self.catalogue, |c| c.fetched, self.config.catalogue_ttl, "machine type", || self.fetch_catalogue()).await
     }
 
     async fn fetch_catalogue(&self) -> Result<CatalogueSnapshot, CloudError> {

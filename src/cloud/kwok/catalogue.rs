@@ -8,7 +8,7 @@
 //! for EKS (kube-reserved from vCPUs and max pods, 100Mi eviction threshold).
 
 use crate::apis::labels;
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead};
+use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
 use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
@@ -102,21 +102,6 @@ const SHAPES: &[Shape] = &[
     gcp("n2-highmem-4", "amd64", 4, 32),
     with_gpus(gcp("g2-standard-4", "amd64", 4, 16), 1),
 ];
-
-/// kube-reserved CPU as EKS computes it: 6% of the first core, 1% of the second, 0.5% of the
-/// next two and 0.25% of every core after that (in milli-cores).
-fn kube_reserved_cpu_millis(vcpu: u64) -> u64 {
-    let cores = [(1, 60), (1, 10), (2, 5)];
-    let mut remaining = vcpu;
-    let mut tenths_of_millis = 0;
-    for (count, per_core) in cores {
-        let used = remaining.min(count);
-        tenths_of_millis += used * per_core * 10;
-        remaining -= used;
-    }
-    tenths_of_millis += remaining * 25;
-    tenths_of_millis.div_ceil(10)
-}
 
 impl Shape {
     fn family(&self) -> &'static str {
