@@ -175,11 +175,11 @@ pub trait CloudProvider: Send + Sync {
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
 
     /// The whole catalogue for a node class, unavailable offerings included, so explanations
-    /// can say why nothing fits.
+    /// can say why nothing fits. Shared, not copied: every launch in flight holds one.
     fn instance_types(
         &self,
         node_class: &NodeClassReference,
-    ) -> impl Future<Output = Result<Vec<InstanceType>, CloudError>> + Send;
+    ) -> impl Future<Output = Result<std::sync::Arc<[InstanceType]>, CloudError>> + Send;
 
     /// Whether `id` names one of this provider's machines (by scheme), so controllers leave
     /// claims of another cloud alone. Providers named other than `aws`, `gcp` and `kwok` own none

@@ -271,7 +271,7 @@ pub async fn provision<P: CloudProvider>(
     let nodes = ctx.nodes.state();
 
     // One catalogue per node class.
-    let mut catalogues: BTreeMap<(String, String, String), Vec<InstanceType>> = BTreeMap::new();
+    let mut catalogues: BTreeMap<(String, String, String), Arc<[InstanceType]>> = BTreeMap::new();
     for class in pools.iter().map(|p| &p.spec.template.spec.node_class_ref).chain(claims.iter().map(|c| &c.spec.node_class_ref)) {
         let key = (class.group.clone(), class.kind.clone(), class.name.clone());
         if catalogues.contains_key(&key) {
@@ -285,7 +285,7 @@ pub async fn provision<P: CloudProvider>(
         }
     }
     let catalogue_of = |class: &crate::apis::NodeClassReference| {
-        catalogues.get(&(class.group.clone(), class.kind.clone(), class.name.clone())).map(Vec::as_slice).unwrap_or(&[])
+        catalogues.get(&(class.group.clone(), class.kind.clone(), class.name.clone())).map(AsRef::as_ref).unwrap_or(&[])
     };
 
     let mut pods_by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();

@@ -616,7 +616,7 @@ impl CloudProvider for AwsProvider {
         Ok(instances.iter().filter_map(|i| self.instance_from_ec2(i, &snapshot)).collect())
     }
 
-    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Vec<InstanceType>, CloudError> {
+    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
         if !is_ec2_node_class(node_class) {
             return Err(CloudError::NodeClassNotReady {
                 name: node_class.name.clone(),
@@ -625,6 +625,6 @@ impl CloudProvider for AwsProvider {
         }
         let resolved = self.resolve_node_class(&node_class.name).await?;
         let snapshot = self.catalogue().await?;
-        Ok(self.instance_types_for(&resolved, &snapshot))
+        Ok(self.instance_types_for(&resolved, &snapshot).into())
     }
 }

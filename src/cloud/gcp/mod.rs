@@ -664,13 +664,13 @@ impl CloudProvider for GcpProvider {
         Ok(found.iter().filter_map(|i| self.instance_from_api(i, &snapshot)).collect())
     }
 
-    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Vec<InstanceType>, CloudError> {
+    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
         if !is_gce_node_class(node_class) {
             return Err(not_a_gce_node_class(node_class));
         }
         let resolved = self.resolve_node_class(&node_class.name).await?;
         let snapshot = self.catalogue().await?;
-        Ok(self.instance_types_for(&resolved, &snapshot))
+        Ok(self.instance_types_for(&resolved, &snapshot).into())
     }
 }
 

@@ -15,13 +15,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Launches Node objects for kwok to animate.
 #[derive(Clone)]
 pub struct KwokProvider {
     nodes: Api<Node>,
     node_classes: Api<KWOKNodeClass>,
-    catalogue: Vec<InstanceType>,
+    catalogue: Arc<[InstanceType]>,
 }
 
 impl KwokProvider {
@@ -32,7 +33,7 @@ impl KwokProvider {
 
     /// A provider with a catalogue of your own.
     pub fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
-        Self { nodes: Api::all(client.clone()), node_classes: Api::all(client), catalogue }
+        Self { nodes: Api::all(client.clone()), node_classes: Api::all(client), catalogue: catalogue.into() }
     }
 
     fn instance_from_node(&self, node: &Node) -> Option<Instance> {
@@ -203,7 +204,7 @@ impl CloudProvider for KwokProvider {
         Ok(nodes.items.iter().filter_map(|n| self.instance_from_node(n)).collect())
     }
 
-    async fn instance_types(&self, _node_class: &NodeClassReference) -> Result<Vec<InstanceType>, CloudError> {
+    async fn instance_types(&self, _node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
         Ok(self.catalogue.clone())
     }
 }
