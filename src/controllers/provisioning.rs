@@ -7,6 +7,11 @@
 //!
 //! In-flight NodeClaims count as capacity in the simulation, so a pod already provided for is
 //! never provided for twice, even by a freshly restarted agent.
+//!
+//! While any pod still waits after a round, another round follows `REQUEUE_WHILE_PENDING`
+//! later, as upstream's pod controller requeues every provisionable pod: the kube-scheduler may
+//! have filled the claim a pod was planned onto with other pods, and nothing else would wake
+//! the batcher for that pod again (its status does not change).
 
 use super::nodepool_status::usage_by_pool;
 use super::{Context, Error};
@@ -58,6 +63,7 @@ impl PendingPods {
         if is_provisionable(pod) {
             if let std::collections::hash_map::Entry::Vacant(entry) = first_seen.entry(uid) {
                 entry.insert(Instant::now());
+                debug!(pod = %pod.name_any(), "pod is unschedulable");
                 // A full channel already holds a wake-up; nothing is lost by dropping this one.
                 let _ = self.wake.try_send(());
             }
@@ -83,9 +89,21 @@ impl PendingPods {
     }
 }
 
-/// Waits for the next batch: returns once no wake-up came for `idle`, or `max` after the first.
-pub async fn next_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Duration) -> bool {
-    if rx.recv().await.is_none() {
+/// How soon a round follows one that left pods waiting (upstream's pod controller requeues a
+/// provisionable pod every 10 s).
+pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
+
+/// Waits for the next batch: the first wake-up (or `requeue_at`, if it comes first) opens it; it
+/// closes once no wake-up came for `idle`, or `max` after it opened. False once the channel closes.
+pub async fn next_batch(rx: &mut mpsc::Receiver<()>, idle: Duration, max: Duration, requeue_at: Option<tokio::time::Instant>) -> bool {
+    let opened = match requeue_at {
+        Some(at) => tokio::select! {
+            woken = rx.recv() => woken.is_some(),
+            () = tokio::time::sleep_until(at) => true,
+        },
+        None => rx.recv().await.is_some(),
+    };
+    if !opened {
         return false;
     }
     let deadline = tokio::time::Instant::now() + max;
@@ -109,19 +127,16 @@ pub async fn run<P: CloudProvider + 'static>(
     mut wake: mpsc::Receiver<()>,
 ) {
     let mut memory = Memory::default();
-    while next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max).await {
+    let mut requeue_at = None;
+    while next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max, requeue_at).await {
+        requeue_at = None;
         let started = Instant::now();
         match provision(&ctx, &pending, &recent, &mut memory).await {
             Ok(Some(round)) => {
                 info!(pods = round.pods, nodeclaims = round.created, unschedulable = round.unschedulable,
                     elapsed_ms = started.elapsed().as_millis(), "scheduling round");
-                if round.unschedulable > 0 || round.failed > 0 {
-                    // Retry the leftovers later: capacity or pools may change.
-                    let pending = pending.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs(30)).await;
-                        pending.nudge();
-                    });
+                if round.pods > 0 {
+                    requeue_at = Some(tokio::time::Instant::now() + REQUEUE_WHILE_PENDING);
                 }
             }
             Ok(None) => {}
@@ -480,4 +495,31 @@ fn truncate(text: &str, max: usize) -> String {
     }
     let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     format!("{}…", &text[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Generous outer bounds only keep a broken batcher from hanging the test run.
+    const NEVER: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn a_requeue_opens_a_batch_without_any_new_pod() {
+        let (_wake, mut rx) = mpsc::channel::<()>(1);
+        let requeue_at = tokio::time::Instant::now() + Duration::from_millis(20);
+        let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), Some(requeue_at))).await;
+        assert_eq!(opened.ok(), Some(true), "the requeue should have started a round");
+    }
+
+    #[tokio::test]
+    async fn without_a_requeue_the_batcher_waits_for_a_pod_and_stops_when_the_watch_ends() {
+        let (wake, mut rx) = mpsc::channel::<()>(1);
+        wake.try_send(()).ok();
+        let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), None)).await;
+        assert_eq!(opened.ok(), Some(true));
+        drop(wake);
+        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), None)).await;
+        assert_eq!(closed.ok(), Some(false), "a closed channel ends provisioning");
+    }
 }
