@@ -88,6 +88,10 @@ pub async fn reconcile<P: CloudProvider>(claim: Arc<NodeClaim>, ctx: Arc<Context
     if claim.metadata.deletion_timestamp.is_some() {
         return terminate(&claim, &ctx).await;
     }
+    if ctx.own_writes.is_stale(&claim) {
+        // The watch has not delivered our last write yet; its event reconciles the claim again.
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
     if !claim.finalizers().iter().any(|f| f == labels::TERMINATION_FINALIZER) {
         add_claim_finalizer(&claim, &ctx).await?;
         return Ok(Action::requeue(Duration::ZERO));
@@ -160,6 +164,7 @@ async fn add_claim_finalizer<P>(claim: &NodeClaim, ctx: &Context<P>) -> Result<(
     api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube("adding the termination finalizer"))?;
+    ctx.own_writes.wrote(claim);
     Ok(())
 }
 
@@ -172,6 +177,7 @@ async fn write_status<P>(claim: &NodeClaim, status: &NodeClaimStatus, ctx: &Cont
     api.patch_status(&claim.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(Error::kube("writing the nodeclaim status"))?;
+    ctx.own_writes.wrote(claim);
     Ok(())
 }
 

@@ -121,6 +121,8 @@ pub struct Context<P> {
     pub recorder: Recorder,
     pub settings: Settings,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
+    pub own_writes: OwnWrites,
 }
 
 impl<P: CloudProvider> Context<P> {
@@ -138,12 +140,52 @@ impl<P: CloudProvider> Context<P> {
     ) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, provider, claims, nodes, pools, pods, recorder, settings, metrics }
+        Self { client, provider, claims, nodes, pools, pods, recorder, settings, metrics, own_writes: OwnWrites::default() }
     }
 
     /// The Node whose providerID is `provider_id`, if the reflector has seen one.
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
         self.nodes.state().into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    }
+}
+
+/// The resourceVersion of each NodeClaim as it was read just before this agent wrote to it.
+///
+/// A Node or Pod event can reconcile a claim again before the watch has delivered the claim's
+/// own update, and reconciling that stale copy would repeat the write (under load, several
+/// times per claim). While the cache still shows the version read before a write, the claim
+/// waits for the watch instead; an entry expires so a write that changed nothing (and so made
+/// no new version) cannot stall a claim.
+#[derive(Default)]
+pub struct OwnWrites(std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>);
+
+/// How long a write may go unobserved before the claim is reconciled from the cache anyway.
+const OWN_WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl OwnWrites {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a write made to `claim` as it was read.
+    pub fn wrote(&self, claim: &NodeClaim) {
+        if let (Some(name), Some(version)) = (&claim.metadata.name, &claim.metadata.resource_version) {
+            self.lock().insert(name.clone(), (version.clone(), std::time::Instant::now()));
+        }
+    }
+
+    /// Whether `claim` is the copy from before this agent's last write to it.
+    pub fn is_stale(&self, claim: &NodeClaim) -> bool {
+        let Some(name) = &claim.metadata.name else { return false };
+        let mut writes = self.lock();
+        match writes.get(name) {
+            Some((version, at)) if claim.metadata.resource_version.as_ref() == Some(version) && at.elapsed() < OWN_WRITE_PATIENCE => true,
+            Some(_) => {
+                writes.remove(name);
+                false
+            }
+            None => false,
+        }
     }
 }
 
