@@ -6,10 +6,13 @@
 #
 # Usage: tests/agent/scale.sh [N ...]
 # Environment: AGENT_BIN=path (default target/debug/karpenter-agent, built first); anything the
-# agent reads (e.g. MALLOC_ARENA_MAX=2) passes through to it.
+# agent reads passes through to it. MALLOC_ARENA_MAX defaults to 2, as the agent's image sets it
+# (agent/Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
+export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX-2}"
+[[ -n "$MALLOC_ARENA_MAX" ]] || unset MALLOC_ARENA_MAX
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(15 2000)
 
