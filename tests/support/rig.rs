@@ -3,7 +3,8 @@
 //! test binary.
 //!
 //! The rig is bound to this test process (`--owner-pid`): a watchdog stops it when the process
-//! exits, however it exits, so no run leaves processes behind. Set `KARPENTER_TEST_KUBECONFIG`
+//! exits, however it exits, so no run leaves processes (or its directory in /tmp) behind;
+//! `RIG_KEEP=1` keeps the directory and the components' logs for a look after a failure. Set `KARPENTER_TEST_KUBECONFIG`
 //! to point the tests at a rig you already started (`tests/rig/rig up DIR`) and skip the start-up.
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
