@@ -3,6 +3,7 @@
 //! calls a command made and the performance test can hold `status` to one list per kind.
 
 pub mod lean;
+pub mod protobuf;
 
 use anyhow::{Context as _, anyhow};
 use kube::api::{Api, ListParams, ObjectList};
@@ -127,6 +128,40 @@ impl Cluster {
         let outcome = result.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
         self.record(format!("{call} ({outcome} in {} ms)", started.elapsed().as_millis()));
         result.map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
+    }
+
+    /// Lists Nodes in one request, asking for protobuf (see [`protobuf`]); a server that answers
+    /// JSON gets the lean JSON decoding instead.
+    pub async fn list_nodes(&self, api: Api<k8s_openapi::api::core::v1::Node>, params: ListParams) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Node>> {
+        let call = describe_list("nodes", &params);
+        let started = std::time::Instant::now();
+        let mut request = kube::core::Request::new(api.resource_url()).list(&params).map_err(kube::Error::BuildRequest)?;
+        let accept = format!("{}, application/json", protobuf::MEDIA_TYPE).parse().context("the Accept header")?;
+        request.headers_mut().insert("accept", accept);
+        let response = self.client.send(request.map(kube::client::Body::from)).await;
+        let response = match response {
+            Ok(response) if response.status().is_success() => response,
+            // Errors come back protobuf-encoded too: ask again the JSON way, whose errors
+            // explain_api_error knows how to word.
+            _ => return self.list_lean::<_, lean::LeanNode>(api, params).await,
+        };
+        let is_protobuf = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with(protobuf::MEDIA_TYPE));
+        let body = response.into_body().collect_bytes().await.map_err(|e| explain_api_error::<k8s_openapi::api::core::v1::Node>(e, "listing nodes"))?;
+        // Decoded on a blocking thread, as in list_lean.
+        let decoded = tokio::task::spawn_blocking(move || {
+            if is_protobuf {
+                protobuf::decode_node_list(&body)
+            } else {
+                let list: ObjectList<lean::LeanNode> = serde_json::from_slice(&body).context("decoding the node list")?;
+                Ok(list.items.into_iter().map(Into::into).collect())
+            }
+        })
+        .await
+        .context("decoding the node list")?;
+        let outcome = decoded.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
+        let encoding = if is_protobuf { ", protobuf" } else { "" };
+        self.record(format!("{call} ({outcome} in {} ms{encoding})", started.elapsed().as_millis()));
+        decoded.context("listing nodes")
     }
 
     /// Gets one object; `None` when it does not exist.

@@ -79,7 +79,7 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     let (node_pools, node_claims, nodes, (pods, events)) = tokio::try_join!(
         cluster.list(pools, any()),
         cluster.list_lean::<_, lean::LeanNodeClaim>(claims, any()),
-        cluster.list_lean::<_, lean::LeanNode>(nodes, any()),
+        cluster.list_nodes(nodes, any()),
         pods_and_events,
     )?;
     Ok(explain::Cluster { node_pools, node_claims, nodes, pods, events, pod_disruption_budgets: Vec::new() })
