@@ -170,7 +170,10 @@ impl OwnWrites {
     /// Records a write made to `claim` as it was read.
     pub fn wrote(&self, claim: &NodeClaim) {
         if let (Some(name), Some(version)) = (&claim.metadata.name, &claim.metadata.resource_version) {
-            self.lock().insert(name.clone(), (version.clone(), std::time::Instant::now()));
+            let mut writes = self.lock();
+            // Expired entries go here too: a deleted claim is never looked up again.
+            writes.retain(|_, (_, at)| at.elapsed() < OWN_WRITE_PATIENCE);
+            writes.insert(name.clone(), (version.clone(), std::time::Instant::now()));
         }
     }
 
