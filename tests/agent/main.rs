@@ -386,3 +386,69 @@ spec:
     .await;
     assert!(agent.metrics.encode().expect("metrics").contains("karpenter_instances_garbage_collected_total 1"));
 }
+
+/// A pod planned onto an in-flight claim whose room goes to another pod first gets a claim of its
+/// own on a later round, although nothing about the pod changes to wake the agent (its status
+/// stays PodScheduled=False/Unschedulable). A startup taint holds the planned pod off the new
+/// node while a competitor is bound there, as the kube-scheduler may bind others first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_planned_room_went_to_another_pod_gets_a_new_claim() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(
+        r#"
+apiVersion: karpenter.kwok.sh/v1alpha1
+kind: KWOKNodeClass
+metadata: {name: room-pool}
+spec: {}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: room-pool}
+spec:
+  template:
+    metadata:
+      labels: {test-pool: room-pool}
+    spec:
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [t3.medium]}
+      startupTaints:
+        - {key: example.com/booting, effect: NoSchedule}
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: room-pool}
+"#,
+    );
+    apply(&deployment("room-test", "planned", "room-pool", 1, "1"));
+    let claim = wait_for("a registered claim for the pod", Duration::from_secs(60), || async {
+        pool_claims(&client, "room-pool").await.into_iter().find(|c| c.is_true("Registered"))
+    })
+    .await;
+    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    // 1.5 of the t3.medium's ~1.93 allocatable CPUs go to a pod bound straight to the node.
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: taker, namespace: room-test}}
+spec:
+  nodeName: {node_name}
+  tolerations: [{{operator: Exists}}]
+  containers:
+    - name: pause
+      image: registry.k8s.io/pause:3.10
+      resources: {{requests: {{cpu: 1500m}}}}
+"#
+    ));
+    rig().kubectl_ok(&["taint", "node", &node_name, "example.com/booting:NoSchedule-"]);
+    wait_for("a second claim for the pod that lost its room", Duration::from_secs(60), || async {
+        (pool_claims(&client, "room-pool").await.len() >= 2).then_some(())
+    })
+    .await;
+    wait_for("the planned pod running", Duration::from_secs(60), || async {
+        // The new node boots with the startup taint too; lift it as its CNI would.
+        let _ = rig().kubectl().args(["taint", "nodes", "-l", "test-pool=room-pool", "example.com/booting:NoSchedule-"]).output();
+        running_pods(&client, "room-test").await.iter().any(|p| p.name_any().starts_with("planned-")).then_some(())
+    })
+    .await;
+    clean_up(&client, "room-test", "room-pool").await;
+}
