@@ -341,9 +341,13 @@ pub async fn provision<P: CloudProvider>(
                 continue;
             }
             registered_ids.extend(provider_id.map(str::to_owned));
-            // Taints that go away once a Karpenter node finishes starting do not keep pods off it.
+            // Taints that go away once a Karpenter node finishes starting do not keep pods off
+            // it: without this, a round right after launch would plan new claims for pods
+            // that already have room on the just-registered node.
+            let starting = !claim.is_true("Initialized");
             candidate.taints.retain(|t| {
-                t.key != labels::UNREGISTERED_TAINT_KEY && !claim.spec.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect)
+                let startup = claim.spec.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect);
+                t.key != labels::UNREGISTERED_TAINT_KEY && !startup && !(starting && crate::scheduling::taints::is_known_ephemeral(t))
             });
         }
         existing.push(candidate);

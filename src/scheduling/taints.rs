@@ -15,6 +15,19 @@ pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
 /// `NoExecute`.
 pub const NO_EXECUTE: &str = "NoExecute";
 
+/// Whether a taint is one that a node carries only while it starts (upstream's
+/// `KnownEphemeralTaints`): not ready or unreachable until its kubelet reports, the external
+/// cloud provider's until it is initialized, Karpenter's own `unregistered`. A Karpenter node
+/// that has not finished initializing is planned as if they were gone, as they soon will be.
+pub fn is_known_ephemeral(taint: &Taint) -> bool {
+    match (taint.key.as_str(), taint.effect.as_str()) {
+        ("node.kubernetes.io/not-ready", NO_SCHEDULE | NO_EXECUTE) | ("node.kubernetes.io/unreachable", NO_SCHEDULE) => true,
+        ("node.cloudprovider.kubernetes.io/uninitialized", NO_SCHEDULE) => taint.value.as_deref() == Some("true"),
+        (key, NO_EXECUTE) => key == crate::apis::labels::UNREGISTERED_TAINT_KEY,
+        _ => false,
+    }
+}
+
 /// Whether one toleration matches one taint.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
@@ -94,5 +107,16 @@ mod tests {
         assert_eq!(first_untolerated(&taints, &tols).map(|t| t.key.as_str()), Some("b"));
         assert_eq!(first_untolerated(&taints, &[toleration(Some("a"), "Exists", None, None), tolerate_prefer_no_schedule()]), None);
         assert_eq!(DisplayTaint(&taints[1]).to_string(), "b=x:PreferNoSchedule");
+    }
+
+    #[test]
+    fn only_the_taints_of_a_starting_node_are_known_ephemeral() {
+        assert!(is_known_ephemeral(&taint("node.kubernetes.io/not-ready", None, NO_SCHEDULE)));
+        assert!(is_known_ephemeral(&taint("node.kubernetes.io/not-ready", None, NO_EXECUTE)));
+        assert!(is_known_ephemeral(&taint("node.kubernetes.io/unreachable", None, NO_SCHEDULE)));
+        assert!(is_known_ephemeral(&taint("node.cloudprovider.kubernetes.io/uninitialized", Some("true"), NO_SCHEDULE)));
+        assert!(is_known_ephemeral(&taint("karpenter.sh/unregistered", None, NO_EXECUTE)));
+        assert!(!is_known_ephemeral(&taint("node.kubernetes.io/unreachable", None, NO_EXECUTE)), "a lost node's eviction taint stays");
+        assert!(!is_known_ephemeral(&taint("nvidia.com/gpu", Some("true"), NO_SCHEDULE)));
     }
 }

@@ -312,7 +312,7 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
     let client = rig().client().await;
     let agent = Agent::start().await;
     apply(&node_pool("restart-pool", "{}"));
-    // Pods too big to share a node: each needs a claim of its own.
+    // Pods big enough that they need several claims (two fit an e2-standard-16).
     apply(&deployment("restart-test", "restart", "restart-pool", 6, "6"));
     wait_for("the first claims", Duration::from_secs(60), || async {
         (!pool_claims(&client, "restart-pool").await.is_empty()).then_some(())
@@ -332,6 +332,13 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
         let used = pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node);
         assert!(used, "claim {} has no pods: a duplicate", claim.name_any());
     }
+    // Each pod was provided for once, by one agent or the other.
+    let planned: Vec<String> = claims
+        .iter()
+        .filter_map(|c| c.annotations().get(labels::PROVISIONED_FOR))
+        .flat_map(|pods| serde_json::from_str::<Vec<String>>(pods).unwrap_or_default())
+        .collect();
+    assert_eq!(planned.len(), 6, "pods provided for more than once: {planned:?}");
     clean_up(&client, "restart-test", "restart-pool").await;
 }
 
