@@ -23,6 +23,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+/// How many claims are reconciled at once. Unbounded, a scale-out of hundreds of claims opened
+/// an API connection per claim in flight (the client speaks HTTP/1.1), each with its TLS and
+/// HTTP buffers, and the pool then kept them all idle for 90 s: megabytes for no speed-up,
+/// since the API server and the cloud throttle such bursts anyway.
+const MAX_CONCURRENT_RECONCILES: u16 = 64;
+
 /// Runs the lifecycle controller until SIGTERM/SIGINT. `triggers` names the claims to
 /// reconcile: the agent's own claim and node watches feed it (see `controllers::start`), so the
 /// controller reads the shared claim store instead of caching every claim and watching every
@@ -30,7 +36,8 @@ use tracing::{info, warn};
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, triggers: mpsc::UnboundedReceiver<ObjectRef<NodeClaim>>) {
     let store = ctx.claims.clone();
     let queue = tokio_stream_of(triggers);
-    let reconciles = applier(|claim, ctx| Box::pin(reconcile(claim, ctx)), error_policy, ctx, store, queue, controller::Config::default())
+    let config = controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES);
+    let reconciles = applier(|claim, ctx| Box::pin(reconcile(claim, ctx)), error_policy, ctx, store, queue, config)
         .for_each(|_| futures::future::ready(()));
     tokio::select! {
         () = reconciles => {}
