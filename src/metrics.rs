@@ -14,6 +14,12 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Label set of the batch counter: what closed the batch (`idle`, `max` or `complete`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BatchLabels {
+    pub closed_by: String,
+}
+
 /// Every metric the agent exports, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -27,6 +33,7 @@ pub struct Metrics {
     pub launch_seconds: Histogram,
     pub scheduling_seconds: Histogram,
     pub pod_unschedulable_to_nodeclaim_seconds: Histogram,
+    pub batches: Family<BatchLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -53,6 +60,7 @@ impl Metrics {
             pod_unschedulable_to_nodeclaim_seconds: Histogram::new(
                 [0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0],
             ),
+            batches: Family::default(),
         };
         registry.register("nodeclaims_created", "NodeClaims created by provisioning", metrics.nodeclaims_created.clone());
         registry.register("nodeclaims_launched", "Instances launched for NodeClaims", metrics.nodeclaims_launched.clone());
@@ -72,6 +80,7 @@ impl Metrics {
             "Time from the agent seeing a pod unschedulable to creating the NodeClaim for it",
             metrics.pod_unschedulable_to_nodeclaim_seconds.clone(),
         );
+        registry.register("provisioner_batches", "Batches of pending pods handed to scheduling, by what closed them", metrics.batches.clone());
         Self { registry, ..metrics }
     }
 

@@ -53,6 +53,10 @@ struct RunArgs {
     /// Close a batch at the latest this long after its first pod.
     #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
     batch_max_duration: Duration,
+    /// Close a batch before the idle window once every pod its ReplicaSets, Jobs and
+    /// StatefulSets want exists and the kube-scheduler has judged each (false: always wait).
+    #[arg(long, env = "BATCH_CLOSE_WHEN_COMPLETE", default_value_t = true, action = clap::ArgAction::Set)]
+    batch_close_when_complete: bool,
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
@@ -202,7 +206,12 @@ async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Resul
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     let client = client(args.kubeconfig.as_ref()).await?;
-    let settings = Settings { batch_idle: args.batch_idle_duration, batch_max: args.batch_max_duration, ..Settings::default() };
+    let settings = Settings {
+        batch_idle: args.batch_idle_duration,
+        batch_max: args.batch_max_duration,
+        batch_close_when_complete: args.batch_close_when_complete,
+        ..Settings::default()
+    };
     let metrics = Arc::new(Metrics::new());
     let http = tokio::spawn(serve_http(args.metrics_address, metrics.clone()));
     let agent = async {

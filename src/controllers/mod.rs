@@ -90,6 +90,9 @@ pub struct Settings {
     pub batch_idle: Duration,
     /// ...but never longer than this after the first one.
     pub batch_max: Duration,
+    /// Close a batch before the idle window once the controllers behind its pods have created
+    /// all of them and the kube-scheduler has judged each (see `provisioning::BurstComplete`).
+    pub batch_close_when_complete: bool,
     /// A launched instance that has not registered a Node by then is deleted.
     pub registration_ttl: Duration,
     /// How often orphaned instances are looked for.
@@ -103,6 +106,7 @@ impl Default for Settings {
         Self {
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
+            batch_close_when_complete: true,
             registration_ttl: Duration::from_secs(15 * 60),
             garbage_collection_interval: Duration::from_secs(30),
             garbage_collection_grace: Duration::from_secs(30),

@@ -199,6 +199,7 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
                     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
                     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
                     {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
                     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
                     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes", "volumeattachments"], "verbs": ["get", "list", "watch"]},
                     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},

@@ -34,6 +34,10 @@ struct Agent {
 
 impl Agent {
     async fn start() -> Self {
+        Self::start_with(Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() }).await
+    }
+
+    async fn start_with(settings: Settings) -> Self {
         // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more):
         // the agent's tasks run on worker threads, whose output the test harness does not capture.
         if let Some(path) = std::env::var_os("KARPENTER_TEST_LOG")
@@ -50,7 +54,6 @@ impl Agent {
         let client = rig().client().await;
         let provider = Arc::new(KwokProvider::new(client.clone()));
         let metrics = Arc::new(Metrics::new());
-        let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
         let task = tokio::spawn({
             let metrics = metrics.clone();
             async move {
@@ -458,4 +461,36 @@ spec:
     })
     .await;
     clean_up(&client, "room-test", "room-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaled_deployment_is_provisioned_as_soon_as_all_its_pods_are_judged() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    // An idle window longer than the wait below: only a batch closed as complete can make the
+    // claim in time, and a batch closed early must still hold the whole scale-up.
+    let agent = Agent::start_with(Settings { batch_idle: Duration::from_secs(300), batch_max: Duration::from_secs(600), ..Settings::default() }).await;
+    apply(&node_pool("burst-pool", "{}"));
+    // Six small pods fit one node: planned together they get a single claim.
+    apply(&deployment("burst-test", "burst", "burst-pool", 6, "250m"));
+    let claims = wait_for("a claim for the deployment", Duration::from_secs(120), || async {
+        let claims = pool_claims(&client, "burst-pool").await;
+        (!claims.is_empty()).then_some(claims)
+    })
+    .await;
+    let planned: Vec<Vec<String>> = claims
+        .iter()
+        .map(|c| c.annotations().get(labels::PROVISIONED_FOR).and_then(|pods| serde_json::from_str(pods).ok()).unwrap_or_default())
+        .collect();
+    assert!(planned.len() == 1 && planned[0].len() == 6, "one claim should hold the whole scale-up, got {planned:?}");
+    let encoded = agent.metrics.encode().expect("metrics");
+    assert!(
+        encoded.lines().any(|l| l.starts_with("karpenter_provisioner_batches_total{closed_by=\"complete\"}")),
+        "the batch should have closed as complete:\n{encoded}"
+    );
+    wait_for("6 running pods", Duration::from_secs(90), || async {
+        (running_pods(&client, "burst-test").await.len() == 6).then_some(())
+    })
+    .await;
+    clean_up(&client, "burst-test", "burst-pool").await;
 }

@@ -2,7 +2,7 @@
 # Measures the agent on the rig: scale a Deployment to N pods (default: 15, then 2000) with the
 # kwok provider and report the time from a pod becoming unschedulable to its NodeClaim being
 # created (p50/p99, from the agent's histogram), the time until every pod runs, and the agent's
-# peak RSS. A figure, not a test.
+# peak RSS (VmHWM), and what closed the provisioning batches. A figure, not a test.
 #
 # Usage: tests/agent/scale.sh [N ...]
 # Environment: AGENT_BIN=path (default target/debug/karpenter-agent, built first); anything the
@@ -41,7 +41,8 @@ for n in "${sizes[@]}"; do
   peak=0
   peak_anon=0
   sample() {
-    rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+    # VmHWM is the kernel's own high-water mark: exact, between samples too.
+    rss=$(awk '/VmHWM/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
     anon=$(awk '/RssAnon/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
     [[ "$rss" -gt "$peak" ]] && peak=$rss
     [[ "$anon" -gt "$peak_anon" ]] && peak_anon=$anon
@@ -77,6 +78,7 @@ for line in text.splitlines():
     if m:
         buckets.append((float(m.group(1)), int(m.group(2))))
 count = buckets[-1][1] if buckets else 0
+batches = dict(re.findall(r'karpenter_provisioner_batches_total\{closed_by="([a-z]+)"\} (\d+)', text))
 def quantile(q):
     for le, c in buckets:
         if count and c >= q * count:
@@ -84,6 +86,7 @@ def quantile(q):
     return float("nan")
 print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}  "
       f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB "
-      f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)")
+      f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
+      f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
 done
