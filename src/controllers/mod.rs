@@ -15,12 +15,14 @@ pub mod conditions;
 pub mod garbage_collection;
 pub mod lifecycle;
 pub mod nodepool_status;
+pub mod pod_cache;
 pub mod pod_events;
 pub mod provisioning;
 
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
+use pod_cache::CachedPod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -121,7 +123,7 @@ pub struct Context<P> {
     pub claims: Store<NodeClaim>,
     pub nodes: Store<Node>,
     pub pools: Store<NodePool>,
-    pub pods: Store<Pod>,
+    pub pods: Store<CachedPod>,
     pub recorder: Recorder,
     pub settings: Settings,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -138,7 +140,7 @@ impl<P: CloudProvider> Context<P> {
         claims: Store<NodeClaim>,
         nodes: Store<Node>,
         pools: Store<NodePool>,
-        pods: Store<Pod>,
+        pods: Store<CachedPod>,
         settings: Settings,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
@@ -198,73 +200,6 @@ impl OwnWrites {
 
 /// The annotation `kubectl apply` keeps a full copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Pod annotations a loop reads; every other annotation is dropped from the cache.
-fn pod_annotation_kept(key: &str) -> bool {
-    key.starts_with("karpenter.sh/") || key == "kubernetes.io/config.mirror"
-}
-
-/// Drops what no loop reads from a cached Pod (commands, env, volumes, probes, images,
-/// container statuses, annotations, status conditions other than PodScheduled): with
-/// thousands of pods cached, pods are most of the agent's memory. What stays is what
-/// scheduling reads (labels, owners, resources, ports, affinity, tolerations, spread,
-/// selectors, priority) and what provisioning and pod events read (node name, phase,
-/// PodScheduled). The resourceVersion stays: the watch resumes from it.
-fn trim_pod(pod: &mut Pod) {
-    if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.retain(|key, _| pod_annotation_kept(key));
-    }
-    pod.metadata.generate_name = None;
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.ephemeral_containers = None;
-        spec.image_pull_secrets = None;
-        spec.security_context = None;
-        spec.dns_config = None;
-        spec.dns_policy = None;
-        spec.readiness_gates = None;
-        spec.service_account = None;
-        spec.service_account_name = None;
-        spec.hostname = None;
-        spec.subdomain = None;
-        spec.host_aliases = None;
-        for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
-            container.image = None;
-            container.image_pull_policy = None;
-            container.termination_message_path = None;
-            container.termination_message_policy = None;
-            container.working_dir = None;
-            container.env = None;
-            container.env_from = None;
-            container.command = None;
-            container.args = None;
-            container.volume_mounts = None;
-            container.volume_devices = None;
-            container.liveness_probe = None;
-            container.readiness_probe = None;
-            container.startup_probe = None;
-            container.lifecycle = None;
-            container.security_context = None;
-        }
-    }
-    if let Some(status) = pod.status.as_mut() {
-        if let Some(conditions) = status.conditions.as_mut() {
-            conditions.retain(|c| c.type_ == "PodScheduled");
-            for condition in conditions.iter_mut() {
-                condition.message = None;
-            }
-        }
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.pod_ips = None;
-        status.host_ips = None;
-        status.pod_ip = None;
-        status.host_ip = None;
-        status.message = None;
-        status.qos_class = None;
-    }
-}
 
 /// Drops the image list and volume bookkeeping from a cached Node.
 fn trim_node(node: &mut Node) {
@@ -339,13 +274,13 @@ pub async fn start<P: CloudProvider + 'static>(
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (pools, pools_writer) = reflector::store::<NodePool>();
-    let (pods, pods_writer) = reflector::store::<Pod>();
+    let (pods, pods_writer) = reflector::store::<CachedPod>();
 
     // Each reflector runs as its own task; managed fields are dropped to keep memory down.
     fn spawn_reflector<K>(
         api: Api<K>,
         writer: reflector::store::Writer<K>,
-        trim: fn(&mut K),
+        trim: impl Fn(&mut K) + Send + Sync + 'static,
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
     ) -> tokio::task::JoinHandle<()>
     where
@@ -408,7 +343,10 @@ pub async fn start<P: CloudProvider + 'static>(
             }
         }),
         spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
-        spawn_reflector(Api::<Pod>::all(client.clone()), pods_writer, trim_pod, {
+        spawn_reflector(Api::<CachedPod>::all(client.clone()), pods_writer, {
+            let shared = pod_cache::SharedSpecs::default();
+            move |pod: &mut CachedPod| shared.share(pod)
+        }, {
             let pod_events = pod_events.clone();
             move |event| match event {
                 watcher::Event::Apply(pod) => {

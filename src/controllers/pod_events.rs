@@ -7,7 +7,7 @@
 
 use super::{Context, Error, FIELD_MANAGER};
 use crate::apis::NodeClaim;
-use k8s_openapi::api::core::v1::Pod;
+use super::pod_cache::CachedPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -30,17 +30,13 @@ pub struct PodEvents {
     pending: Mutex<HashMap<String, Timestamp>>,
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-}
-
 impl PodEvents {
     /// Called for every pod the watch delivers. `initial` is true for the start-up listing,
     /// which records where pods are without counting it as an event (a restart is not one).
-    pub fn observe(&self, pod: &Pod, initial: bool) {
+    pub fn observe(&self, pod: &CachedPod, initial: bool) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let terminal = is_terminal(pod);
+        let node = pod.node_name.clone();
+        let terminal = pod.is_terminal();
         let previous = self.placed.lock().unwrap_or_else(PoisonError::into_inner).insert(uid, (node.clone(), terminal));
         if initial {
             return;
@@ -56,10 +52,10 @@ impl PodEvents {
     }
 
     /// Called when a pod is deleted: an event on the node it was bound to.
-    pub fn forget(&self, pod: &Pod) {
+    pub fn forget(&self, pod: &CachedPod) {
         let Some(uid) = &pod.metadata.uid else { return };
         let removed = self.placed.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
-        let node = removed.and_then(|(node, _)| node).or_else(|| pod.spec.as_ref().and_then(|s| s.node_name.clone()));
+        let node = removed.and_then(|(node, _)| node).or_else(|| pod.node_name.clone());
         if let Some(node) = node {
             self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(node, Timestamp::now());
         }
@@ -139,7 +135,7 @@ pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error>
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, node: Option<&str>, phase: &str) -> Pod {
+    fn pod(uid: &str, node: Option<&str>, phase: &str) -> CachedPod {
         serde_json::from_value(json!({
             "metadata": {"name": uid, "namespace": "default", "uid": uid},
             "spec": {"containers": [], "nodeName": node},

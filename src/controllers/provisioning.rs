@@ -28,6 +28,7 @@ use crate::resources::NODES;
 use crate::scheduling::{self, ExistingNode, InFlightClaim, Input, NewClaim, PoolInput};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use super::pod_cache::CachedPod;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
@@ -41,13 +42,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 /// Whether the kube-scheduler gave up on a pod, so it is ours to provision for.
-pub fn is_provisionable(pod: &Pod) -> bool {
-    let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
-    let unschedulable = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|conditions| {
-        conditions.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-    });
+pub fn is_provisionable(pod: &CachedPod) -> bool {
+    let unschedulable = pod.scheduled_condition().is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
     let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    unbound && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
+    pod.node_name.is_none() && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// Tracks pods seen pending and wakes the batcher when a new one shows up.
@@ -64,7 +62,7 @@ impl PendingPods {
     }
 
     /// Called for every pod the watch delivers.
-    pub fn observe(&self, pod: &Pod) {
+    pub fn observe(&self, pod: &CachedPod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         let mut first_seen = self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if is_provisionable(pod) {
@@ -80,7 +78,7 @@ impl PendingPods {
     }
 
     /// Called when a pod is deleted.
-    pub fn forget(&self, pod: &Pod) {
+    pub fn forget(&self, pod: &CachedPod) {
         if let Some(uid) = &pod.metadata.uid {
             self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
         }
@@ -168,11 +166,9 @@ pub async fn next_batch(
 
 /// Whether the kube-scheduler has yet to judge a pod: unbound, no PodScheduled condition, and
 /// meant for the default scheduler (another scheduler's pods are none of ours to wait for).
-fn awaits_verdict(pod: &Pod) -> bool {
-    let Some(spec) = &pod.spec else { return false };
-    let default_scheduler = spec.scheduler_name.as_deref().is_none_or(|name| name == "default-scheduler");
-    let judged = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
-    spec.node_name.is_none() && default_scheduler && !judged && pod.metadata.deletion_timestamp.is_none()
+fn awaits_verdict(pod: &CachedPod) -> bool {
+    let default_scheduler = pod.spec.scheduler_name.as_deref().is_none_or(|name| name == "default-scheduler");
+    pod.node_name.is_none() && default_scheduler && pod.scheduled_condition().is_none() && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// A controller that creates pods, as its pods' owner reference names it.
@@ -187,8 +183,8 @@ pub struct PodController {
 /// The controllers behind the provisionable pods, each with how many of its pods are alive
 /// (not terminating, not finished). `None` while the batch cannot be complete yet: a pod still
 /// awaits the kube-scheduler's verdict, or a provisionable pod has no controller.
-pub fn batch_controllers(pods: &[Arc<Pod>]) -> Option<BTreeMap<PodController, usize>> {
-    let controller_of = |pod: &Pod| {
+pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodController, usize>> {
+    let controller_of = |pod: &CachedPod| {
         let owner = pod.owner_references().iter().find(|o| o.controller == Some(true))?;
         Some(PodController {
             kind: owner.kind.clone(),
@@ -207,8 +203,7 @@ pub fn batch_controllers(pods: &[Arc<Pod>]) -> Option<BTreeMap<PodController, us
         }
     }
     for pod in pods.iter().map(AsRef::as_ref) {
-        let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
-        if pod.metadata.deletion_timestamp.is_some() || finished {
+        if pod.metadata.deletion_timestamp.is_some() || pod.is_terminal() {
             continue;
         }
         let owned = pod.owner_references().iter().filter(|o| o.controller == Some(true));
@@ -420,7 +415,7 @@ fn random_suffix() -> String {
 }
 
 /// The NodeClaim object for a planned claim.
-pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&Pod]) -> NodeClaim {
+pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
     let mut annotations = pool.spec.template.metadata.annotations.clone();
     annotations.insert(labels::NODE_POOL_HASH.to_owned(), node_pool_hash(pool));
     annotations.insert(labels::NODE_POOL_HASH_VERSION.to_owned(), labels::NODE_POOL_HASH_VERSION_VALUE.to_owned());
@@ -468,7 +463,7 @@ pub async fn provision<P: CloudProvider>(
     memory: &mut Memory,
 ) -> Result<Option<Round>, Error> {
     let all_pods = ctx.pods.state();
-    let pending_pods: Vec<&Pod> = all_pods.iter().map(AsRef::as_ref).filter(|p| is_provisionable(p)).collect();
+    let pending_pods: Vec<&CachedPod> = all_pods.iter().map(AsRef::as_ref).filter(|p| is_provisionable(p)).collect();
     if pending_pods.is_empty() {
         ctx.metrics.pods_unschedulable.set(0);
         return Ok(None);
@@ -505,13 +500,12 @@ pub async fn provision<P: CloudProvider>(
         catalogues.get(&(class.group.clone(), class.kind.clone(), class.name.clone())).map(AsRef::as_ref).unwrap_or(&[])
     };
 
-    let mut pods_by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    let mut pods_by_node: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
     for pod in all_pods.iter().map(AsRef::as_ref) {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if pod.is_terminal() {
             continue;
         }
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        if let Some(node) = pod.node_name.as_deref() {
             pods_by_node.entry(node).or_default().push(pod);
         }
     }
@@ -523,7 +517,7 @@ pub async fn provision<P: CloudProvider>(
     let mut existing = Vec::new();
     let mut registered_ids = std::collections::HashSet::new();
     // Pods already bound to the Node of a claim that still counts as in flight.
-    let mut pods_of_in_flight: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    let mut pods_of_in_flight: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
     for node in nodes.iter().map(AsRef::as_ref).filter(|n| schedulable_node(n)) {
         let name = node.name_any();
         let pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
@@ -769,7 +763,7 @@ mod tests {
         sender.await.ok();
     }
 
-    fn pod(name: &str, owner: Option<(&str, &str)>, node: Option<&str>, scheduled: Option<(&str, &str)>) -> Arc<Pod> {
+    fn pod(name: &str, owner: Option<(&str, &str)>, node: Option<&str>, scheduled: Option<(&str, &str)>) -> Arc<CachedPod> {
         let owner_references: Vec<serde_json::Value> = owner
             .map(|(kind, uid)| serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "name": format!("{kind}-{uid}"), "uid": uid, "controller": true}))
             .into_iter()

@@ -118,7 +118,7 @@ pub mod taints;
 mod topology;
 
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
-pub use pod::{HostPort, PodSpecInfo, host_ports, pod_requests};
+pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
@@ -129,15 +129,15 @@ use std::collections::BTreeMap;
 
 /// Everything one scheduling round looks at.
 #[derive(Clone, Debug, Default)]
-pub struct Input<'a> {
+pub struct Input<'a, P = Pod> {
     /// The pods to place.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a P>,
     /// The NodePools that may launch nodes, each with its catalogue and current usage.
     pub node_pools: Vec<PoolInput<'a>>,
     /// Nodes already in the cluster, with the pods bound to them.
-    pub nodes: Vec<ExistingNode<'a>>,
+    pub nodes: Vec<ExistingNode<'a, P>>,
     /// NodeClaims created earlier whose nodes have not registered yet.
-    pub in_flight: Vec<InFlightClaim<'a>>,
+    pub in_flight: Vec<InFlightClaim<'a, P>>,
     /// One pod per DaemonSet (e.g. built from its template): its requests are overhead on every
     /// new node it would run on, and its host ports are taken there.
     pub daemon_set_pods: Vec<&'a Pod>,
@@ -168,7 +168,7 @@ impl<'a> PoolInput<'a> {
 
 /// A node in the cluster.
 #[derive(Clone, Debug, Default)]
-pub struct ExistingNode<'a> {
+pub struct ExistingNode<'a, P = Pod> {
     /// The node's name.
     pub name: String,
     /// Its labels.
@@ -180,12 +180,12 @@ pub struct ExistingNode<'a> {
     pub allocatable: ResourceList,
     /// Pods bound to it (DaemonSet pods included), which use its resources and count for
     /// topology.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a P>,
 }
 
-impl<'a> ExistingNode<'a> {
+impl<'a, P> ExistingNode<'a, P> {
     /// Reads a Node's name, labels, taints and allocatable.
-    pub fn from_node(node: &Node, pods: Vec<&'a Pod>) -> Result<Self, QuantityError> {
+    pub fn from_node(node: &Node, pods: Vec<&'a P>) -> Result<Self, QuantityError> {
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         Ok(Self {
             name: node.metadata.name.clone().unwrap_or_default(),
@@ -200,7 +200,7 @@ impl<'a> ExistingNode<'a> {
 /// A NodeClaim that has no Node yet. Its requirements can no longer change, so a pod may join it
 /// only if every node the claim could become satisfies the pod.
 #[derive(Clone, Debug, Default)]
-pub struct InFlightClaim<'a> {
+pub struct InFlightClaim<'a, P = Pod> {
     /// The NodeClaim's name.
     pub name: String,
     /// Its NodePool.
@@ -213,13 +213,13 @@ pub struct InFlightClaim<'a> {
     /// allocatable among the types it may become.
     pub allocatable: ResourceList,
     /// Pods already expected to land on it.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a P>,
 }
 
-impl<'a> InFlightClaim<'a> {
+impl<'a, P> InFlightClaim<'a, P> {
     /// Reads a NodeClaim; without `status.allocatable`, assumes the smallest allocatable among
     /// the catalogue types its requirements allow.
-    pub fn from_node_claim(claim: &NodeClaim, catalogue: &[InstanceType], pods: Vec<&'a Pod>) -> Result<Self, RequirementError> {
+    pub fn from_node_claim(claim: &NodeClaim, catalogue: &[InstanceType], pods: Vec<&'a P>) -> Result<Self, RequirementError> {
         let requirements = Requirements::from_api(&claim.spec.requirements)?;
         let status_alloc = claim.status.as_ref().map(|s| ResourceList::from_quantities(&s.allocatable));
         let allocatable = match status_alloc {
@@ -394,7 +394,7 @@ const SINGLE_NODE_CHECK: (usize, usize) = (16, 256);
 const MAX_POOL_ORDERS: usize = 8;
 
 /// Places `input.pods`. See the module docs.
-pub fn schedule(input: &Input<'_>) -> Plan {
+pub fn schedule<P: PodView>(input: &Input<'_, P>) -> Plan {
     let mut best: Option<Plan> = None;
     for order in pool_orders(input) {
         let plan = schedule_in_order(input, &order);
@@ -406,7 +406,7 @@ pub fn schedule(input: &Input<'_>) -> Plan {
 }
 
 /// One greedy solve with NodePools tried in `order`, and for small plans the single-node check.
-fn schedule_in_order(input: &Input<'_>, order: &[usize]) -> Plan {
+fn schedule_in_order<P: PodView>(input: &Input<'_, P>, order: &[usize]) -> Plan {
     let solver = solver::Solver::new(input, order, None);
     let hopeless = solver.single_node_hopeless();
     let plan = solver.run();
@@ -441,7 +441,7 @@ fn better(candidate: &Plan, incumbent: &Plan) -> bool {
 /// opens each pod's first node in the first pool that accepts it, which can make every pod pay
 /// for a small node in one pool (15 × t3.medium) when another pool of the same weight holds all
 /// of them on one cheaper node (1 × e2-standard-16). [`schedule`] keeps the cheapest plan.
-fn pool_orders(input: &Input<'_>) -> Vec<Vec<usize>> {
+fn pool_orders<P>(input: &Input<'_, P>) -> Vec<Vec<usize>> {
     let pools = &input.node_pools;
     let weight = |i: usize| pools[i].node_pool.spec.weight.unwrap_or(0);
     let name = |i: usize| pools[i].node_pool.metadata.name.as_deref().unwrap_or_default();

@@ -11,7 +11,27 @@ use crate::apis::labels;
 use crate::resources::{self, QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Container, Pod, PodAffinityTerm, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// What the scheduler reads of a pod: its metadata and spec. The API's [`Pod`] is one; the
+/// agent's pod cache keeps a smaller one (`controllers::pod_cache`).
+pub trait PodView {
+    /// `metadata`.
+    fn pod_meta(&self) -> &ObjectMeta;
+    /// `spec`.
+    fn pod_spec(&self) -> Option<&PodSpec>;
+}
+
+impl PodView for Pod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn pod_spec(&self) -> Option<&PodSpec> {
+        self.spec.as_ref()
+    }
+}
 
 /// The resources a pod needs on a node, as the kube-scheduler computes them:
 /// `max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead`,
@@ -199,11 +219,11 @@ pub struct PodSpecInfo {
 
 impl PodSpecInfo {
     /// Reads a pod.
-    pub fn from_pod(pod: &Pod) -> Self {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
+    pub fn from_pod<P: PodView + ?Sized>(pod: &P) -> Self {
+        let namespace = pod.pod_meta().namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let labels = pod.pod_meta().labels.clone().unwrap_or_default();
         let empty = PodSpec::default();
-        let spec = pod.spec.as_ref().unwrap_or(&empty);
+        let spec = pod.pod_spec().unwrap_or(&empty);
         let mut invalid = None;
         let requests = pod_requests(spec).unwrap_or_else(|e| {
             invalid = Some(e.to_string());

@@ -8,7 +8,7 @@
 //! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
 
 use super::explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
-use super::pod::{HostPort, PodSpecInfo, PodTerm};
+use super::pod::{HostPort, PodSpecInfo, PodTerm, PodView};
 use super::requirements::{self, Requirement, Requirements};
 use super::taints::{self, DisplayTaint};
 use super::topology::{Group, GroupKey, Kind, List};
@@ -245,8 +245,8 @@ impl Hasher for FxHasher {
 type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 type FxSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
-pub(crate) struct Solver<'i, 'a> {
-    input: &'i Input<'a>,
+pub(crate) struct Solver<'i, 'a, P> {
+    input: &'i Input<'a, P>,
     dims: Vec<String>,
     dim_index: FxMap<String, usize>,
     cpu: usize,
@@ -295,10 +295,10 @@ fn fits_add(used: &[u64], add: &[u64], cap: &[u64]) -> bool {
     used.iter().zip(add).zip(cap).all(|((u, a), c)| u.saturating_add(*a) <= *c)
 }
 
-impl<'i, 'a> Solver<'i, 'a> {
+impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// A solver that tries NodePools for new claims in `pool_order` (indexes into
     /// `input.node_pools`) and opens at most `max_new_claims` claims when set.
-    pub(crate) fn new(input: &'i Input<'a>, pool_order: &[usize], max_new_claims: Option<usize>) -> Self {
+    pub(crate) fn new(input: &'i Input<'a, P>, pool_order: &[usize], max_new_claims: Option<usize>) -> Self {
         let mut s = Self {
             input,
             dims: Vec::new(),
@@ -440,7 +440,7 @@ impl<'i, 'a> Solver<'i, 'a> {
 
         // Pending pods.
         for pod in &input.pods {
-            let id = self.intern_info(PodSpecInfo::from_pod(pod));
+            let id = self.intern_info(PodSpecInfo::from_pod(*pod));
             self.pod_info.push(id);
             if self.unplaced.len() <= id as usize {
                 self.unplaced.resize(id as usize + 1, 0);
@@ -452,9 +452,9 @@ impl<'i, 'a> Solver<'i, 'a> {
             .iter()
             .map(|n| &n.pods)
             .chain(input.in_flight.iter().map(|c| &c.pods))
-            .map(|pods| pods.iter().map(|p| self.intern_info(PodSpecInfo::from_pod(p))).collect())
+            .map(|pods| pods.iter().map(|p| self.intern_info(PodSpecInfo::from_pod(*p))).collect())
             .collect();
-        let daemon_infos: Vec<PodSpecInfo> = input.daemon_set_pods.iter().map(|p| PodSpecInfo::from_pod(p)).collect();
+        let daemon_infos: Vec<PodSpecInfo> = input.daemon_set_pods.iter().map(|p| PodSpecInfo::from_pod(*p)).collect();
         let mut names: BTreeSet<String> = BTreeSet::new();
         for info in &self.infos {
             names.extend(info.spec.requests.names().map(str::to_owned));
@@ -1974,7 +1974,7 @@ impl<'i, 'a> Solver<'i, 'a> {
     }
 
     fn pod_name(&self, pod: usize) -> String {
-        let meta = &self.input.pods[pod].metadata;
+        let meta = self.input.pods[pod].pod_meta();
         format!("{}/{}", meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
     }
 

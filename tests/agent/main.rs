@@ -181,7 +181,7 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "inflate-test");
     wait_for("15 unschedulable pods", Duration::from_secs(60), || async {
         let list = pods.list(&ListParams::default()).await.ok()?;
-        let pending = list.items.iter().filter(|p| karpenter_core::controllers::provisioning::is_provisionable(p)).count();
+        let pending = list.items.iter().filter(|p| karpenter_core::controllers::provisioning::is_provisionable(&(*p).clone().into())).count();
         (pending == 15).then_some(())
     })
     .await;
