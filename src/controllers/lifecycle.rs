@@ -349,6 +349,14 @@ async fn initialize<P>(claim: &NodeClaim, mut status: NodeClaimStatus, node: &No
         write_status(claim, &status, ctx).await?;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    // Until the node lifecycle controller has taken its not-ready taints off (it lags the Ready
+    // condition), pods cannot land: an initialized claim must be one they can land on.
+    if let Some(taint) = node_taints.iter().find(|t| crate::scheduling::taints::is_known_ephemeral(t)) {
+        let message = format!("KnownEphemeralTaint \"{}\" still exists", crate::scheduling::taints::DisplayTaint(taint));
+        conditions::set(&mut status.conditions, cond::INITIALIZED, false, "KnownEphemeralTaintsExist", &message, claim.metadata.generation);
+        write_status(claim, &status, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let patch = json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}}});
     nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::kube("labelling the node initialized"))?;
