@@ -137,8 +137,16 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
     let huge = table.lines().find(|l| l.contains(" huge ")).unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
     assert!(huge.contains("FailedProvisioning") || huge.contains("Unschedulable"), "{huge}");
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    let ours = claims.list(&ListParams::default().labels(&format!("{}=plugin-e2e", labels::NODE_POOL))).await.expect("claims").items;
-    let claim = ours.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    // Initialized can trail the pods by a moment (it waits for the node's not-ready taint to go).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let claim = loop {
+        let ours = claims.list(&ListParams::default().labels(&format!("{}=plugin-e2e", labels::NODE_POOL))).await.expect("claims").items;
+        if let Some(claim) = ours.into_iter().find(|c| c.is_true("Initialized")) {
+            break claim;
+        }
+        assert!(Instant::now() < deadline, "no claim was initialized");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let name = claim.metadata.name.clone().expect("name");
     let row = table.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("{name} missing:\n{table}"));
     assert!(row.contains("Ready") && row.contains('$'), "a ready, priced row: {row}");

@@ -52,6 +52,9 @@ pub enum Error {
     /// An object the loop needs is malformed.
     #[error("{object} is invalid: {reason}")]
     Invalid { object: String, reason: String },
+    /// A watch has not caught up with the API server yet.
+    #[error("the {0} watch is behind the API server")]
+    NotSynced(&'static str),
 }
 
 impl Error {
@@ -76,6 +79,7 @@ impl Error {
             Self::Kube { .. } => "kube",
             Self::Cloud { source, .. } => source.kind(),
             Self::Invalid { .. } => "invalid",
+            Self::NotSynced(_) => "not_synced",
         }
     }
 }

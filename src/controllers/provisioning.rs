@@ -10,7 +10,9 @@
 //! StatefulSets, ReplicationControllers) have created all the pods they want. Waiting out the
 //! idle window then gathers nothing more; it would only delay the whole scale-up by a second.
 //! Pods without such a controller (created one by one, by a script or an operator) give no such
-//! certainty and keep the idle window.
+//! certainty and keep the idle window, as does a batch no new pod came into (a claim's deletion
+//! or the requeue opened it). Before each round, the NodeClaims the API server lists must all
+//! be in the cache, or the round waits for the watch ([`SYNC_PATIENCE`]).
 //!
 //! In-flight NodeClaims count as capacity in the simulation, so a pod already provided for is
 //! never provided for twice, even by a freshly restarted agent.
@@ -48,15 +50,24 @@ pub fn is_provisionable(pod: &CachedPod) -> bool {
     pod.node_name.is_none() && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
 }
 
+/// What woke the batcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A pod turned unschedulable.
+    NewPod,
+    /// Something else may need a round: start-up, a claim that is gone, a failed round.
+    Nudge,
+}
+
 /// Tracks pods seen pending and wakes the batcher when a new one shows up.
 pub struct PendingPods {
     first_seen: Mutex<HashMap<String, Instant>>,
-    wake: mpsc::Sender<()>,
+    wake: mpsc::Sender<Wake>,
 }
 
 impl PendingPods {
     /// A tracker and the receiver the batcher waits on.
-    pub fn new() -> (Arc<Self>, mpsc::Receiver<()>) {
+    pub fn new() -> (Arc<Self>, mpsc::Receiver<Wake>) {
         let (wake, rx) = mpsc::channel(1);
         (Arc::new(Self { first_seen: Mutex::new(HashMap::new()), wake }), rx)
     }
@@ -70,7 +81,7 @@ impl PendingPods {
                 entry.insert(Instant::now());
                 debug!(pod = %pod.name_any(), "pod is unschedulable");
                 // A full channel already holds a wake-up; nothing is lost by dropping this one.
-                let _ = self.wake.try_send(());
+                let _ = self.wake.try_send(Wake::NewPod);
             }
         } else {
             first_seen.remove(&uid);
@@ -90,7 +101,7 @@ impl PendingPods {
 
     /// Wakes the batcher without a new pod (e.g. once after start-up).
     pub fn nudge(&self) {
-        let _ = self.wake.try_send(());
+        let _ = self.wake.try_send(Wake::Nudge);
     }
 }
 
@@ -127,28 +138,29 @@ pub trait BatchCompletion {
 }
 
 /// Waits for the next batch: the first wake-up (or `requeue_at`, if it comes first) opens it; it
-/// closes once `completion` says so (asked when it opens and after each wake-up), once no
-/// wake-up came for `idle`, or `max` after it opened. `None` once the channel closes.
+/// closes once no wake-up came for `idle`, or `max` after it opened, or, once a new pod has
+/// come, when `completion` says so (asked after each wake-up). A batch with no new pod keeps
+/// the idle window: it reacts to a change (a claim gone, a requeue) whose consequences may
+/// still be arriving, such as the deletion of the pods of a namespace being deleted.
+/// `None` once the channel closes.
 pub async fn next_batch(
-    rx: &mut mpsc::Receiver<()>,
+    rx: &mut mpsc::Receiver<Wake>,
     idle: Duration,
     max: Duration,
     requeue_at: Option<tokio::time::Instant>,
     completion: &mut impl BatchCompletion,
 ) -> Option<BatchClose> {
-    let opened = match requeue_at {
+    let opened_by = match requeue_at {
         Some(at) => tokio::select! {
-            woken = rx.recv() => woken.is_some(),
-            () = tokio::time::sleep_until(at) => true,
+            woken = rx.recv() => woken,
+            () = tokio::time::sleep_until(at) => Some(Wake::Nudge),
         },
-        None => rx.recv().await.is_some(),
+        None => rx.recv().await,
     };
-    if !opened {
-        return None;
-    }
+    let mut new_pods = opened_by? == Wake::NewPod;
     let deadline = tokio::time::Instant::now() + max;
     loop {
-        if completion.is_complete().await {
+        if new_pods && completion.is_complete().await {
             return Some(BatchClose::Complete);
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -156,7 +168,7 @@ pub async fn next_batch(
             return Some(BatchClose::Max);
         }
         match tokio::time::timeout(idle.min(left), rx.recv()).await {
-            Ok(Some(())) => continue,
+            Ok(Some(woken_by)) => new_pods |= woken_by == Wake::NewPod,
             Ok(None) => return Some(BatchClose::Idle),
             Err(_) if left <= idle => return Some(BatchClose::Max),
             Err(_) => return Some(BatchClose::Idle),
@@ -316,7 +328,7 @@ pub async fn run<P: CloudProvider + 'static>(
     ctx: Arc<Context<P>>,
     pending: Arc<PendingPods>,
     recent: Arc<RecentClaims>,
-    mut wake: mpsc::Receiver<()>,
+    mut wake: mpsc::Receiver<Wake>,
 ) {
     let mut memory = Memory::default();
     let mut requeue_at = None;
@@ -379,11 +391,32 @@ impl RecentClaims {
         }
     }
 
+    fn contains(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
     fn unconfirmed(&self) -> Vec<Arc<NodeClaim>> {
         let mut claims = self.lock();
         claims.retain(|_, (at, _)| at.elapsed() < RECENT_CLAIM_MEMORY);
         claims.values().map(|(_, claim)| claim.clone()).collect()
     }
+}
+
+/// How long a round waits for the NodeClaim watch to show every claim the API server has.
+const SYNC_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Whether every NodeClaim the API server has (a quorum read of the names) is in the store or
+/// among the claims this agent has just created. A claim someone else made a moment ago (the
+/// agent this one replaced, whose last writes land after this one listed the cluster) would
+/// be invisible to the round, which would provide for its pods a second time. Upstream checks
+/// the same before each round ("cluster state synced").
+async fn claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<bool, Error> {
+    let listed = Api::<NodeClaim>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeClaims"))?;
+    let cached: std::collections::HashSet<String> = ctx.claims.state().iter().filter_map(|c| c.metadata.name.clone()).collect();
+    Ok(listed.items.iter().filter_map(|c| c.metadata.name.as_deref()).all(|name| cached.contains(name) || recent.contains(name)))
 }
 
 /// What one round did.
@@ -467,6 +500,14 @@ pub async fn provision<P: CloudProvider>(
     if pending_pods.is_empty() {
         ctx.metrics.pods_unschedulable.set(0);
         return Ok(None);
+    }
+    let synced_by = Instant::now() + SYNC_PATIENCE;
+    while !claims_synced(ctx, recent).await? {
+        if Instant::now() >= synced_by {
+            return Err(Error::NotSynced("NodeClaim"));
+        }
+        debug!("waiting for the NodeClaim watch to catch up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let pools: Vec<Arc<NodePool>> = {
         let mut pools = ctx.pools.state();
@@ -716,7 +757,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_requeue_opens_a_batch_without_any_new_pod() {
-        let (_wake, mut rx) = mpsc::channel::<()>(1);
+        let (_wake, mut rx) = mpsc::channel::<Wake>(1);
         let requeue_at = tokio::time::Instant::now() + Duration::from_millis(20);
         let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), Some(requeue_at), &mut CompleteAt(0, 0))).await;
         assert_eq!(opened.ok(), Some(Some(BatchClose::Idle)), "the requeue should have started a round");
@@ -724,8 +765,8 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_requeue_the_batcher_waits_for_a_pod_and_stops_when_the_watch_ends() {
-        let (wake, mut rx) = mpsc::channel::<()>(1);
-        wake.try_send(()).ok();
+        let (wake, mut rx) = mpsc::channel::<Wake>(1);
+        wake.try_send(Wake::NewPod).ok();
         let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), None, &mut CompleteAt(0, 0))).await;
         assert_eq!(opened.ok(), Some(Some(BatchClose::Idle)));
         drop(wake);
@@ -735,11 +776,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_complete_batch_closes_without_waiting_out_the_idle_window() {
-        let (wake, mut rx) = mpsc::channel::<()>(1);
-        wake.try_send(()).ok();
+        let (wake, mut rx) = mpsc::channel::<Wake>(1);
+        wake.try_send(Wake::NewPod).ok();
         let sender = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            wake.send(()).await.ok();
+            wake.send(Wake::NewPod).await.ok();
             wake
         });
         // Complete on the second question: after the wake-up that brought the last pod.
@@ -749,11 +790,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pods_that_keep_coming_are_cut_off_at_the_longest_batch() {
-        let (wake, mut rx) = mpsc::channel::<()>(1);
-        wake.try_send(()).ok();
+    async fn a_batch_without_a_new_pod_keeps_the_idle_window() {
+        let (wake, mut rx) = mpsc::channel::<Wake>(1);
+        wake.try_send(Wake::Nudge).ok();
+        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(20), NEVER, None, &mut CompleteAt(1, 0))).await;
+        assert_eq!(closed.ok(), Some(Some(BatchClose::Idle)));
+        // A new pod in a batch a nudge opened lets it close as complete.
+        wake.try_send(Wake::Nudge).ok();
         let sender = tokio::spawn(async move {
-            while wake.send(()).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            wake.send(Wake::NewPod).await.ok();
+            wake
+        });
+        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, NEVER, NEVER, None, &mut CompleteAt(1, 0))).await;
+        assert_eq!(closed.ok(), Some(Some(BatchClose::Complete)));
+        drop(sender.await);
+    }
+
+    #[tokio::test]
+    async fn pods_that_keep_coming_are_cut_off_at_the_longest_batch() {
+        let (wake, mut rx) = mpsc::channel::<Wake>(1);
+        wake.try_send(Wake::NewPod).ok();
+        let sender = tokio::spawn(async move {
+            while wake.send(Wake::NewPod).await.is_ok() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });

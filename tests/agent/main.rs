@@ -191,12 +191,17 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
         (running_pods(&client, "inflate-test").await.len() == 15).then_some(())
     })
     .await;
-    let claims = pool_claims(&client, "inflate-pool").await;
+    // Initialized can trail the pods by a few seconds: it also waits for the node lifecycle
+    // controller to take the node's not-ready taint off (pods tolerate its NoExecute form).
+    let claims = wait_for("every claim initialized", Duration::from_secs(60), || async {
+        let claims = pool_claims(&client, "inflate-pool").await;
+        claims.iter().all(|c| c.is_true("Registered") && c.is_true("Initialized")).then_some(claims)
+    })
+    .await;
     assert!(!claims.is_empty());
     let nodes: Api<Node> = Api::all(client.clone());
     let mut total = 0.0;
     for claim in &claims {
-        assert!(claim.is_true("Registered") && claim.is_true("Initialized"), "{} not ready", claim.name_any());
         let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node name");
         total += hourly_price(&nodes.get(&node_name).await.expect("node"));
     }

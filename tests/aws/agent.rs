@@ -110,10 +110,13 @@ async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_cap
     apply(&workload("agent-demo-app", "agent-demo", 1));
 
     wait_for("the pod to run on an EC2 node", Duration::from_secs(120), || async { (running(&client, "agent-demo-app").await.len() == 1).then_some(()) }).await;
-    let claims = claims_of(&client, "agent-demo").await;
-    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
+    let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
+        claims_of(&client, "agent-demo").await.into_iter().find(|c| c.is_true("Initialized"))
+    })
+    .await;
     assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("m6i.large"), "m5.large had no capacity");
-    let id = instance_id(claim);
+    let id = instance_id(&claim);
     assert_eq!(env.state(&id).await, "running");
     assert!(agent.provider.unavailable_offerings().keys().iter().all(|k| k.starts_with("on-demand:m5.large:")));
 

@@ -108,10 +108,13 @@ async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_cl
     apply(&workload("gcp-agent-app", cluster, 1));
 
     wait_for("the pod to run on a GCE node", Duration::from_secs(120), || async { (running(&client, "gcp-agent-app").await.len() == 1).then_some(()) }).await;
-    let claims = claims_of(&client, cluster).await;
-    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
+    let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
+        claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))
+    })
+    .await;
     assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("e2-standard-2"));
-    let (vm_project, zone, name) = vm_of(claim);
+    let (vm_project, zone, name) = vm_of(&claim);
     assert_eq!((vm_project.as_str(), zone.as_str()), (project, "us-central1-a"));
     let vm = fake.state().compute.instance(project, &zone, &name).expect("the VM");
     assert_eq!(vm["status"], "RUNNING");
@@ -165,8 +168,11 @@ async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_a
     apply(&workload("gcp-stockout-app", cluster, 1));
 
     wait_for("the pod to run", Duration::from_secs(120), || async { (running(&client, "gcp-stockout-app").await.len() == 1).then_some(()) }).await;
-    let claims = claims_of(&client, cluster).await;
-    let claim = claims.iter().find(|c| c.is_true("Initialized")).expect("an initialized claim");
+    // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
+    let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
+        claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))
+    })
+    .await;
     assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("n2d-standard-2"), "e2-standard-2 had no capacity");
     assert!(agent.provider.unavailable_offerings().keys().contains(&"on-demand:e2-standard-2:us-central1-a".to_owned()));
     // The first claim is gone, with an Event that names the offering.
