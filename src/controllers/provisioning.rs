@@ -133,7 +133,7 @@ impl BatchClose {
 
 /// Tells whether the open batch already holds every pod worth waiting for.
 pub trait BatchCompletion {
-    /// Asked when a batch opens and after each wake-up.
+    /// Asked once a new pod has come into the batch, and after each wake-up from then on.
     fn is_complete(&mut self) -> impl std::future::Future<Output = bool> + Send;
 }
 
