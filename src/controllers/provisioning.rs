@@ -218,12 +218,8 @@ pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodControll
         if pod.metadata.deletion_timestamp.is_some() || pod.is_terminal() {
             continue;
         }
-        let owned = pod.owner_references().iter().filter(|o| o.controller == Some(true));
-        for owner in owned {
-            let key = PodController { kind: owner.kind.clone(), namespace: pod.namespace().unwrap_or_default(), name: owner.name.clone(), uid: owner.uid.clone() };
-            if let Some(alive) = controllers.get_mut(&key) {
-                *alive += 1;
-            }
+        if let Some(alive) = controller_of(pod).and_then(|controller| controllers.get_mut(&controller)) {
+            *alive += 1;
         }
     }
     Some(controllers)
