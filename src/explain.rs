@@ -12,7 +12,9 @@
 //! Karpenter (or by hand) do not, and every answer says what can be derived from the object alone.
 
 use crate::apis::nodeclaim::conditions as cond;
-use crate::apis::{Budget, ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, RequirementOperator, labels};
+use crate::apis::{
+    Budget, ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, RequirementOperator, labels,
+};
 use crate::resources::{self, ResourceList};
 use crate::scheduling::selector::Selector;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
@@ -58,21 +60,35 @@ pub struct InstanceTypeOption {
 /// The options the agent recorded on a claim; `None` when it recorded none (a claim created by
 /// upstream Karpenter or by hand) or the annotation is unreadable.
 pub fn instance_type_options(claim: &NodeClaim) -> Option<Vec<InstanceTypeOption>> {
-    let text = claim.metadata.annotations.as_ref()?.get(labels::INSTANCE_TYPE_OPTIONS)?;
+    let text = claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(labels::INSTANCE_TYPE_OPTIONS)?;
     serde_json::from_str(text).ok()
 }
 
 /// The pods (`namespace/name`) the agent created a claim for; `None` when not recorded.
 pub fn provisioned_for(claim: &NodeClaim) -> Option<Vec<String>> {
-    let text = claim.metadata.annotations.as_ref()?.get(labels::PROVISIONED_FOR)?;
+    let text = claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(labels::PROVISIONED_FOR)?;
     serde_json::from_str(text).ok()
 }
 
-fn label<'a>(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, key: &str) -> Option<&'a str> {
+fn label<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-fn annotation<'a>(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, key: &str) -> Option<&'a str> {
+fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
@@ -81,7 +97,11 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 }
 
 fn pod_key(pod: &Pod) -> String {
-    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), name_of(&pod.metadata))
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        name_of(&pod.metadata)
+    )
 }
 
 /// Where an hourly price came from.
@@ -104,24 +124,36 @@ pub struct Price {
 
 /// A node's price from its `eks-node-viewer/instance-price` label.
 pub fn node_price(node: &Node) -> Option<f64> {
-    label(&node.metadata, labels::INSTANCE_PRICE)?.trim().parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0)
+    label(&node.metadata, labels::INSTANCE_PRICE)?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite() && *p >= 0.0)
 }
 
 /// What a claim costs per hour: its node's price label if present, else the price of its
 /// launched instance type among the recorded options, else unknown.
 pub fn claim_price(claim: &NodeClaim, node: Option<&Node>) -> Option<Price> {
     if let Some(per_hour) = node.and_then(node_price) {
-        return Some(Price { per_hour, source: PriceSource::NodeLabel });
+        return Some(Price {
+            per_hour,
+            source: PriceSource::NodeLabel,
+        });
     }
     let launched = label(&claim.metadata, labels::INSTANCE_TYPE)?;
     let zone = label(&claim.metadata, labels::ZONE);
     let capacity_type = label(&claim.metadata, labels::CAPACITY_TYPE);
     let options = instance_type_options(claim)?;
-    let exact = options
-        .iter()
-        .find(|o| o.name == launched && Some(o.zone.as_str()) == zone && Some(o.capacity_type.as_str()) == capacity_type);
+    let exact = options.iter().find(|o| {
+        o.name == launched
+            && Some(o.zone.as_str()) == zone
+            && Some(o.capacity_type.as_str()) == capacity_type
+    });
     let option = exact.or_else(|| options.iter().find(|o| o.name == launched))?;
-    Some(Price { per_hour: option.price, source: PriceSource::InstanceTypeOptions })
+    Some(Price {
+        per_hour: option.price,
+        source: PriceSource::InstanceTypeOptions,
+    })
 }
 
 /// Where a claim is in its life, from its conditions (and its node's readiness).
@@ -182,8 +214,15 @@ impl std::fmt::Display for ClaimState {
 }
 
 /// Reasons controllers give a False/Unknown condition while simply waiting: not worth a mention.
-const WAITING_REASONS: &[&str] =
-    &["", "AwaitingReconciliation", "NotLaunched", "NotRegistered", "NodeNotFound", "NotInitialized", "Unknown"];
+const WAITING_REASONS: &[&str] = &[
+    "",
+    "AwaitingReconciliation",
+    "NotLaunched",
+    "NotRegistered",
+    "NodeNotFound",
+    "NotInitialized",
+    "Unknown",
+];
 
 fn node_is_ready(node: &Node) -> bool {
     node.status
@@ -198,11 +237,18 @@ fn node_is_ready(node: &Node) -> bool {
 pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
     let drifted = claim.is_true(cond::DRIFTED);
     let detail_of = |type_: &str| {
-        claim.condition(type_).filter(|c| c.status != "True" && !WAITING_REASONS.contains(&c.reason.as_str())).map(|c| c.reason.clone())
+        claim
+            .condition(type_)
+            .filter(|c| c.status != "True" && !WAITING_REASONS.contains(&c.reason.as_str()))
+            .map(|c| c.reason.clone())
     };
     let (phase, detail) = if claim.metadata.deletion_timestamp.is_some() {
         (ClaimPhase::Terminating, None)
-    } else if claim.status.as_ref().is_none_or(|s| s.conditions.is_empty()) {
+    } else if claim
+        .status
+        .as_ref()
+        .is_none_or(|s| s.conditions.is_empty())
+    {
         (ClaimPhase::Pending, None)
     } else if !claim.is_true(cond::LAUNCHED) {
         (ClaimPhase::Launching, detail_of(cond::LAUNCHED))
@@ -211,18 +257,29 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
     } else if !claim.is_true(cond::INITIALIZED) {
         (ClaimPhase::Initializing, detail_of(cond::INITIALIZED))
     } else {
-        let claim_not_ready = claim.condition(cond::READY).is_some_and(|c| c.status != "True");
+        let claim_not_ready = claim
+            .condition(cond::READY)
+            .is_some_and(|c| c.status != "True");
         let node_not_ready = node.is_some_and(|n| !node_is_ready(n));
-        let node_deleted = node.is_none() && claim.status.as_ref().is_some_and(|s| s.node_name.is_some());
+        let node_deleted =
+            node.is_none() && claim.status.as_ref().is_some_and(|s| s.node_name.is_some());
         if node_deleted {
             (ClaimPhase::NotReady, Some("NodeDeleted".to_owned()))
         } else if claim_not_ready || node_not_ready {
-            (ClaimPhase::NotReady, detail_of(cond::READY).or_else(|| node_not_ready.then(|| "NodeNotReady".to_owned())))
+            (
+                ClaimPhase::NotReady,
+                detail_of(cond::READY)
+                    .or_else(|| node_not_ready.then(|| "NodeNotReady".to_owned())),
+            )
         } else {
             (ClaimPhase::Ready, None)
         }
     };
-    ClaimState { phase, detail, drifted }
+    ClaimState {
+        phase,
+        detail,
+        drifted,
+    }
 }
 
 /// When an Event last happened, whichever API wrote it.
@@ -239,16 +296,28 @@ pub fn event_time(event: &Event) -> Option<Timestamp> {
 }
 
 fn is_daemon_or_mirror(pod: &Pod) -> bool {
-    let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+    let daemon = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
     daemon || annotation(&pod.metadata, "kubernetes.io/config.mirror").is_some()
 }
 
 fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 fn node_name_of(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
 }
 
 /// `kubectl`'s AGE notation (`45s`, `5m`, `3h`, `2d`, `4m10s` when it matters), as
@@ -267,7 +336,11 @@ pub fn human_duration(duration: SignedDuration) -> String {
     let minutes = seconds / 60;
     if minutes < 10 {
         let s = seconds % 60;
-        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
     }
     if minutes < 60 * 3 {
         return format!("{minutes}m");
@@ -275,28 +348,43 @@ pub fn human_duration(duration: SignedDuration) -> String {
     let hours = minutes / 60;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
     }
     if hours < 24 * 365 * 8 {
         let days = (hours / 24) % 365;
-        return if days == 0 { format!("{}y", hours / 24 / 365) } else { format!("{}y{days}d", hours / 24 / 365) };
+        return if days == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{days}d", hours / 24 / 365)
+        };
     }
     format!("{}y", hours / 24 / 365)
 }
 
 /// The age of something created at `at`, kubectl style; `<unknown>` without a time.
 pub fn age(at: Option<Timestamp>, now: Timestamp) -> String {
-    at.map_or_else(|| "<unknown>".to_owned(), |at| human_duration(now.duration_since(at)))
+    at.map_or_else(
+        || "<unknown>".to_owned(),
+        |at| human_duration(now.duration_since(at)),
+    )
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -321,7 +409,10 @@ impl<'a> NodeIndex<'a> {
                 by_name.insert(name, node);
             }
         }
-        Self { by_provider_id, by_name }
+        Self {
+            by_provider_id,
+            by_name,
+        }
     }
 
     fn of(&self, claim: &NodeClaim) -> Option<&'a Node> {
@@ -330,7 +421,12 @@ impl<'a> NodeIndex<'a> {
             .provider_id
             .as_deref()
             .and_then(|id| self.by_provider_id.get(id).copied())
-            .or_else(|| status.node_name.as_deref().and_then(|n| self.by_name.get(n).copied()))
+            .or_else(|| {
+                status
+                    .node_name
+                    .as_deref()
+                    .and_then(|n| self.by_name.get(n).copied())
+            })
     }
 }
 
@@ -487,8 +583,14 @@ pub struct StatusOptions {
 }
 
 fn requests_of_claim(claim: &NodeClaim) -> ResourceList {
-    let capacity = claim.status.as_ref().filter(|s| !s.capacity.is_empty()).map(|s| ResourceList::from_quantities(&s.capacity));
-    capacity.unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests)).unwrap_or_default()
+    let capacity = claim
+        .status
+        .as_ref()
+        .filter(|s| !s.capacity.is_empty())
+        .map(|s| ResourceList::from_quantities(&s.capacity));
+    capacity
+        .unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests))
+        .unwrap_or_default()
 }
 
 /// One claim's row in `status`, given its Node if known (usage left out).
@@ -511,7 +613,9 @@ pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>) -> ClaimSummary {
         capacity_type: label(&claim.metadata, labels::CAPACITY_TYPE).map(str::to_owned),
         zone: label(&claim.metadata, labels::ZONE).map(str::to_owned),
         state: claim_state(claim, node),
-        node_name: node.and_then(|n| n.metadata.name.clone()).or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone())),
+        node_name: node
+            .and_then(|n| n.metadata.name.clone())
+            .or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone())),
         provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
         created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
         price: claim_price(claim, node),
@@ -550,34 +654,64 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
             None => unpriced_total += 1,
         }
         let pool = label(&claim.metadata, labels::NODE_POOL);
-        if options.node_pool.as_deref().is_some_and(|wanted| pool != Some(wanted)) {
+        if options
+            .node_pool
+            .as_deref()
+            .is_some_and(|wanted| pool != Some(wanted))
+        {
             continue;
         }
         let mut summary = claim_summary(claim, node);
         summary.usage = options.all_pods_listed.then(|| {
-            let pods = summary.node_name.as_deref().and_then(|n| pods_by_node.get(n)).map(Vec::as_slice).unwrap_or_default();
+            let pods = summary
+                .node_name
+                .as_deref()
+                .and_then(|n| pods_by_node.get(n))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             let requested = pods.iter().fold(ResourceList::new(), |sum, p| {
-                p.spec.as_ref().and_then(|s| crate::scheduling::pod_requests(s).ok()).map_or(sum.clone(), |r| sum.saturating_add(&r))
+                p.spec
+                    .as_ref()
+                    .and_then(|s| crate::scheduling::pod_requests(s).ok())
+                    .map_or(sum.clone(), |r| sum.saturating_add(&r))
             });
             NodeUsage {
                 pods: pods.len(),
                 cpu_requests: resources::format(resources::CPU, requested.get(resources::CPU)),
-                memory_requests: resources::format(resources::MEMORY, requested.get(resources::MEMORY)),
+                memory_requests: resources::format(
+                    resources::MEMORY,
+                    requested.get(resources::MEMORY),
+                ),
             }
         });
         claims.push(summary);
     }
-    claims.sort_by(|a, b| a.node_pool.cmp(&b.node_pool).then_with(|| a.created_at.cmp(&b.created_at)).then_with(|| a.name.cmp(&b.name)));
+    claims.sort_by(|a, b| {
+        a.node_pool
+            .cmp(&b.node_pool)
+            .then_with(|| a.created_at.cmp(&b.created_at))
+            .then_with(|| a.name.cmp(&b.name))
+    });
 
     let mut pools: Vec<PoolSummary> = cluster
         .node_pools
         .iter()
-        .filter(|p| options.node_pool.as_ref().is_none_or(|wanted| *wanted == name_of(&p.metadata)))
+        .filter(|p| {
+            options
+                .node_pool
+                .as_ref()
+                .is_none_or(|wanted| *wanted == name_of(&p.metadata))
+        })
         .map(|pool| {
             let name = name_of(&pool.metadata);
-            let members: Vec<&NodeClaim> =
-                cluster.node_claims.iter().filter(|c| label(&c.metadata, labels::NODE_POOL) == Some(name.as_str())).collect();
-            let used = members.iter().fold(ResourceList::new(), |sum, c| sum.saturating_add(&requests_of_claim(c)));
+            let members: Vec<&NodeClaim> = cluster
+                .node_claims
+                .iter()
+                .filter(|c| label(&c.metadata, labels::NODE_POOL) == Some(name.as_str()))
+                .collect();
+            let used = members.iter().fold(ResourceList::new(), |sum, c| {
+                sum.saturating_add(&requests_of_claim(c))
+            });
             let limits = ResourceList::from_quantities(&pool.spec.limits).unwrap_or_default();
             let has = |r: &str| pool.spec.limits.contains_key(r);
             let (mut price, mut unpriced) = (0.0, 0);
@@ -643,7 +777,10 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
     let nodes = NodeIndex::new(&cluster.nodes);
     for claim in &cluster.node_claims {
         let state = claim_state(claim, nodes.of(claim));
-        if matches!(state.phase, ClaimPhase::Ready | ClaimPhase::NotReady | ClaimPhase::Terminating) {
+        if matches!(
+            state.phase,
+            ClaimPhase::Ready | ClaimPhase::NotReady | ClaimPhase::Terminating
+        ) {
             continue;
         }
         for pod in provisioned_for(claim).unwrap_or_default() {
@@ -654,10 +791,16 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
     let mut failed: HashMap<String, (Option<Timestamp>, &Event)> = HashMap::new();
     for event in &cluster.events {
         let object = &event.involved_object;
-        if event.reason.as_deref() != Some("FailedProvisioning") || object.kind.as_deref() != Some("Pod") {
+        if event.reason.as_deref() != Some("FailedProvisioning")
+            || object.kind.as_deref() != Some("Pod")
+        {
             continue;
         }
-        let key = format!("{}/{}", object.namespace.as_deref().unwrap_or_default(), object.name.as_deref().unwrap_or_default());
+        let key = format!(
+            "{}/{}",
+            object.namespace.as_deref().unwrap_or_default(),
+            object.name.as_deref().unwrap_or_default()
+        );
         let at = event_time(event);
         if failed.get(&key).is_none_or(|(seen, _)| at > *seen) {
             failed.insert(key, (at, event));
@@ -674,24 +817,58 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status != "True"));
-            let gates: Vec<&str> = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).into_iter().flatten().map(|g| g.name.as_str()).collect();
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status != "True")
+                });
+            let gates: Vec<&str> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|g| g.name.as_str())
+                .collect();
             let (reason, message, node_claim) = if !gates.is_empty() {
-                ("SchedulingGated".to_owned(), format!("waiting for scheduling gates: {}", gates.join(", ")), None)
+                (
+                    "SchedulingGated".to_owned(),
+                    format!("waiting for scheduling gates: {}", gates.join(", ")),
+                    None,
+                )
             } else if let Some((claim, state)) = nominated.get(&key) {
                 let name = name_of(&claim.metadata);
-                let what = label(&claim.metadata, labels::INSTANCE_TYPE).map(|t| format!(" ({t})")).unwrap_or_default();
-                ("WaitingForNodeClaim".to_owned(), format!("nodeclaim {name}{what} is {state}"), Some(name))
-            } else if let Some((_, event)) = failed.get(&key).filter(|(at, _)| scheduled.is_some() && at.is_some_and(|at| Some(at) >= created_at)) {
-                ("FailedProvisioning".to_owned(), event.message.clone().unwrap_or_default(), None)
+                let what = label(&claim.metadata, labels::INSTANCE_TYPE)
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default();
+                (
+                    "WaitingForNodeClaim".to_owned(),
+                    format!("nodeclaim {name}{what} is {state}"),
+                    Some(name),
+                )
+            } else if let Some((_, event)) = failed.get(&key).filter(|(at, _)| {
+                scheduled.is_some() && at.is_some_and(|at| Some(at) >= created_at)
+            }) {
+                (
+                    "FailedProvisioning".to_owned(),
+                    event.message.clone().unwrap_or_default(),
+                    None,
+                )
             } else if let Some(condition) = scheduled {
                 (
-                    condition.reason.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| "Unscheduled".to_owned()),
+                    condition
+                        .reason
+                        .clone()
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| "Unscheduled".to_owned()),
                     condition.message.clone().unwrap_or_default(),
                     None,
                 )
             } else {
-                ("Pending".to_owned(), "not seen by the scheduler yet".to_owned(), None)
+                (
+                    "Pending".to_owned(),
+                    "not seen by the scheduler yet".to_owned(),
+                    None,
+                )
             };
             PendingPod {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -703,7 +880,12 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
             }
         })
         .collect();
-    out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.namespace.cmp(&b.namespace)).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.namespace.cmp(&b.namespace))
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -860,19 +1042,45 @@ pub enum BlockerKind {
 /// pods on its node and the pods it was made for, the other claims of its pool (for budgets),
 /// Events on NodeClaims (for its timeline and for InsufficientCapacity on earlier claims) and
 /// PodDisruptionBudgets.
-pub fn explain_node_claim(cluster: &Cluster, name: &str, now: Timestamp) -> Result<ClaimExplanation, NotFound> {
-    let Some(claim) = cluster.node_claims.iter().find(|c| c.metadata.name.as_deref() == Some(name)) else {
-        let mut existing: Vec<String> = cluster.node_claims.iter().filter_map(|c| c.metadata.name.clone()).collect();
+pub fn explain_node_claim(
+    cluster: &Cluster,
+    name: &str,
+    now: Timestamp,
+) -> Result<ClaimExplanation, NotFound> {
+    let Some(claim) = cluster
+        .node_claims
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+    else {
+        let mut existing: Vec<String> = cluster
+            .node_claims
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
         existing.sort();
-        return Err(NotFound { name: name.to_owned(), existing });
+        return Err(NotFound {
+            name: name.to_owned(),
+            existing,
+        });
     };
     let nodes = NodeIndex::new(&cluster.nodes);
     let node = nodes.of(claim);
-    let node_name = node.and_then(|n| n.metadata.name.clone()).or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone()));
+    let node_name = node
+        .and_then(|n| n.metadata.name.clone())
+        .or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone()));
     let pool_name = label(&claim.metadata, labels::NODE_POOL).map(str::to_owned);
-    let pool = pool_name.as_deref().and_then(|p| cluster.node_pools.iter().find(|np| np.metadata.name.as_deref() == Some(p)));
+    let pool = pool_name.as_deref().and_then(|p| {
+        cluster
+            .node_pools
+            .iter()
+            .find(|np| np.metadata.name.as_deref() == Some(p))
+    });
     let pods_on_node: Vec<&Pod> = match node_name.as_deref() {
-        Some(n) => cluster.pods.iter().filter(|p| node_name_of(p) == Some(n) && !is_terminal(p)).collect(),
+        Some(n) => cluster
+            .pods
+            .iter()
+            .filter(|p| node_name_of(p) == Some(n) && !is_terminal(p))
+            .collect(),
         None => Vec::new(),
     };
     let state = claim_state(claim, node);
@@ -892,7 +1100,10 @@ pub fn explain_node_claim(cluster: &Cluster, name: &str, now: Timestamp) -> Resu
         Some(n) => cluster
             .events
             .iter()
-            .filter(|e| e.involved_object.kind.as_deref() == Some("Node") && e.involved_object.name.as_deref() == Some(n))
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some("Node")
+                    && e.involved_object.name.as_deref() == Some(n)
+            })
             .collect(),
         None => Vec::new(),
     };
@@ -912,33 +1123,60 @@ pub fn explain_node_claim(cluster: &Cluster, name: &str, now: Timestamp) -> Resu
         why: why_it_exists(claim, cluster, node_name.as_deref(), &pods_on_node),
         choice: instance_choice(claim, &cluster.events, now),
         timeline: timeline(claim, node, &claim_events, &node_events),
-        disruption: disruptability(claim, &state, pool, pool_name.as_deref(), node, &pods_on_node, cluster, now),
+        disruption: disruptability(
+            claim,
+            &state,
+            pool,
+            pool_name.as_deref(),
+            node,
+            &pods_on_node,
+            cluster,
+            now,
+        ),
         state,
     })
 }
 
-fn why_it_exists(claim: &NodeClaim, cluster: &Cluster, node_name: Option<&str>, pods_on_node: &[&Pod]) -> WhyItExists {
+fn why_it_exists(
+    claim: &NodeClaim,
+    cluster: &Cluster,
+    node_name: Option<&str>,
+    pods_on_node: &[&Pod],
+) -> WhyItExists {
     let where_is = |pod: &Pod| match node_name_of(pod) {
-        Some(n) if Some(n) == node_name => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some(phase) if phase != "Running" => format!("on this node ({phase})"),
-            _ => "on this node".to_owned(),
-        },
+        Some(n) if Some(n) == node_name => {
+            match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some(phase) if phase != "Running" => format!("on this node ({phase})"),
+                _ => "on this node".to_owned(),
+            }
+        }
         Some(n) => format!("on node {n}"),
         None if is_terminal(pod) => "finished".to_owned(),
         None => "pending".to_owned(),
     };
     match provisioned_for(claim) {
         Some(keys) => {
-            let by_key: HashMap<String, &Pod> = cluster.pods.iter().map(|p| (pod_key(p), p)).collect();
+            let by_key: HashMap<String, &Pod> =
+                cluster.pods.iter().map(|p| (pod_key(p), p)).collect();
             let pods: Vec<PodWhereabouts> = keys
                 .iter()
                 .map(|key| {
                     let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
-                    let now = by_key.get(key).map_or_else(|| "gone (deleted, or replaced by a new pod)".to_owned(), |p| where_is(p));
-                    PodWhereabouts { namespace: namespace.to_owned(), name: name.to_owned(), now }
+                    let now = by_key.get(key).map_or_else(
+                        || "gone (deleted, or replaced by a new pod)".to_owned(),
+                        |p| where_is(p),
+                    );
+                    PodWhereabouts {
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                        now,
+                    }
                 })
                 .collect();
-            let still_here = pods.iter().filter(|p| p.now.starts_with("on this node")).count();
+            let still_here = pods
+                .iter()
+                .filter(|p| p.now.starts_with("on this node"))
+                .count();
             let summary = format!(
                 "created by karpenter-agent for {} pending {}; {} of them {} on its node now",
                 pods.len(),
@@ -946,7 +1184,11 @@ fn why_it_exists(claim: &NodeClaim, cluster: &Cluster, node_name: Option<&str>, 
                 still_here,
                 if still_here == 1 { "is" } else { "are" }
             );
-            WhyItExists { recorded: true, summary, pods }
+            WhyItExists {
+                recorded: true,
+                summary,
+                pods,
+            }
         }
         None => {
             let mut pods: Vec<PodWhereabouts> = pods_on_node
@@ -967,7 +1209,11 @@ fn why_it_exists(claim: &NodeClaim, cluster: &Cluster, node_name: Option<&str>, 
                 ),
                 None => "not recorded: the pods it was created for are not on the claim (it was not created by karpenter-agent, e.g. by upstream Karpenter), and it has no node yet".to_owned(),
             };
-            WhyItExists { recorded: false, summary, pods }
+            WhyItExists {
+                recorded: false,
+                summary,
+                pods,
+            }
         }
     }
 }
@@ -978,31 +1224,56 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 
 /// Whether `text` names `word` as a whole token (instance type names contain dots and dashes).
 fn mentions(text: &str, word: &str) -> bool {
-    text.split(|c: char| c.is_whitespace() || c == ',' || c == ';' || c == '(' || c == ')' || c == '"' || c == '[' || c == ']')
-        .any(|token| token.trim_end_matches(['.', ':']) == word)
+    text.split(|c: char| {
+        c.is_whitespace()
+            || c == ','
+            || c == ';'
+            || c == '('
+            || c == ')'
+            || c == '"'
+            || c == '['
+            || c == ']'
+    })
+    .any(|token| token.trim_end_matches(['.', ':']) == word)
 }
 
 fn instance_choice(claim: &NodeClaim, events: &[Event], now: Timestamp) -> InstanceChoice {
     let launched = label(&claim.metadata, labels::INSTANCE_TYPE);
-    let launched_at = claim.condition(cond::LAUNCHED).filter(|c| c.status == "True").map(|c| c.last_transition_time.0);
+    let launched_at = claim
+        .condition(cond::LAUNCHED)
+        .filter(|c| c.status == "True")
+        .map(|c| c.last_transition_time.0);
     let Some(options) = instance_type_options(claim) else {
         let allowed: Vec<String> = claim
             .spec
             .requirements
             .iter()
-            .filter(|r| labels::normalize(&r.key) == labels::INSTANCE_TYPE && r.operator == RequirementOperator::In)
+            .filter(|r| {
+                labels::normalize(&r.key) == labels::INSTANCE_TYPE
+                    && r.operator == RequirementOperator::In
+            })
             .flat_map(|r| r.values.iter().map(|v| v.as_str().to_owned()))
             .collect();
         let summary = match (launched, allowed.len()) {
-            (Some(t), 0) => format!("not recorded: its requirements allow any instance type; the cloud provider launched {t}"),
+            (Some(t), 0) => format!(
+                "not recorded: its requirements allow any instance type; the cloud provider launched {t}"
+            ),
             (Some(t), n) => format!(
                 "not recorded: its requirements allow {n} instance {} (prices not recorded); the cloud provider launched {t}",
                 plural(n, "type", "types")
             ),
             (None, 0) => "not recorded, and it has not launched yet".to_owned(),
-            (None, n) => format!("not recorded: its requirements allow {n} instance {}; it has not launched yet", plural(n, "type", "types")),
+            (None, n) => format!(
+                "not recorded: its requirements allow {n} instance {}; it has not launched yet",
+                plural(n, "type", "types")
+            ),
         };
-        return InstanceChoice { recorded: false, summary, options: Vec::new(), allowed_instance_types: allowed };
+        return InstanceChoice {
+            recorded: false,
+            summary,
+            options: Vec::new(),
+            allowed_instance_types: allowed,
+        };
     };
 
     let launched_index = launched.and_then(|t| options.iter().position(|o| o.name == t));
@@ -1018,7 +1289,14 @@ fn instance_choice(claim: &NodeClaim, events: &[Event], now: Timestamp) -> Insta
             .max_by_key(|e| event_time(e))
             .map(|e| {
                 let on = e.involved_object.name.as_deref().unwrap_or("?");
-                let when = event_time(e).map(|at| format!(", {} before launch", human_duration(cutoff.duration_since(at)))).unwrap_or_default();
+                let when = event_time(e)
+                    .map(|at| {
+                        format!(
+                            ", {} before launch",
+                            human_duration(cutoff.duration_since(at))
+                        )
+                    })
+                    .unwrap_or_default();
                 format!("no capacity (InsufficientCapacity on nodeclaim {on}{when})")
             })
     };
@@ -1034,13 +1312,23 @@ fn instance_choice(claim: &NodeClaim, events: &[Event], now: Timestamp) -> Insta
         } else {
             String::new()
         };
-        outcomes.push(ChoiceOption { option: option.clone(), outcome, launched: is_launched });
+        outcomes.push(ChoiceOption {
+            option: option.clone(),
+            outcome,
+            launched: is_launched,
+        });
     }
     let n = options.len();
-    let fitted = format!("{n} instance {} fitted its pods", plural(n, "type", "types"));
+    let fitted = format!(
+        "{n} instance {} fitted its pods",
+        plural(n, "type", "types")
+    );
     let summary = match (launched, launched_index) {
         (None, _) => match options.first() {
-            Some(first) => format!("{fitted}; not launched yet, the cheapest is {} at ${:.4}/hour", first.name, first.price),
+            Some(first) => format!(
+                "{fitted}; not launched yet, the cheapest is {} at ${:.4}/hour",
+                first.name, first.price
+            ),
             None => format!("{fitted}; not launched yet"),
         },
         (Some(t), Some(0)) => format!("{fitted}; it launched the cheapest, {t}"),
@@ -1055,33 +1343,69 @@ fn instance_choice(claim: &NodeClaim, events: &[Event], now: Timestamp) -> Insta
                     }
                 })
                 .collect();
-            format!("{fitted}; it launched {t}, option {} of {n}, because {}", i + 1, skipped.join(", "))
+            format!(
+                "{fitted}; it launched {t}, option {} of {n}, because {}",
+                i + 1,
+                skipped.join(", ")
+            )
         }
         (Some(t), None) => format!("{fitted}; it launched {t}, which is not among them"),
     };
     let mut summary = summary;
-    if let (Some(i), Some(zone), Some(ct)) = (launched_index, label(&claim.metadata, labels::ZONE), label(&claim.metadata, labels::CAPACITY_TYPE)) {
+    if let (Some(i), Some(zone), Some(ct)) = (
+        launched_index,
+        label(&claim.metadata, labels::ZONE),
+        label(&claim.metadata, labels::CAPACITY_TYPE),
+    ) {
         let option = &options[i];
-        if (!option.zone.is_empty() && option.zone != zone) || (!option.capacity_type.is_empty() && option.capacity_type != ct) {
+        if (!option.zone.is_empty() && option.zone != zone)
+            || (!option.capacity_type.is_empty() && option.capacity_type != ct)
+        {
             summary.push_str(&format!(
                 " (as {ct} in {zone}; its cheapest offering was {} in {})",
                 option.capacity_type, option.zone
             ));
         }
     }
-    InstanceChoice { recorded: true, summary, options: outcomes, allowed_instance_types: Vec::new() }
+    InstanceChoice {
+        recorded: true,
+        summary,
+        options: outcomes,
+        allowed_instance_types: Vec::new(),
+    }
 }
 
 /// The usual order of a claim's conditions, for entries at the same instant.
-const CONDITION_ORDER: &[&str] = &[cond::LAUNCHED, cond::REGISTERED, cond::INITIALIZED, cond::READY];
+const CONDITION_ORDER: &[&str] = &[
+    cond::LAUNCHED,
+    cond::REGISTERED,
+    cond::INITIALIZED,
+    cond::READY,
+];
 
-fn timeline(claim: &NodeClaim, node: Option<&Node>, claim_events: &[&Event], node_events: &[&Event]) -> Vec<TimelineEntry> {
+fn timeline(
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    claim_events: &[&Event],
+    node_events: &[&Event],
+) -> Vec<TimelineEntry> {
     let mut entries: Vec<(usize, TimelineEntry)> = Vec::new();
     if let Some(t) = &claim.metadata.creation_timestamp {
-        entries.push((0, TimelineEntry { at: Some(t.0), source: "Object".to_owned(), what: "Created".to_owned(), detail: String::new() }));
+        entries.push((
+            0,
+            TimelineEntry {
+                at: Some(t.0),
+                source: "Object".to_owned(),
+                what: "Created".to_owned(),
+                detail: String::new(),
+            },
+        ));
     }
     for c in claim.status.iter().flat_map(|s| s.conditions.iter()) {
-        let order = CONDITION_ORDER.iter().position(|t| *t == c.type_).map_or(20, |p| p + 1);
+        let order = CONDITION_ORDER
+            .iter()
+            .position(|t| *t == c.type_)
+            .map_or(20, |p| p + 1);
         let detail = match (c.reason.is_empty(), c.message.is_empty()) {
             (true, true) => String::new(),
             (false, true) => c.reason.clone(),
@@ -1090,18 +1414,37 @@ fn timeline(claim: &NodeClaim, node: Option<&Node>, claim_events: &[&Event], nod
         };
         entries.push((
             order,
-            TimelineEntry { at: Some(c.last_transition_time.0), source: "Condition".to_owned(), what: format!("{}={}", c.type_, c.status), detail },
+            TimelineEntry {
+                at: Some(c.last_transition_time.0),
+                source: "Condition".to_owned(),
+                what: format!("{}={}", c.type_, c.status),
+                detail,
+            },
         ));
     }
     if let Some((node, t)) = node.and_then(|n| Some((n, n.metadata.creation_timestamp.as_ref()?))) {
         entries.push((
             1,
-            TimelineEntry { at: Some(t.0), source: "Object".to_owned(), what: "NodeCreated".to_owned(), detail: format!("node {}", name_of(&node.metadata)) },
+            TimelineEntry {
+                at: Some(t.0),
+                source: "Object".to_owned(),
+                what: "NodeCreated".to_owned(),
+                detail: format!("node {}", name_of(&node.metadata)),
+            },
         ));
     }
-    for (event, on) in claim_events.iter().map(|e| (e, "")).chain(node_events.iter().map(|e| (e, "node: "))) {
+    for (event, on) in claim_events
+        .iter()
+        .map(|e| (e, ""))
+        .chain(node_events.iter().map(|e| (e, "node: ")))
+    {
         let warning = event.type_.as_deref() == Some("Warning");
-        let count = event.series.as_ref().and_then(|s| s.count).or(event.count).filter(|c| *c > 1);
+        let count = event
+            .series
+            .as_ref()
+            .and_then(|s| s.count)
+            .or(event.count)
+            .filter(|c| *c > 1);
         let mut detail = format!("{on}{}", event.message.clone().unwrap_or_default());
         if let Some(count) = count {
             detail.push_str(&format!(" (x{count})"));
@@ -1117,7 +1460,15 @@ fn timeline(claim: &NodeClaim, node: Option<&Node>, claim_events: &[&Event], nod
         ));
     }
     if let Some(t) = &claim.metadata.deletion_timestamp {
-        entries.push((40, TimelineEntry { at: Some(t.0), source: "Object".to_owned(), what: "DeletionRequested".to_owned(), detail: String::new() }));
+        entries.push((
+            40,
+            TimelineEntry {
+                at: Some(t.0),
+                source: "Object".to_owned(),
+                what: "DeletionRequested".to_owned(),
+                detail: String::new(),
+            },
+        ));
     }
     // Stable: entries at the same instant keep the lifecycle order.
     entries.sort_by(|(oa, a), (ob, b)| match (a.at, b.at) {
@@ -1147,29 +1498,67 @@ fn disruptability(
 ) -> Disruptability {
     let mut blockers = Vec::new();
     let mut notes = Vec::new();
-    let block = |blockers: &mut Vec<Blocker>, kind, message: String| blockers.push(Blocker { kind, message });
+    let block = |blockers: &mut Vec<Blocker>, kind, message: String| {
+        blockers.push(Blocker { kind, message })
+    };
 
     if state.phase == ClaimPhase::Terminating {
-        block(&mut blockers, BlockerKind::Terminating, "it is already being deleted".to_owned());
-        return Disruptability { disruptable_now: false, blockers, notes };
+        block(
+            &mut blockers,
+            BlockerKind::Terminating,
+            "it is already being deleted".to_owned(),
+        );
+        return Disruptability {
+            disruptable_now: false,
+            blockers,
+            notes,
+        };
     }
     if !claim.is_true(cond::INITIALIZED) {
-        block(&mut blockers, BlockerKind::NotInitialized, format!("it is not initialized yet ({state}); only initialized nodes are disrupted"));
-        return Disruptability { disruptable_now: false, blockers, notes };
+        block(
+            &mut blockers,
+            BlockerKind::NotInitialized,
+            format!("it is not initialized yet ({state}); only initialized nodes are disrupted"),
+        );
+        return Disruptability {
+            disruptable_now: false,
+            blockers,
+            notes,
+        };
     }
-    let node_says = node.and_then(|n| annotation(&n.metadata, labels::DO_NOT_DISRUPT)).map(|v| ("node", v));
+    let node_says = node
+        .and_then(|n| annotation(&n.metadata, labels::DO_NOT_DISRUPT))
+        .map(|v| ("node", v));
     let claim_says = annotation(&claim.metadata, labels::DO_NOT_DISRUPT).map(|v| ("nodeclaim", v));
     if let Some((on, _)) = node_says.or(claim_says).filter(|(_, v)| *v == "true") {
-        block(&mut blockers, BlockerKind::DoNotDisruptNode, format!("the {on} has {}: \"true\"", labels::DO_NOT_DISRUPT));
+        block(
+            &mut blockers,
+            BlockerKind::DoNotDisruptNode,
+            format!("the {on} has {}: \"true\"", labels::DO_NOT_DISRUPT),
+        );
     }
-    let workload: Vec<&Pod> = pods_on_node.iter().copied().filter(|p| !is_daemon_or_mirror(p) && !is_terminal(p)).collect();
+    let workload: Vec<&Pod> = pods_on_node
+        .iter()
+        .copied()
+        .filter(|p| !is_daemon_or_mirror(p) && !is_terminal(p))
+        .collect();
     for pod in &workload {
         if annotation(&pod.metadata, labels::DO_NOT_DISRUPT) == Some("true") {
-            block(&mut blockers, BlockerKind::DoNotDisruptPod, format!("pod {} has {}: \"true\"", pod_key(pod), labels::DO_NOT_DISRUPT));
+            block(
+                &mut blockers,
+                BlockerKind::DoNotDisruptPod,
+                format!(
+                    "pod {} has {}: \"true\"",
+                    pod_key(pod),
+                    labels::DO_NOT_DISRUPT
+                ),
+            );
         }
     }
     for pdb in &cluster.pod_disruption_budgets {
-        let Some(allowed) = pdb.status.as_ref().map(|s| s.disruptions_allowed) else { continue };
+        let Some(allowed) = pdb.status.as_ref().map(|s| s.disruptions_allowed) else {
+            continue;
+        };
         if allowed > 0 {
             continue;
         }
@@ -1199,48 +1588,73 @@ fn disruptability(
     let Some(pool) = pool else {
         let message = match pool_name {
             Some(p) => format!("its NodePool {p} does not exist, so no disruption method applies"),
-            None => format!("it has no {} label, so no disruption method applies", labels::NODE_POOL),
+            None => format!(
+                "it has no {} label, so no disruption method applies",
+                labels::NODE_POOL
+            ),
         };
         block(&mut blockers, BlockerKind::NoNodePool, message);
-        return Disruptability { disruptable_now: false, blockers, notes };
+        return Disruptability {
+            disruptable_now: false,
+            blockers,
+            notes,
+        };
     };
     let pool_name = name_of(&pool.metadata);
     let disruption = &pool.spec.disruption;
 
     // Budgets: how many of the pool's nodes may be disrupted now, for a reason.
-    let members: Vec<&NodeClaim> =
-        cluster.node_claims.iter().filter(|c| label(&c.metadata, labels::NODE_POOL) == Some(pool_name.as_str())).collect();
-    let counted = members.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).count();
+    let members: Vec<&NodeClaim> = cluster
+        .node_claims
+        .iter()
+        .filter(|c| label(&c.metadata, labels::NODE_POOL) == Some(pool_name.as_str()))
+        .collect();
+    let counted = members
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .count();
     let disrupting = members.len() - counted;
-    let budget_allows = |reason: DisruptionReason, notes: &mut Vec<String>| -> (u64, Option<String>) {
-        let mut tightest: Option<(u64, String)> = None;
-        for (i, budget) in disruption.budgets.iter().enumerate() {
-            if budget.reasons.as_ref().is_some_and(|r| !r.contains(&reason)) {
-                continue;
-            }
-            let active = match budget_active(budget, now) {
-                Ok(active) => active,
-                Err(e) => {
-                    notes.push(format!("budget {} of NodePool {pool_name}: {e}; counted as active", i + 1));
-                    true
+    let budget_allows =
+        |reason: DisruptionReason, notes: &mut Vec<String>| -> (u64, Option<String>) {
+            let mut tightest: Option<(u64, String)> = None;
+            for (i, budget) in disruption.budgets.iter().enumerate() {
+                if budget
+                    .reasons
+                    .as_ref()
+                    .is_some_and(|r| !r.contains(&reason))
+                {
+                    continue;
                 }
-            };
-            if !active {
-                continue;
+                let active = match budget_active(budget, now) {
+                    Ok(active) => active,
+                    Err(e) => {
+                        notes.push(format!(
+                            "budget {} of NodePool {pool_name}: {e}; counted as active",
+                            i + 1
+                        ));
+                        true
+                    }
+                };
+                if !active {
+                    continue;
+                }
+                let Some(allowed) = budget_nodes(&budget.nodes, counted) else {
+                    notes.push(format!(
+                        "budget {} of NodePool {pool_name}: nodes {:?} not understood; ignored",
+                        i + 1,
+                        budget.nodes
+                    ));
+                    continue;
+                };
+                if tightest.as_ref().is_none_or(|(a, _)| allowed < *a) {
+                    tightest = Some((allowed, describe_budget(i, budget)));
+                }
             }
-            let Some(allowed) = budget_nodes(&budget.nodes, counted) else {
-                notes.push(format!("budget {} of NodePool {pool_name}: nodes {:?} not understood; ignored", i + 1, budget.nodes));
-                continue;
-            };
-            if tightest.as_ref().is_none_or(|(a, _)| allowed < *a) {
-                tightest = Some((allowed, describe_budget(i, budget)));
+            match tightest {
+                Some((allowed, which)) => (allowed.saturating_sub(disrupting as u64), Some(which)),
+                None => (u64::MAX, None),
             }
-        }
-        match tightest {
-            Some((allowed, which)) => (allowed.saturating_sub(disrupting as u64), Some(which)),
-            None => (u64::MAX, None),
-        }
-    };
+        };
     let budget_blocker = |reason: DisruptionReason, notes: &mut Vec<String>| -> Option<Blocker> {
         let (allowed, which) = budget_allows(reason, notes);
         (allowed == 0).then(|| Blocker {
@@ -1254,7 +1668,11 @@ fn disruptability(
     };
 
     // Consolidation.
-    let reason = if workload.is_empty() { DisruptionReason::Empty } else { DisruptionReason::Underutilized };
+    let reason = if workload.is_empty() {
+        DisruptionReason::Empty
+    } else {
+        DisruptionReason::Underutilized
+    };
     let mut consolidation: Vec<Blocker> = Vec::new();
     let consolidate_after = match disruption.consolidate_after.to_duration() {
         Ok(Some(d)) => SignedDuration::try_from(d).ok(),
@@ -1278,8 +1696,15 @@ fn disruptability(
         });
     }
     if let Some(after) = consolidate_after {
-        let last_pod_event = claim.status.as_ref().and_then(|s| s.last_pod_event_time.as_ref()).map(|t| t.0);
-        let initialized = claim.condition(cond::INITIALIZED).filter(|c| c.status == "True").map(|c| c.last_transition_time.0);
+        let last_pod_event = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref())
+            .map(|t| t.0);
+        let initialized = claim
+            .condition(cond::INITIALIZED)
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0);
         if last_pod_event.is_none() && initialized.is_some() {
             notes.push("lastPodEventTime is not set; consolidateAfter is counted from when it was initialized".to_owned());
         }
@@ -1314,7 +1739,9 @@ fn disruptability(
             Some(b) => blockers.push(b),
             None => {
                 drift_ok = true;
-                notes.push("it has drifted: it can be replaced regardless of consolidation".to_owned());
+                notes.push(
+                    "it has drifted: it can be replaced regardless of consolidation".to_owned(),
+                );
             }
         }
     }
@@ -1325,22 +1752,40 @@ fn disruptability(
         ));
     }
     if let Ok(Some(expire)) = claim.spec.expire_after.to_duration() {
-        let expires = claim.metadata.creation_timestamp.as_ref().and_then(|t| SignedDuration::try_from(expire).ok().and_then(|d| t.0.checked_add(d).ok()));
+        let expires = claim.metadata.creation_timestamp.as_ref().and_then(|t| {
+            SignedDuration::try_from(expire)
+                .ok()
+                .and_then(|d| t.0.checked_add(d).ok())
+        });
         if let Some(at) = expires {
             notes.push(if at > now {
-                format!("it expires in {} (expireAfter {}); expiry does not wait for budgets", human_duration(at.duration_since(now)), claim.spec.expire_after.0)
+                format!(
+                    "it expires in {} (expireAfter {}); expiry does not wait for budgets",
+                    human_duration(at.duration_since(now)),
+                    claim.spec.expire_after.0
+                )
             } else {
-                format!("it expired {} ago (expireAfter {})", human_duration(now.duration_since(at)), claim.spec.expire_after.0)
+                format!(
+                    "it expired {} ago (expireAfter {})",
+                    human_duration(now.duration_since(at)),
+                    claim.spec.expire_after.0
+                )
             });
         }
     }
-    Disruptability { disruptable_now: !common_blocked && (consolidation_ok || drift_ok), blockers, notes }
+    Disruptability {
+        disruptable_now: !common_blocked && (consolidation_ok || drift_ok),
+        blockers,
+        notes,
+    }
 }
 
 fn describe_budget(index: usize, budget: &Budget) -> String {
     let mut text = format!("budget {} (nodes {:?}", index + 1, budget.nodes);
     if let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) {
-        text.push_str(&format!(", schedule {schedule:?} for {duration}, active now"));
+        text.push_str(&format!(
+            ", schedule {schedule:?} for {duration}, active now"
+        ));
     }
     if let Some(reasons) = &budget.reasons {
         let reasons: Vec<String> = reasons.iter().map(|r| format!("{r:?}")).collect();
@@ -1364,9 +1809,12 @@ pub fn budget_nodes(nodes: &str, count: usize) -> Option<u64> {
 /// Whether a budget applies at `now`: always without a schedule; with one, when the schedule hit
 /// within the last `duration` (upstream: the next hit after `now - duration` is not after `now`).
 pub fn budget_active(budget: &Budget, now: Timestamp) -> Result<bool, String> {
-    let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) else { return Ok(true) };
+    let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) else {
+        return Ok(true);
+    };
     let schedule = cron::Schedule::parse(schedule)?;
-    let duration = duration_of(duration).ok_or_else(|| format!("duration {duration:?} not understood"))?;
+    let duration =
+        duration_of(duration).ok_or_else(|| format!("duration {duration:?} not understood"))?;
     let start = now.checked_sub(duration).map_err(|e| e.to_string())?;
     Ok(schedule.hits_between(start, now))
 }
@@ -1390,15 +1838,27 @@ pub mod cron {
         day_star: bool,
     }
 
-    const MONTHS: &[&str] = &["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    const MONTHS: &[&str] = &[
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
     const DAYS: &[&str] = &["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
-    fn field(text: &str, min: u32, max: u32, names: &[&str], name_base: u32) -> Result<(u64, bool), String> {
+    fn field(
+        text: &str,
+        min: u32,
+        max: u32,
+        names: &[&str],
+        name_base: u32,
+    ) -> Result<(u64, bool), String> {
         let mut bits = 0_u64;
         let mut star = false;
         for part in text.split(',') {
             let (range, step) = match part.split_once('/') {
-                Some((r, s)) => (r, s.parse::<u32>().map_err(|_| format!("bad step in {part:?}"))?),
+                Some((r, s)) => (
+                    r,
+                    s.parse::<u32>()
+                        .map_err(|_| format!("bad step in {part:?}"))?,
+                ),
                 None => (part, 1),
             };
             if step == 0 {
@@ -1408,7 +1868,8 @@ pub mod cron {
                 if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(v)) {
                     return Ok(i as u32 + name_base);
                 }
-                v.parse::<u32>().map_err(|_| format!("{v:?} is not a number"))
+                v.parse::<u32>()
+                    .map_err(|_| format!("{v:?} is not a number"))
             };
             let (lo, hi) = if range == "*" || range == "?" {
                 star = step == 1;
@@ -1456,7 +1917,14 @@ pub mod cron {
             if days_of_week & (1 << 7) != 0 {
                 days_of_week |= 1;
             }
-            Ok(Self { minutes, hours, days_of_month, months, days_of_week, day_star: dom_star || dow_star })
+            Ok(Self {
+                minutes,
+                hours,
+                days_of_month,
+                months,
+                days_of_week,
+                day_star: dom_star || dow_star,
+            })
         }
 
         /// Whether the schedule fires in the minute holding `at` (UTC).
@@ -1465,15 +1933,24 @@ pub mod cron {
             let bit = |set: u64, v: i8| v >= 0 && set & (1 << v) != 0;
             let dom = bit(self.days_of_month, t.day());
             let dow = bit(self.days_of_week, t.weekday().to_sunday_zero_offset());
-            let day = if self.day_star { dom && dow } else { dom || dow };
-            bit(self.minutes, t.minute()) && bit(self.hours, t.hour()) && bit(self.months, t.month()) && day
+            let day = if self.day_star {
+                dom && dow
+            } else {
+                dom || dow
+            };
+            bit(self.minutes, t.minute())
+                && bit(self.hours, t.hour())
+                && bit(self.months, t.month())
+                && day
         }
 
         /// Whether it fires in some minute after `start` and no later than `end`.
         pub fn hits_between(&self, start: Timestamp, end: Timestamp) -> bool {
             // The first whole minute after `start`.
             let secs = start.as_second().div_euclid(60) * 60 + 60;
-            let Ok(mut t) = Timestamp::from_second(secs) else { return false };
+            let Ok(mut t) = Timestamp::from_second(secs) else {
+                return false;
+            };
             // At most a year of minutes; budget windows are hours or days.
             for _ in 0..(366 * 24 * 60) {
                 if t > end {
@@ -1599,7 +2076,9 @@ mod tests {
     }
 
     fn consolidatable_pool() -> NodePool {
-        pool(json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized", "budgets": [{"nodes": "10%"}]}))
+        pool(
+            json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized", "budgets": [{"nodes": "10%"}]}),
+        )
     }
 
     fn explained(cluster: &Cluster) -> ClaimExplanation {
@@ -1612,26 +2091,59 @@ mod tests {
 
     #[test]
     fn ages_print_as_kubectl_prints_them() {
-        let cases = [(5, "5s"), (119, "119s"), (150, "2m30s"), (600, "10m"), (3 * 3600, "3h"), (3 * 3600 + 600, "3h10m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (10 * 86400, "10d"), (800 * 86400, "2y70d")];
+        let cases = [
+            (5, "5s"),
+            (119, "119s"),
+            (150, "2m30s"),
+            (600, "10m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 600, "3h10m"),
+            (30 * 3600, "30h"),
+            (50 * 3600, "2d2h"),
+            (10 * 86400, "10d"),
+            (800 * 86400, "2y70d"),
+        ];
         for (secs, want) in cases {
-            assert_eq!(human_duration(SignedDuration::from_secs(secs)), want, "{secs}s");
+            assert_eq!(
+                human_duration(SignedDuration::from_secs(secs)),
+                want,
+                "{secs}s"
+            );
         }
     }
 
     #[test]
     fn a_claim_costs_its_node_label_else_its_recorded_option_else_unknown() {
         let c = ours("m.large");
-        assert_eq!(claim_price(&c, Some(&node("n1", Some("0.25")))), Some(Price { per_hour: 0.25, source: PriceSource::NodeLabel }));
-        assert_eq!(claim_price(&c, Some(&node("n1", None))), Some(Price { per_hour: 0.2, source: PriceSource::InstanceTypeOptions }));
-        let upstream = claim(json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}}}));
+        assert_eq!(
+            claim_price(&c, Some(&node("n1", Some("0.25")))),
+            Some(Price {
+                per_hour: 0.25,
+                source: PriceSource::NodeLabel
+            })
+        );
+        assert_eq!(
+            claim_price(&c, Some(&node("n1", None))),
+            Some(Price {
+                per_hour: 0.2,
+                source: PriceSource::InstanceTypeOptions
+            })
+        );
+        let upstream =
+            claim(json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}}}));
         assert_eq!(claim_price(&upstream, None), None);
     }
 
     #[test]
     fn the_state_comes_from_the_first_condition_not_yet_true() {
         assert_eq!(claim_state(&claim(json!({})), None).to_string(), "Pending");
-        let launching = claim(json!({"status": {"conditions": [{"type": "Launched", "status": "False", "reason": "NodeClassNotReady", "message": "", "lastTransitionTime": NOW}]}}));
-        assert_eq!(claim_state(&launching, None).to_string(), "Launching(NodeClassNotReady)");
+        let launching = claim(
+            json!({"status": {"conditions": [{"type": "Launched", "status": "False", "reason": "NodeClassNotReady", "message": "", "lastTransitionTime": NOW}]}}),
+        );
+        assert_eq!(
+            claim_state(&launching, None).to_string(),
+            "Launching(NodeClassNotReady)"
+        );
         let registering = claim(json!({"status": {"conditions": [
             {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": NOW},
             {"type": "Registered", "status": "False", "reason": "NotRegistered", "message": "", "lastTransitionTime": NOW}]}}));
@@ -1640,10 +2152,18 @@ mod tests {
         if let Some(s) = drifted.status.as_mut() {
             s.conditions.push(serde_json::from_value(json!({"type": "Drifted", "status": "True", "reason": "NodePoolDrifted", "message": "", "lastTransitionTime": NOW})).expect("condition"));
         }
-        assert_eq!(claim_state(&drifted, Some(&node("n1", None))).to_string(), "Ready,Drifted");
+        assert_eq!(
+            claim_state(&drifted, Some(&node("n1", None))).to_string(),
+            "Ready,Drifted"
+        );
         let mut not_ready = node("n1", None);
-        not_ready.status = serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "False"}]})).expect("status");
-        assert_eq!(claim_state(&ours("m.small"), Some(&not_ready)).to_string(), "NotReady(NodeNotReady)");
+        not_ready.status =
+            serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "False"}]}))
+                .expect("status");
+        assert_eq!(
+            claim_state(&ours("m.small"), Some(&not_ready)).to_string(),
+            "NotReady(NodeNotReady)"
+        );
     }
 
     #[test]
@@ -1657,14 +2177,32 @@ mod tests {
                 pod("web-1", None, unschedulable.clone()),
                 pod("huge", None, unschedulable.clone()),
                 pod("plain", None, unschedulable),
-                pod("gated", None, json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}})),
+                pod(
+                    "gated",
+                    None,
+                    json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+                ),
                 pod("running", Some("n1"), json!({})),
             ],
-            events: vec![event("Pod", "huge", "FailedProvisioning", "no NodePool fits: cpu 500 > 64", NOW)],
+            events: vec![event(
+                "Pod",
+                "huge",
+                "FailedProvisioning",
+                "no NodePool fits: cpu 500 > 64",
+                NOW,
+            )],
             ..Cluster::default()
         };
-        let reasons: Vec<(String, String)> = pending_pods(&cluster).into_iter().map(|p| (p.name, p.reason)).collect();
-        let reason = |name: &str| reasons.iter().find(|(n, _)| n == name).map(|(_, r)| r.as_str());
+        let reasons: Vec<(String, String)> = pending_pods(&cluster)
+            .into_iter()
+            .map(|p| (p.name, p.reason))
+            .collect();
+        let reason = |name: &str| {
+            reasons
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, r)| r.as_str())
+        };
         assert_eq!(reason("web-1"), Some("WaitingForNodeClaim"));
         assert_eq!(reason("huge"), Some("FailedProvisioning"));
         assert_eq!(reason("plain"), Some("Unschedulable"));
@@ -1680,12 +2218,24 @@ mod tests {
                 "metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}},
                 "status": {"nodeName": "n1", "providerID": "kwok://n1", "capacity": {"cpu": "4", "memory": "16Gi"}, "conditions": ready_conditions(NOW)},
             }))],
-            nodes: vec![node("n1", Some("0.5")), node("static-1", Some("0.25")), node("static-2", None)],
+            nodes: vec![
+                node("n1", Some("0.5")),
+                node("static-1", Some("0.25")),
+                node("static-2", None),
+            ],
             ..Cluster::default()
         };
         let report = status_report(&cluster, &StatusOptions::default());
         let p = &report.node_pools[0];
-        assert_eq!((p.nodes, p.cpu.used.as_str(), p.cpu.limit.as_deref(), p.memory.used.as_str()), (1, "4", Some("100"), "16Gi"));
+        assert_eq!(
+            (
+                p.nodes,
+                p.cpu.used.as_str(),
+                p.cpu.limit.as_deref(),
+                p.memory.used.as_str()
+            ),
+            (1, "4", Some("100"), "16Gi")
+        );
         assert_eq!(report.totals.other_nodes, 2);
         assert_eq!(report.totals.unpriced, 1);
         assert!((report.totals.price_per_hour - 0.75).abs() < 1e-9);
@@ -1694,7 +2244,10 @@ mod tests {
 
     #[test]
     fn an_unknown_name_lists_the_names_that_exist() {
-        let cluster = Cluster { node_claims: vec![ours("m.small")], ..Cluster::default() };
+        let cluster = Cluster {
+            node_claims: vec![ours("m.small")],
+            ..Cluster::default()
+        };
         let err = explain_node_claim(&cluster, "nope", at(NOW)).expect_err("unknown");
         assert_eq!(err.existing, vec!["default-abcde".to_owned()]);
     }
@@ -1705,23 +2258,58 @@ mod tests {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.large")],
             nodes: vec![node("n1", Some("0.2"))],
-            pods: vec![pod("web-1", Some("n1"), json!({})), pod("web-2", None, json!({}))],
-            events: vec![event("NodeClaim", "default-zzzzz", "InsufficientCapacity", "no capacity for m.small; the pods will be provisioned again", "2026-03-02T08:59:30Z")],
+            pods: vec![
+                pod("web-1", Some("n1"), json!({})),
+                pod("web-2", None, json!({})),
+            ],
+            events: vec![event(
+                "NodeClaim",
+                "default-zzzzz",
+                "InsufficientCapacity",
+                "no capacity for m.small; the pods will be provisioned again",
+                "2026-03-02T08:59:30Z",
+            )],
             ..Cluster::default()
         };
         let e = explained(&cluster);
         assert!(e.recorded_by_agent);
-        assert_eq!(e.why.pods.iter().map(|p| p.now.as_str()).collect::<Vec<_>>(), ["on this node", "pending"]);
-        assert!(e.choice.summary.contains("m.small had no capacity"), "{}", e.choice.summary);
-        assert!(e.choice.options[0].outcome.contains("nodeclaim default-zzzzz"), "{:?}", e.choice.options[0]);
+        assert_eq!(
+            e.why
+                .pods
+                .iter()
+                .map(|p| p.now.as_str())
+                .collect::<Vec<_>>(),
+            ["on this node", "pending"]
+        );
+        assert!(
+            e.choice.summary.contains("m.small had no capacity"),
+            "{}",
+            e.choice.summary
+        );
+        assert!(
+            e.choice.options[0]
+                .outcome
+                .contains("nodeclaim default-zzzzz"),
+            "{:?}",
+            e.choice.options[0]
+        );
         assert!(e.choice.options[1].launched);
     }
 
     #[test]
     fn a_cheaper_option_skipped_without_an_event_is_said_to_have_no_record() {
-        let cluster = Cluster { node_claims: vec![ours("m.large")], ..Cluster::default() };
+        let cluster = Cluster {
+            node_claims: vec![ours("m.large")],
+            ..Cluster::default()
+        };
         let e = explained(&cluster);
-        assert!(e.choice.summary.contains("m.small was not launched (no record why)"), "{}", e.choice.summary);
+        assert!(
+            e.choice
+                .summary
+                .contains("m.small was not launched (no record why)"),
+            "{}",
+            e.choice.summary
+        );
     }
 
     #[test]
@@ -1740,17 +2328,36 @@ mod tests {
         };
         let e = explained(&cluster);
         assert!(!e.recorded_by_agent);
-        assert!(e.why.summary.starts_with("not recorded"), "{}", e.why.summary);
+        assert!(
+            e.why.summary.starts_with("not recorded"),
+            "{}",
+            e.why.summary
+        );
         assert_eq!(e.why.pods.len(), 1);
         assert_eq!(e.choice.allowed_instance_types, ["m5.large", "m5.xlarge"]);
         assert_eq!(e.price, None);
         let what: Vec<&str> = e.timeline.iter().map(|t| t.what.as_str()).collect();
-        assert_eq!(what, ["Created", "NodeCreated", "Launched=True", "Registered=True", "Initialized=True", "Ready=True"]);
+        assert_eq!(
+            what,
+            [
+                "Created",
+                "NodeCreated",
+                "Launched=True",
+                "Registered=True",
+                "Initialized=True",
+                "Ready=True"
+            ]
+        );
     }
 
     #[test]
     fn nothing_blocks_an_initialized_claim_in_a_consolidating_pool() {
-        let cluster = Cluster { node_pools: vec![consolidatable_pool()], node_claims: vec![ours("m.small")], nodes: vec![node("n1", None)], ..Cluster::default() };
+        let cluster = Cluster {
+            node_pools: vec![consolidatable_pool()],
+            node_claims: vec![ours("m.small")],
+            nodes: vec![node("n1", None)],
+            ..Cluster::default()
+        };
         let e = explained(&cluster);
         assert!(e.disruption.disruptable_now, "{:?}", e.disruption);
     }
@@ -1767,19 +2374,34 @@ mod tests {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
-            pods: vec![pod("web-1", Some("n1"), json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}))],
+            pods: vec![pod(
+                "web-1",
+                Some("n1"),
+                json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}),
+            )],
             pod_disruption_budgets: vec![pdb],
             ..Cluster::default()
         };
         let e = explained(&cluster);
         assert!(!e.disruption.disruptable_now);
-        assert_eq!(kinds(&e), [BlockerKind::DoNotDisruptPod, BlockerKind::PodDisruptionBudget]);
+        assert_eq!(
+            kinds(&e),
+            [
+                BlockerKind::DoNotDisruptPod,
+                BlockerKind::PodDisruptionBudget
+            ]
+        );
     }
 
     #[test]
     fn a_zero_budget_blocks_and_a_percentage_rounds_up() {
         let zero = pool(json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}));
-        let cluster = Cluster { node_pools: vec![zero], node_claims: vec![ours("m.small")], nodes: vec![node("n1", None)], ..Cluster::default() };
+        let cluster = Cluster {
+            node_pools: vec![zero],
+            node_claims: vec![ours("m.small")],
+            nodes: vec![node("n1", None)],
+            ..Cluster::default()
+        };
         assert_eq!(kinds(&explained(&cluster)), [BlockerKind::Budget]);
         assert_eq!(budget_nodes("10%", 1), Some(1));
         assert_eq!(budget_nodes("10%", 11), Some(2));
@@ -1789,20 +2411,39 @@ mod tests {
     #[test]
     fn a_scheduled_budget_counts_only_inside_its_window() {
         // Monday 10:00 UTC: inside "09:00 on weekdays for 8h", outside "Sundays for 8h".
-        let weekdays = pool(json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}]}));
-        let sundays = pool(json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0", "schedule": "0 0 * * sun", "duration": "8h"}]}));
-        let base = Cluster { node_claims: vec![ours("m.small")], nodes: vec![node("n1", None)], ..Cluster::default() };
-        let weekday_cluster = Cluster { node_pools: vec![weekdays], ..base.clone() };
+        let weekdays = pool(
+            json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"}]}),
+        );
+        let sundays = pool(
+            json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0", "schedule": "0 0 * * sun", "duration": "8h"}]}),
+        );
+        let base = Cluster {
+            node_claims: vec![ours("m.small")],
+            nodes: vec![node("n1", None)],
+            ..Cluster::default()
+        };
+        let weekday_cluster = Cluster {
+            node_pools: vec![weekdays],
+            ..base.clone()
+        };
         let e = explained(&weekday_cluster);
         assert_eq!(kinds(&e), [BlockerKind::Budget]);
-        assert!(e.disruption.blockers[0].message.contains("active now"), "{}", e.disruption.blockers[0].message);
-        let sunday_cluster = Cluster { node_pools: vec![sundays], ..base };
+        assert!(
+            e.disruption.blockers[0].message.contains("active now"),
+            "{}",
+            e.disruption.blockers[0].message
+        );
+        let sunday_cluster = Cluster {
+            node_pools: vec![sundays],
+            ..base
+        };
         assert!(explained(&sunday_cluster).disruption.disruptable_now);
     }
 
     #[test]
     fn when_empty_pools_keep_nodes_with_pods_and_consolidate_after_makes_it_wait() {
-        let when_empty = pool(json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}));
+        let when_empty =
+            pool(json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}));
         let mut cluster = Cluster {
             node_pools: vec![when_empty],
             node_claims: vec![ours("m.small")],
@@ -1814,9 +2455,16 @@ mod tests {
         cluster.node_pools = vec![pool(json!({"consolidateAfter": "2h"}))];
         let e = explained(&cluster);
         assert_eq!(kinds(&e), [BlockerKind::ConsolidateAfter]);
-        assert!(e.disruption.blockers[0].message.contains("in 61m"), "{}", e.disruption.blockers[0].message);
+        assert!(
+            e.disruption.blockers[0].message.contains("in 61m"),
+            "{}",
+            e.disruption.blockers[0].message
+        );
         cluster.node_pools = vec![pool(json!({"consolidateAfter": "Never"}))];
-        assert_eq!(kinds(&explained(&cluster)), [BlockerKind::ConsolidationDisabled]);
+        assert_eq!(
+            kinds(&explained(&cluster)),
+            [BlockerKind::ConsolidationDisabled]
+        );
     }
 
     #[test]
@@ -1827,12 +2475,23 @@ mod tests {
         assert!(!s.matches(at("2026-03-01T09:15:00Z")), "a Sunday");
         // Day-of-month and day-of-week both restricted: either matches.
         let either = cron::Schedule::parse("0 0 1 * sun").expect("parse");
-        assert!(either.matches(at("2026-03-01T00:00:00Z")) && either.matches(at("2026-04-01T00:00:00Z")) && either.matches(at("2026-03-08T00:00:00Z")));
-        assert!(cron::Schedule::parse("@daily").expect("parse").matches(at("2026-03-02T00:00:00Z")));
+        assert!(
+            either.matches(at("2026-03-01T00:00:00Z"))
+                && either.matches(at("2026-04-01T00:00:00Z"))
+                && either.matches(at("2026-03-08T00:00:00Z"))
+        );
+        assert!(
+            cron::Schedule::parse("@daily")
+                .expect("parse")
+                .matches(at("2026-03-02T00:00:00Z"))
+        );
         assert!(cron::Schedule::parse("0 0 * *").is_err());
         assert!(cron::Schedule::parse("61 * * * *").is_err());
         let daily = cron::Schedule::parse("@daily").expect("parse");
         assert!(daily.hits_between(at("2026-03-01T23:00:00Z"), at("2026-03-02T00:30:00Z")));
-        assert!(!daily.hits_between(at("2026-03-02T00:00:00Z"), at("2026-03-02T10:00:00Z")), "the hit at the start is not after it");
+        assert!(
+            !daily.hits_between(at("2026-03-02T00:00:00Z"), at("2026-03-02T10:00:00Z")),
+            "the hit at the start is not after it"
+        );
     }
 }

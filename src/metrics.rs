@@ -57,31 +57,71 @@ impl Metrics {
             launch_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             scheduling_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             // Fine around the 1 s batch idle window, where the target (idle + 100 ms) lies.
-            pod_unschedulable_to_nodeclaim_seconds: Histogram::new(
-                [0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0],
-            ),
+            pod_unschedulable_to_nodeclaim_seconds: Histogram::new([
+                0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5,
+                10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
+            ]),
             batches: Family::default(),
         };
-        registry.register("nodeclaims_created", "NodeClaims created by provisioning", metrics.nodeclaims_created.clone());
-        registry.register("nodeclaims_launched", "Instances launched for NodeClaims", metrics.nodeclaims_launched.clone());
-        registry.register("nodeclaims_initialized", "NodeClaims whose node became ready", metrics.nodeclaims_initialized.clone());
-        registry.register("nodeclaims_terminated", "NodeClaims whose instance was deleted", metrics.nodeclaims_terminated.clone());
+        registry.register(
+            "nodeclaims_created",
+            "NodeClaims created by provisioning",
+            metrics.nodeclaims_created.clone(),
+        );
+        registry.register(
+            "nodeclaims_launched",
+            "Instances launched for NodeClaims",
+            metrics.nodeclaims_launched.clone(),
+        );
+        registry.register(
+            "nodeclaims_initialized",
+            "NodeClaims whose node became ready",
+            metrics.nodeclaims_initialized.clone(),
+        );
+        registry.register(
+            "nodeclaims_terminated",
+            "NodeClaims whose instance was deleted",
+            metrics.nodeclaims_terminated.clone(),
+        );
         registry.register(
             "instances_garbage_collected",
             "Instances deleted because no NodeClaim owned them",
             metrics.instances_garbage_collected.clone(),
         );
-        registry.register("reconcile_errors", "Failed control-loop passes, by error kind", metrics.reconcile_errors.clone());
-        registry.register("pods_unschedulable", "Pending pods the last scheduling round could not place", metrics.pods_unschedulable.clone());
-        registry.register("nodeclaims_launch_duration_seconds", "Time a cloud launch took", metrics.launch_seconds.clone());
-        registry.register("scheduling_duration_seconds", "Time one scheduling simulation took", metrics.scheduling_seconds.clone());
+        registry.register(
+            "reconcile_errors",
+            "Failed control-loop passes, by error kind",
+            metrics.reconcile_errors.clone(),
+        );
+        registry.register(
+            "pods_unschedulable",
+            "Pending pods the last scheduling round could not place",
+            metrics.pods_unschedulable.clone(),
+        );
+        registry.register(
+            "nodeclaims_launch_duration_seconds",
+            "Time a cloud launch took",
+            metrics.launch_seconds.clone(),
+        );
+        registry.register(
+            "scheduling_duration_seconds",
+            "Time one scheduling simulation took",
+            metrics.scheduling_seconds.clone(),
+        );
         registry.register(
             "pods_unschedulable_to_nodeclaim_seconds",
             "Time from the agent seeing a pod unschedulable to creating the NodeClaim for it",
             metrics.pod_unschedulable_to_nodeclaim_seconds.clone(),
         );
-        registry.register("provisioner_batches", "Batches of pending pods handed to scheduling, by what closed them", metrics.batches.clone());
-        Self { registry, ..metrics }
+        registry.register(
+            "provisioner_batches",
+            "Batches of pending pods handed to scheduling, by what closed them",
+            metrics.batches.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
     }
 
     /// The metrics in OpenMetrics text format.

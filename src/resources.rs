@@ -31,7 +31,9 @@ pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// The text does not follow the Kubernetes quantity grammar.
-    #[error("invalid quantity {text:?}: expected a number with an optional suffix such as m, Ki, Mi, Gi, k, M, G or e3")]
+    #[error(
+        "invalid quantity {text:?}: expected a number with an optional suffix such as m, Ki, Mi, Gi, k, M, G or e3"
+    )]
     Invalid {
         /// The text that failed to parse.
         text: String,
@@ -55,7 +57,9 @@ fn milli_scaled(resource: &str) -> bool {
 ///
 /// Exact for every suffix Kubernetes accepts; values beyond the range of `i128` saturate.
 pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
-    let invalid = || QuantityError::Invalid { text: text.to_owned() };
+    let invalid = || QuantityError::Invalid {
+        text: text.to_owned(),
+    };
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err(invalid());
@@ -65,7 +69,10 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
         b'+' => (false, &trimmed[1..]),
         _ => (false, trimmed),
     };
-    let number_len = rest.bytes().take_while(|b| b.is_ascii_digit() || *b == b'.').count();
+    let number_len = rest
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b'.')
+        .count();
     let (number, suffix) = rest.split_at(number_len);
     if number.is_empty() || number == "." || number.bytes().filter(|b| *b == b'.').count() > 1 {
         return Err(invalid());
@@ -74,7 +81,9 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
     // mantissa * 10^-frac_digits is the number.
     let mut mantissa: i128 = 0;
     for digit in int_part.bytes().chain(frac_part.bytes()) {
-        mantissa = mantissa.saturating_mul(10).saturating_add(i128::from(digit - b'0'));
+        mantissa = mantissa
+            .saturating_mul(10)
+            .saturating_add(i128::from(digit - b'0'));
     }
     let frac_digits = i32::try_from(frac_part.len()).map_err(|_| invalid())?;
     // value = mantissa * 10^(exp10 - frac_digits) * 2^exp2, scaled by 1000 for milli-units.
@@ -126,9 +135,16 @@ pub fn parse_milli(text: &str) -> Result<i128, QuantityError> {
 pub fn parse(resource: &str, text: &str) -> Result<u64, QuantityError> {
     let milli = parse_milli(text)?;
     if milli < 0 {
-        return Err(QuantityError::Negative { resource: resource.to_owned(), text: text.to_owned() });
+        return Err(QuantityError::Negative {
+            resource: resource.to_owned(),
+            text: text.to_owned(),
+        });
     }
-    let scaled = if milli_scaled(resource) { milli } else { milli / 1000 + i128::from(milli % 1000 != 0) };
+    let scaled = if milli_scaled(resource) {
+        milli
+    } else {
+        milli / 1000 + i128::from(milli % 1000 != 0)
+    };
     Ok(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
@@ -136,10 +152,21 @@ pub fn parse(resource: &str, text: &str) -> Result<u64, QuantityError> {
 /// binary suffix for byte resources (`4Gi`, `512Mi`), a plain integer otherwise.
 pub fn format(resource: &str, amount: u64) -> String {
     if milli_scaled(resource) {
-        return if amount.is_multiple_of(1000) { (amount / 1000).to_string() } else { format!("{amount}m") };
+        return if amount.is_multiple_of(1000) {
+            (amount / 1000).to_string()
+        } else {
+            format!("{amount}m")
+        };
     }
     if is_bytes(resource) && amount > 0 {
-        for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        for (suffix, shift) in [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ] {
             let unit = 1_u64 << shift;
             if amount.is_multiple_of(unit) {
                 return format!("{}{suffix}", amount / unit);
@@ -168,7 +195,11 @@ pub fn human(resource: &str, amount: u64) -> String {
 
 fn trim_decimals(value: f64, decimals: usize) -> String {
     let text = format!("{value:.decimals$}");
-    if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.').to_owned() } else { text }
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
 }
 
 fn is_bytes(resource: &str) -> bool {
@@ -192,7 +223,9 @@ impl ResourceList {
     }
 
     /// Parses `(name, quantity)` pairs, e.g. `[("cpu", "2"), ("memory", "4Gi")]`.
-    pub fn parse<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, QuantityError> {
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, QuantityError> {
         let mut list = Self::new();
         for (name, text) in pairs {
             let amount = parse(name, text)?;
@@ -203,12 +236,19 @@ impl ResourceList {
 
     /// Reads a Kubernetes `ResourceList` (`BTreeMap<String, Quantity>`).
     pub fn from_quantities(quantities: &BTreeMap<String, Quantity>) -> Result<Self, QuantityError> {
-        Self::parse(quantities.iter().map(|(name, q)| (name.as_str(), q.0.as_str())))
+        Self::parse(
+            quantities
+                .iter()
+                .map(|(name, q)| (name.as_str(), q.0.as_str())),
+        )
     }
 
     /// Writes a Kubernetes `ResourceList` in canonical quantity notation.
     pub fn to_quantities(&self) -> BTreeMap<String, Quantity> {
-        self.0.iter().map(|(name, amount)| (name.clone(), Quantity(format(name, *amount)))).collect()
+        self.0
+            .iter()
+            .map(|(name, amount)| (name.clone(), Quantity(format(name, *amount))))
+            .collect()
     }
 
     /// Sets one resource, builder style.
@@ -287,11 +327,15 @@ impl ResourceList {
 
     /// Whether every resource requested here is available in `capacity` (absent there = zero).
     pub fn fits_in(&self, capacity: &Self) -> bool {
-        self.iter().all(|(name, amount)| amount <= capacity.get(name))
+        self.iter()
+            .all(|(name, amount)| amount <= capacity.get(name))
     }
 
     /// The resources requested here that `capacity` lacks: `(name, requested, available)`.
-    pub fn shortfalls<'a>(&'a self, capacity: &'a Self) -> impl Iterator<Item = (&'a str, u64, u64)> + 'a {
+    pub fn shortfalls<'a>(
+        &'a self,
+        capacity: &'a Self,
+    ) -> impl Iterator<Item = (&'a str, u64, u64)> + 'a {
         self.iter().filter_map(|(name, amount)| {
             let have = capacity.get(name);
             (amount > have).then_some((name, amount, have))
@@ -347,7 +391,11 @@ mod tests {
         assert_eq!(parse(MEMORY, "1G"), Ok(1_000_000_000));
         assert_eq!(parse(MEMORY, "1.5Ki"), Ok(1536));
         assert_eq!(parse(MEMORY, "129e6"), Ok(129_000_000));
-        assert_eq!(parse(MEMORY, "1m"), Ok(1), "sub-byte amounts round up to one byte");
+        assert_eq!(
+            parse(MEMORY, "1m"),
+            Ok(1),
+            "sub-byte amounts round up to one byte"
+        );
         assert_eq!(parse(PODS, "110"), Ok(110));
     }
 
@@ -356,7 +404,10 @@ mod tests {
         for text in ["", "abc", "1.2.3", "5Xi", ".", "1e", "Gi"] {
             assert!(parse(MEMORY, text).is_err(), "{text:?} should not parse");
         }
-        assert!(matches!(parse(CPU, "-1"), Err(QuantityError::Negative { .. })));
+        assert!(matches!(
+            parse(CPU, "-1"),
+            Err(QuantityError::Negative { .. })
+        ));
     }
 
     #[test]

@@ -106,9 +106,15 @@ struct RunArgs {
     gcp_endpoint: Option<String>,
 }
 
-async fn gcp_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<karpenter_core::cloud::gcp::GcpProvider> {
+async fn gcp_provider(
+    args: &RunArgs,
+    client: kube::Client,
+) -> anyhow::Result<karpenter_core::cloud::gcp::GcpProvider> {
     use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
-    let project = args.gcp_project.clone().context("--gcp-project (or GCP_PROJECT) is required with --provider gcp")?;
+    let project = args
+        .gcp_project
+        .clone()
+        .context("--gcp-project (or GCP_PROJECT) is required with --provider gcp")?;
     let cluster = args
         .gcp_cluster
         .clone()
@@ -116,8 +122,13 @@ async fn gcp_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<ka
         .context("--gcp-cluster (or GCP_CLUSTER) is required with --provider gcp")?;
     let region = match (&args.gcp_region, args.gcp_zones.first()) {
         (Some(region), _) => region.clone(),
-        (None, Some(zone)) => zone.rsplit_once('-').map_or(zone.as_str(), |(region, _)| region).to_owned(),
-        (None, None) => anyhow::bail!("--gcp-region or --gcp-zones is required with --provider gcp"),
+        (None, Some(zone)) => zone
+            .rsplit_once('-')
+            .map_or(zone.as_str(), |(region, _)| region)
+            .to_owned(),
+        (None, None) => {
+            anyhow::bail!("--gcp-region or --gcp-zones is required with --provider gcp")
+        }
     };
     let mut config = GcpConfig::new(project, cluster, region);
     config.zones = args.gcp_zones.clone();
@@ -126,23 +137,35 @@ async fn gcp_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<ka
     config.node_template = args.gcp_node_template.clone();
     tracing::info!(project = %config.project, cluster = %config.cluster_name, region = %config.region, zones = ?config.zones,
         endpoint = ?config.endpoint, "using the gcp provider");
-    GcpProvider::new(config, client).await.context("setting up the Compute Engine clients")
+    GcpProvider::new(config, client)
+        .await
+        .context("setting up the Compute Engine clients")
 }
 
-async fn aws_provider(args: &RunArgs, client: kube::Client) -> anyhow::Result<karpenter_core::cloud::aws::AwsProvider> {
+async fn aws_provider(
+    args: &RunArgs,
+    client: kube::Client,
+) -> anyhow::Result<karpenter_core::cloud::aws::AwsProvider> {
     use karpenter_core::cloud::aws::{AwsConfig, AwsProvider, pricing::PriceTable};
-    let cluster_name = args.cluster_name.clone().context("--cluster-name (or CLUSTER_NAME) is required with --provider aws")?;
+    let cluster_name = args
+        .cluster_name
+        .clone()
+        .context("--cluster-name (or CLUSTER_NAME) is required with --provider aws")?;
     let region = match &args.aws_region {
         Some(region) => region.clone(),
-        None => AwsConfig::default_region().await.context("no AWS region: pass --aws-region or set AWS_REGION")?,
+        None => AwsConfig::default_region()
+            .await
+            .context("no AWS region: pass --aws-region or set AWS_REGION")?,
     };
     let mut config = AwsConfig::new(region, cluster_name);
     config.endpoint_url = args.aws_endpoint_url.clone();
     config.interruption_queue = args.interruption_queue.clone();
     config.cluster_endpoint = args.cluster_endpoint.clone();
     if let Some(path) = &args.aws_price_file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading the price file {}", path.display()))?;
-        config.prices = PriceTable::with_overrides(&text).with_context(|| format!("reading the price file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the price file {}", path.display()))?;
+        config.prices = PriceTable::with_overrides(&text)
+            .with_context(|| format!("reading the price file {}", path.display()))?;
     }
     tracing::info!(region = %config.region, cluster = %config.cluster_name, endpoint = ?config.endpoint_url, "using the aws provider");
     Ok(AwsProvider::new(config, client).await)
@@ -155,7 +178,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -168,11 +193,16 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer().await.context("no kubeconfig and not running in a cluster")?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and not running in a cluster")?,
     };
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
@@ -191,15 +221,24 @@ async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Resul
                     match metrics.encode() {
                         Ok(body) => (
                             StatusCode::OK,
-                            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
                             body,
                         ),
-                        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], String::new()),
+                        Err(_) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(header::CONTENT_TYPE, "text/plain")],
+                            String::new(),
+                        ),
                     }
                 }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("listening on {address}"))?;
     axum::serve(listener, app).await.context("serving /metrics")
 }
 
@@ -218,19 +257,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         match args.provider {
             ProviderKind::Kwok => {
                 let provider = Arc::new(KwokProvider::new(client.clone()));
-                controllers::run(client, provider, settings, metrics).await.context("running the controllers")
+                controllers::run(client, provider, settings, metrics)
+                    .await
+                    .context("running the controllers")
             }
             ProviderKind::Aws => {
                 let provider = Arc::new(aws_provider(&args, client.clone()).await?);
                 let mut running = controllers::start(client, provider, settings, metrics).await;
                 // EC2NodeClass status, and the interruption queue when --interruption-queue is set.
-                controllers::aws::start(&mut running).await.context("starting the EC2 loops")?;
+                controllers::aws::start(&mut running)
+                    .await
+                    .context("starting the EC2 loops")?;
                 running.wait().await;
                 Ok(())
             }
             ProviderKind::Gcp => {
                 let provider = Arc::new(gcp_provider(&args, client.clone()).await?);
-                controllers::run(client, provider, settings, metrics).await.context("running the controllers")
+                controllers::run(client, provider, settings, metrics)
+                    .await
+                    .context("running the controllers")
             }
         }
     };
@@ -246,7 +291,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crds => {
             let yaml = karpenter_core::apis::crds_yaml().context("rendering the CRDs")?;
-            std::io::stdout().write_all(yaml.as_bytes()).context("writing to stdout")?;
+            std::io::stdout()
+                .write_all(yaml.as_bytes())
+                .context("writing to stdout")?;
             Ok(())
         }
         Command::Run(args) => tokio::runtime::Builder::new_multi_thread()

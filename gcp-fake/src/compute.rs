@@ -10,8 +10,8 @@
 //! [`FaultRule`]s and preempt instances with [`Compute::preempt`].
 
 use crate::wire::{
-    self, ApiResult, COMPUTE_BASE, GoogleError, int64, last_segment, new_fingerprint, new_numeric_id, now_rfc3339, ok,
-    parse_body, random_hex,
+    self, ApiResult, COMPUTE_BASE, GoogleError, int64, last_segment, new_fingerprint,
+    new_numeric_id, now_rfc3339, ok, parse_body, random_hex,
 };
 use crate::{Shared, lock};
 use axum::Router;
@@ -79,13 +79,19 @@ pub struct MachineType {
 impl MachineType {
     /// An x86 machine type without accelerators.
     pub fn new(name: &str, guest_cpus: i32, memory_mb: i32) -> Self {
-        let architecture = if name.starts_with("t2a") || name.starts_with("c4a") { "ARM64" } else { "X86_64" };
+        let architecture = if name.starts_with("t2a") || name.starts_with("c4a") {
+            "ARM64"
+        } else {
+            "X86_64"
+        };
         Self {
             name: name.to_owned(),
             guest_cpus,
             memory_mb,
             architecture: architecture.to_owned(),
-            is_shared_cpu: name.starts_with("e2-micro") || name.starts_with("e2-small") || name.starts_with("e2-medium"),
+            is_shared_cpu: name.starts_with("e2-micro")
+                || name.starts_with("e2-small")
+                || name.starts_with("e2-medium"),
             accelerators: Vec::new(),
         }
     }
@@ -158,7 +164,11 @@ pub enum Fault {
     /// The operation ends with `QUOTA_EXCEEDED` for `metric` (HTTP 403).
     QuotaExceeded { metric: String },
     /// The operation ends with this error code.
-    OperationError { code: String, message: String, http_status: u16 },
+    OperationError {
+        code: String,
+        message: String,
+        http_status: u16,
+    },
     /// The insert call itself fails with this error.
     Http(GoogleError),
 }
@@ -168,33 +178,49 @@ impl Compute {
     pub fn add_project(&mut self, project: &str) -> &mut Project {
         self.projects
             .entry(project.to_owned())
-            .or_insert_with(|| Project { number: rand::random_range(100_000_000_000u64..999_999_999_999), ..Default::default() })
+            .or_insert_with(|| Project {
+                number: rand::random_range(100_000_000_000u64..999_999_999_999),
+                ..Default::default()
+            })
     }
 
     /// Adds a zone (its region is the name without the last `-x`) to a project.
     pub fn add_zone(&mut self, project: &str, zone: &str) -> &mut Zone {
         let region = zone.rsplit_once('-').map_or(zone, |(r, _)| r).to_owned();
-        self.add_project(project).zones.entry(zone.to_owned()).or_insert_with(|| Zone {
-            region,
-            status: "UP".to_owned(),
-            machine_types: BTreeMap::new(),
-        })
+        self.add_project(project)
+            .zones
+            .entry(zone.to_owned())
+            .or_insert_with(|| Zone {
+                region,
+                status: "UP".to_owned(),
+                machine_types: BTreeMap::new(),
+            })
     }
 
     /// Offers `machine_type` in a zone of a project (adding both if missing).
     pub fn add_machine_type(&mut self, project: &str, zone: &str, machine_type: MachineType) {
-        self.add_zone(project, zone).machine_types.insert(machine_type.name.clone(), machine_type);
+        self.add_zone(project, zone)
+            .machine_types
+            .insert(machine_type.name.clone(), machine_type);
     }
 
     /// Adds an image to an image project.
     pub fn add_image(&mut self, image_project: &str, image: Image) {
-        self.images.entry(image_project.to_owned()).or_default().push(image);
+        self.images
+            .entry(image_project.to_owned())
+            .or_default()
+            .push(image);
     }
 
     /// A project with zones `us-central1-a`, `-b`, `-c` and `-f` offering a spread of common
     /// machine types ([`default_machine_types`]) and the COS and Ubuntu images.
     pub fn seed_project(&mut self, project: &str) {
-        for zone in ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"] {
+        for zone in [
+            "us-central1-a",
+            "us-central1-b",
+            "us-central1-c",
+            "us-central1-f",
+        ] {
             for machine_type in default_machine_types() {
                 self.add_machine_type(project, zone, machine_type);
             }
@@ -205,15 +231,48 @@ impl Compute {
     /// COS and Ubuntu images, x86 and Arm, one family each.
     pub fn seed_public_images(&mut self) {
         let images = [
-            ("cos-cloud", "cos-stable-117-18613-0-79", "cos-stable", "X86_64"),
-            ("cos-cloud", "cos-arm64-stable-117-18613-0-79", "cos-arm64-stable", "ARM64"),
-            ("ubuntu-os-cloud", "ubuntu-2404-noble-amd64-v20241115", "ubuntu-2404-lts-amd64", "X86_64"),
-            ("ubuntu-os-cloud", "ubuntu-2404-noble-arm64-v20241115", "ubuntu-2404-lts-arm64", "ARM64"),
-            ("ubuntu-os-gke-cloud", "ubuntu-gke-2404-1-33-amd64-v20241115", "ubuntu-gke-2404-1-33-amd64", "X86_64"),
-            ("ubuntu-os-gke-cloud", "ubuntu-gke-2404-1-33-arm64-v20241115", "ubuntu-gke-2404-1-33-arm64", "ARM64"),
+            (
+                "cos-cloud",
+                "cos-stable-117-18613-0-79",
+                "cos-stable",
+                "X86_64",
+            ),
+            (
+                "cos-cloud",
+                "cos-arm64-stable-117-18613-0-79",
+                "cos-arm64-stable",
+                "ARM64",
+            ),
+            (
+                "ubuntu-os-cloud",
+                "ubuntu-2404-noble-amd64-v20241115",
+                "ubuntu-2404-lts-amd64",
+                "X86_64",
+            ),
+            (
+                "ubuntu-os-cloud",
+                "ubuntu-2404-noble-arm64-v20241115",
+                "ubuntu-2404-lts-arm64",
+                "ARM64",
+            ),
+            (
+                "ubuntu-os-gke-cloud",
+                "ubuntu-gke-2404-1-33-amd64-v20241115",
+                "ubuntu-gke-2404-1-33-amd64",
+                "X86_64",
+            ),
+            (
+                "ubuntu-os-gke-cloud",
+                "ubuntu-gke-2404-1-33-arm64-v20241115",
+                "ubuntu-gke-2404-1-33-arm64",
+                "ARM64",
+            ),
         ];
         for (owner, name, family, arch) in images {
-            let known = self.images.get(owner).is_some_and(|list| list.iter().any(|i| i.name == name));
+            let known = self
+                .images
+                .get(owner)
+                .is_some_and(|list| list.iter().any(|i| i.name == name));
             if !known {
                 self.add_image(owner, Image::new(name, Some(family), arch));
             }
@@ -230,7 +289,9 @@ impl Compute {
             "properties": properties,
             "selfLink": format!("{}/global/instanceTemplates/{name}", project_url(project)),
         });
-        self.add_project(project).instance_templates.insert(name.to_owned(), value);
+        self.add_project(project)
+            .instance_templates
+            .insert(name.to_owned(), value);
     }
 
     /// Inserts of `machine_type` in `zone` end in a stockout until the rule is removed.
@@ -248,7 +309,9 @@ impl Compute {
         self.faults.push(FaultRule {
             zone: zone.map(str::to_owned),
             machine_type: machine_type.map(str::to_owned),
-            fault: Fault::QuotaExceeded { metric: metric.to_owned() },
+            fault: Fault::QuotaExceeded {
+                metric: metric.to_owned(),
+            },
             times: None,
         });
     }
@@ -258,7 +321,11 @@ impl Compute {
         self.faults.push(FaultRule {
             zone: None,
             machine_type: None,
-            fault: Fault::OperationError { code: code.to_owned(), message: message.to_owned(), http_status },
+            fault: Fault::OperationError {
+                code: code.to_owned(),
+                message: message.to_owned(),
+                http_status,
+            },
             times: Some(1),
         });
     }
@@ -271,8 +338,10 @@ impl Compute {
     /// Flips an instance to `status` (`TERMINATED` or `STOPPED`), as a spot preemption does.
     /// Returns whether it existed.
     pub fn preempt(&mut self, project: &str, zone: &str, name: &str, status: &str) -> bool {
-        let Some(instance) =
-            self.projects.get_mut(project).and_then(|p| p.instances.get_mut(&(zone.to_owned(), name.to_owned())))
+        let Some(instance) = self
+            .projects
+            .get_mut(project)
+            .and_then(|p| p.instances.get_mut(&(zone.to_owned(), name.to_owned())))
         else {
             return false;
         };
@@ -283,23 +352,36 @@ impl Compute {
 
     /// Removes an instance without an operation (a preempted spot VM with termination action DELETE).
     pub fn remove_instance(&mut self, project: &str, zone: &str, name: &str) -> Option<Value> {
-        self.projects.get_mut(project)?.instances.remove(&(zone.to_owned(), name.to_owned()))
+        self.projects
+            .get_mut(project)?
+            .instances
+            .remove(&(zone.to_owned(), name.to_owned()))
     }
 
     /// Every instance of a project, as the API returns them, by zone then name.
     pub fn instances(&self, project: &str) -> Vec<Value> {
-        self.projects.get(project).map(|p| p.instances.values().cloned().collect()).unwrap_or_default()
+        self.projects
+            .get(project)
+            .map(|p| p.instances.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// One instance, as the API returns it.
     pub fn instance(&self, project: &str, zone: &str, name: &str) -> Option<Value> {
-        self.projects.get(project)?.instances.get(&(zone.to_owned(), name.to_owned())).cloned()
+        self.projects
+            .get(project)?
+            .instances
+            .get(&(zone.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     fn take_fault(&mut self, zone: &str, machine_type: &str) -> Option<Fault> {
         let index = self.faults.iter().position(|rule| {
             rule.zone.as_deref().is_none_or(|z| z == zone)
-                && rule.machine_type.as_deref().is_none_or(|m| m == machine_type)
+                && rule
+                    .machine_type
+                    .as_deref()
+                    .is_none_or(|m| m == machine_type)
                 && rule.times != Some(0)
         })?;
         let rule = &mut self.faults[index];
@@ -346,22 +428,64 @@ pub fn router() -> Router<Shared> {
     Router::new()
         .route(&format!("{P}/zones"), get(list_zones))
         .route(&format!("{P}/zones/{{zone}}"), get(get_zone))
-        .route(&format!("{P}/zones/{{zone}}/machineTypes"), get(list_machine_types))
-        .route(&format!("{P}/zones/{{zone}}/machineTypes/{{name}}"), get(get_machine_type))
-        .route(&format!("{P}/aggregated/machineTypes"), get(aggregated_machine_types))
+        .route(
+            &format!("{P}/zones/{{zone}}/machineTypes"),
+            get(list_machine_types),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/machineTypes/{{name}}"),
+            get(get_machine_type),
+        )
+        .route(
+            &format!("{P}/aggregated/machineTypes"),
+            get(aggregated_machine_types),
+        )
         .route(&format!("{P}/global/images"), get(list_images))
         .route(&format!("{P}/global/images/{{name}}"), get(get_image))
-        .route(&format!("{P}/global/images/family/{{family}}"), get(get_image_from_family))
-        .route(&format!("{P}/global/instanceTemplates"), get(list_instance_templates))
-        .route(&format!("{P}/global/instanceTemplates/{{name}}"), get(get_instance_template))
-        .route(&format!("{P}/zones/{{zone}}/instances"), get(list_instances).post(insert_instance))
-        .route(&format!("{P}/zones/{{zone}}/instances/{{name}}"), get(get_instance).delete(delete_instance))
-        .route(&format!("{P}/zones/{{zone}}/instances/{{name}}/setLabels"), post(set_labels))
-        .route(&format!("{P}/aggregated/instances"), get(aggregated_instances))
-        .route(&format!("{P}/zones/{{zone}}/operations/{{operation}}"), get(get_zone_operation))
-        .route(&format!("{P}/zones/{{zone}}/operations/{{operation}}/wait"), post(wait_zone_operation))
-        .route(&format!("{P}/regions/{{region}}/operations/{{operation}}"), get(get_other_operation))
-        .route(&format!("{P}/global/operations/{{operation}}"), get(get_global_operation))
+        .route(
+            &format!("{P}/global/images/family/{{family}}"),
+            get(get_image_from_family),
+        )
+        .route(
+            &format!("{P}/global/instanceTemplates"),
+            get(list_instance_templates),
+        )
+        .route(
+            &format!("{P}/global/instanceTemplates/{{name}}"),
+            get(get_instance_template),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/instances"),
+            get(list_instances).post(insert_instance),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/instances/{{name}}"),
+            get(get_instance).delete(delete_instance),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/instances/{{name}}/setLabels"),
+            post(set_labels),
+        )
+        .route(
+            &format!("{P}/aggregated/instances"),
+            get(aggregated_instances),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/operations/{{operation}}"),
+            get(get_zone_operation),
+        )
+        .route(
+            &format!("{P}/zones/{{zone}}/operations/{{operation}}/wait"),
+            post(wait_zone_operation),
+        )
+        .route(
+            &format!("{P}/regions/{{region}}/operations/{{operation}}"),
+            get(get_other_operation),
+        )
+        .route(
+            &format!("{P}/global/operations/{{operation}}"),
+            get(get_global_operation),
+        )
 }
 
 fn project_url(project: &str) -> String {
@@ -377,15 +501,26 @@ fn project_not_found(project: &str) -> GoogleError {
 }
 
 fn zone_not_found(project: &str, zone: &str) -> GoogleError {
-    GoogleError::not_found(format!("The resource 'projects/{project}/zones/{zone}' was not found"))
+    GoogleError::not_found(format!(
+        "The resource 'projects/{project}/zones/{zone}' was not found"
+    ))
 }
 
 fn project<'a>(compute: &'a Compute, project: &str) -> Result<&'a Project, GoogleError> {
-    compute.projects.get(project).ok_or_else(|| project_not_found(project))
+    compute
+        .projects
+        .get(project)
+        .ok_or_else(|| project_not_found(project))
 }
 
-fn project_mut<'a>(compute: &'a mut Compute, project: &str) -> Result<&'a mut Project, GoogleError> {
-    compute.projects.get_mut(project).ok_or_else(|| project_not_found(project))
+fn project_mut<'a>(
+    compute: &'a mut Compute,
+    project: &str,
+) -> Result<&'a mut Project, GoogleError> {
+    compute
+        .projects
+        .get_mut(project)
+        .ok_or_else(|| project_not_found(project))
 }
 
 // ---- zones and machine types ----
@@ -435,11 +570,17 @@ fn machine_type_json(project: &str, zone: &str, mt: &MachineType) -> Value {
 async fn list_zones(Ext(state): Ext<Shared>, Path(p): Path<String>, uri: Uri) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
-    let items: Vec<Value> =
-        proj.zones.iter().enumerate().map(|(i, (name, zone))| zone_json(&p, name, zone, i)).collect();
+    let items: Vec<Value> = proj
+        .zones
+        .iter()
+        .enumerate()
+        .map(|(i, (name, zone))| zone_json(&p, name, zone, i))
+        .collect();
     let items = filter_items(items, &wire::query(&uri))?;
-    ok(json!({"kind": "compute#zoneList", "id": format!("projects/{p}/zones"), "items": items,
-        "selfLink": format!("{}/zones", project_url(&p))}))
+    ok(
+        json!({"kind": "compute#zoneList", "id": format!("projects/{p}/zones"), "items": items,
+        "selfLink": format!("{}/zones", project_url(&p))}),
+    )
 }
 
 async fn get_zone(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, String)>) -> ApiResult {
@@ -454,10 +595,21 @@ async fn get_zone(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, String)>)
     ok(zone_json(&p, &z, zone, index))
 }
 
-async fn list_machine_types(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, String)>, uri: Uri) -> ApiResult {
+async fn list_machine_types(
+    Ext(state): Ext<Shared>,
+    Path((p, z)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
-    let zone = project(&state.compute, &p)?.zones.get(&z).ok_or_else(|| zone_not_found(&p, &z))?;
-    let items: Vec<Value> = zone.machine_types.values().map(|mt| machine_type_json(&p, &z, mt)).collect();
+    let zone = project(&state.compute, &p)?
+        .zones
+        .get(&z)
+        .ok_or_else(|| zone_not_found(&p, &z))?;
+    let items: Vec<Value> = zone
+        .machine_types
+        .values()
+        .map(|mt| machine_type_json(&p, &z, mt))
+        .collect();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
     let (page, next) = paginate(items, &query, state.compute.page_size)?;
@@ -469,26 +621,50 @@ async fn list_machine_types(Ext(state): Ext<Shared>, Path((p, z)): Path<(String,
     ok(body)
 }
 
-async fn get_machine_type(Ext(state): Ext<Shared>, Path((p, z, name)): Path<(String, String, String)>) -> ApiResult {
+async fn get_machine_type(
+    Ext(state): Ext<Shared>,
+    Path((p, z, name)): Path<(String, String, String)>,
+) -> ApiResult {
     let state = lock(&state);
-    let zone = project(&state.compute, &p)?.zones.get(&z).ok_or_else(|| zone_not_found(&p, &z))?;
+    let zone = project(&state.compute, &p)?
+        .zones
+        .get(&z)
+        .ok_or_else(|| zone_not_found(&p, &z))?;
     let mt = zone.machine_types.get(&name).ok_or_else(|| {
-        GoogleError::not_found(format!("The resource 'projects/{p}/zones/{z}/machineTypes/{name}' was not found"))
+        GoogleError::not_found(format!(
+            "The resource 'projects/{p}/zones/{z}/machineTypes/{name}' was not found"
+        ))
     })?;
     ok(machine_type_json(&p, &z, mt))
 }
 
-async fn aggregated_machine_types(Ext(state): Ext<Shared>, Path(p): Path<String>, uri: Uri) -> ApiResult {
+async fn aggregated_machine_types(
+    Ext(state): Ext<Shared>,
+    Path(p): Path<String>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
     let p = p.as_str();
     let scoped: Vec<(String, Value)> = proj
         .zones
         .iter()
-        .flat_map(|(z, zone)| zone.machine_types.values().map(move |mt| (z.clone(), machine_type_json(p, z, mt))))
+        .flat_map(|(z, zone)| {
+            zone.machine_types
+                .values()
+                .map(move |mt| (z.clone(), machine_type_json(p, z, mt)))
+        })
         .collect();
     let zones: Vec<String> = proj.zones.keys().cloned().collect();
-    aggregated("compute#machineTypeAggregatedList", "machineTypes", p, &zones, scoped, &wire::query(&uri), state.compute.page_size)
+    aggregated(
+        "compute#machineTypeAggregatedList",
+        "machineTypes",
+        p,
+        &zones,
+        scoped,
+        &wire::query(&uri),
+        state.compute.page_size,
+    )
 }
 
 // ---- images ----
@@ -515,7 +691,9 @@ fn image_json(owner: &str, image: &Image) -> Value {
 }
 
 fn image_not_found(owner: &str, what: &str) -> GoogleError {
-    GoogleError::not_found(format!("The resource 'projects/{owner}/global/images/{what}' was not found"))
+    GoogleError::not_found(format!(
+        "The resource 'projects/{owner}/global/images/{what}' was not found"
+    ))
 }
 
 async fn list_images(Ext(state): Ext<Shared>, Path(owner): Path<String>, uri: Uri) -> ApiResult {
@@ -537,7 +715,10 @@ async fn list_images(Ext(state): Ext<Shared>, Path(owner): Path<String>, uri: Ur
     ok(body)
 }
 
-async fn get_image(Ext(state): Ext<Shared>, Path((owner, name)): Path<(String, String)>) -> ApiResult {
+async fn get_image(
+    Ext(state): Ext<Shared>,
+    Path((owner, name)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let image = state
         .compute
@@ -548,22 +729,37 @@ async fn get_image(Ext(state): Ext<Shared>, Path((owner, name)): Path<(String, S
     ok(image_json(&owner, image))
 }
 
-async fn get_image_from_family(Ext(state): Ext<Shared>, Path((owner, family)): Path<(String, String)>) -> ApiResult {
+async fn get_image_from_family(
+    Ext(state): Ext<Shared>,
+    Path((owner, family)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let image = state
         .compute
         .images
         .get(&owner)
-        .and_then(|list| list.iter().rev().find(|i| !i.deprecated && i.family.as_deref() == Some(family.as_str())))
+        .and_then(|list| {
+            list.iter()
+                .rev()
+                .find(|i| !i.deprecated && i.family.as_deref() == Some(family.as_str()))
+        })
         .ok_or_else(|| image_not_found(&owner, &format!("family/{family}")))?;
     ok(image_json(&owner, image))
 }
 
 // ---- instance templates ----
 
-async fn list_instance_templates(Ext(state): Ext<Shared>, Path(p): Path<String>, uri: Uri) -> ApiResult {
+async fn list_instance_templates(
+    Ext(state): Ext<Shared>,
+    Path(p): Path<String>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
-    let items: Vec<Value> = project(&state.compute, &p)?.instance_templates.values().cloned().collect();
+    let items: Vec<Value> = project(&state.compute, &p)?
+        .instance_templates
+        .values()
+        .cloned()
+        .collect();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
     let (page, next) = paginate(items, &query, state.compute.page_size)?;
@@ -575,11 +771,20 @@ async fn list_instance_templates(Ext(state): Ext<Shared>, Path(p): Path<String>,
     ok(body)
 }
 
-async fn get_instance_template(Ext(state): Ext<Shared>, Path((p, name)): Path<(String, String)>) -> ApiResult {
+async fn get_instance_template(
+    Ext(state): Ext<Shared>,
+    Path((p, name)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
-    let template = project(&state.compute, &p)?.instance_templates.get(&name).cloned().ok_or_else(|| {
-        GoogleError::not_found(format!("The resource 'projects/{p}/global/instanceTemplates/{name}' was not found"))
-    })?;
+    let template = project(&state.compute, &p)?
+        .instance_templates
+        .get(&name)
+        .cloned()
+        .ok_or_else(|| {
+            GoogleError::not_found(format!(
+                "The resource 'projects/{p}/global/instanceTemplates/{name}' was not found"
+            ))
+        })?;
     ok(template)
 }
 
@@ -591,7 +796,9 @@ pub fn valid_resource_name(name: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= 63
         && bytes[0].is_ascii_lowercase()
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes.last().is_some_and(|b| *b != b'-')
 }
 
@@ -599,9 +806,14 @@ pub fn valid_resource_name(name: &str) -> bool {
 /// characters of lowercase letters, digits, `_` and `-`.
 pub fn label_problem(key: &str, value: &str) -> Option<String> {
     let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-';
-    if key.is_empty() || !key.starts_with(|c: char| c.is_ascii_lowercase()) || key.len() > 63 || !key.chars().all(ok_char)
+    if key.is_empty()
+        || !key.starts_with(|c: char| c.is_ascii_lowercase())
+        || key.len() > 63
+        || !key.chars().all(ok_char)
     {
-        return Some(format!("Invalid value for field 'resource.labels': label key '{key}' violates format constraints"));
+        return Some(format!(
+            "Invalid value for field 'resource.labels': label key '{key}' violates format constraints"
+        ));
     }
     if value.len() > 63 || !value.chars().all(ok_char) {
         return Some(format!(
@@ -614,10 +826,14 @@ pub fn label_problem(key: &str, value: &str) -> Option<String> {
 fn check_labels(labels: Option<&Value>) -> Result<(), GoogleError> {
     let Some(labels) = labels else { return Ok(()) };
     let Some(map) = labels.as_object() else {
-        return Err(GoogleError::invalid("Invalid value for field 'resource.labels': must be a map"));
+        return Err(GoogleError::invalid(
+            "Invalid value for field 'resource.labels': must be a map",
+        ));
     };
     if map.len() > 64 {
-        return Err(GoogleError::invalid("Invalid value for field 'resource.labels': at most 64 labels"));
+        return Err(GoogleError::invalid(
+            "Invalid value for field 'resource.labels': at most 64 labels",
+        ));
     }
     for (key, value) in map {
         let value = value.as_str().unwrap_or("\u{0}");
@@ -641,22 +857,34 @@ async fn insert_instance(
     let polls = compute.operation_polls;
     {
         let proj = project(compute, &p)?;
-        if let Some(op) = request_id.as_ref().and_then(|id| proj.request_ids.get(id)).and_then(|n| proj.operations.get(n))
+        if let Some(op) = request_id
+            .as_ref()
+            .and_then(|id| proj.request_ids.get(id))
+            .and_then(|n| proj.operations.get(n))
         {
             return ok(operation_view(op));
         }
     }
-    let name = body.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     if !valid_resource_name(&name) {
         return Err(GoogleError::invalid(format!(
             "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
         )));
     }
-    let zone = project(compute, &p)?
-        .zones
-        .get(&z)
-        .ok_or_else(|| GoogleError::invalid(format!("Invalid value for field 'zone': '{z}'. Unknown zone.")))?;
-    let machine_type_field = body.get("machineType").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let zone = project(compute, &p)?.zones.get(&z).ok_or_else(|| {
+        GoogleError::invalid(format!(
+            "Invalid value for field 'zone': '{z}'. Unknown zone."
+        ))
+    })?;
+    let machine_type_field = body
+        .get("machineType")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let machine_type = last_segment(&machine_type_field).to_owned();
     if !zone.machine_types.contains_key(&machine_type) {
         return Err(GoogleError::invalid(format!(
@@ -665,7 +893,10 @@ async fn insert_instance(
     }
     check_labels(body.get("labels"))?;
     check_images(compute, &body)?;
-    if project(compute, &p)?.instances.contains_key(&(z.clone(), name.clone())) {
+    if project(compute, &p)?
+        .instances
+        .contains_key(&(z.clone(), name.clone()))
+    {
         return Err(GoogleError::already_exists(format!(
             "The resource 'projects/{p}/zones/{z}/instances/{name}' already exists"
         )));
@@ -680,17 +911,33 @@ async fn insert_instance(
     complete_instance(&mut body, &p, &z, &machine_type, instance_id, polls > 0);
     let error = fault.map(|f| operation_error(f, &p, &z, &machine_type));
     let effect = match (&error, polls) {
-        (Some(_), _) => Effect::Remove { zone: z.clone(), name: name.clone() },
+        (Some(_), _) => Effect::Remove {
+            zone: z.clone(),
+            name: name.clone(),
+        },
         (None, 0) => Effect::None,
-        (None, _) => Effect::Running { zone: z.clone(), name: name.clone() },
+        (None, _) => Effect::Running {
+            zone: z.clone(),
+            name: name.clone(),
+        },
     };
     // A stocked-out instance shows up briefly (while its operation runs), then is gone.
     let create = error.is_none() || polls > 0;
-    let op = new_operation(&p, Some(&z), "insert", &target, instance_id, error, polls, effect);
+    let op = new_operation(
+        &p,
+        Some(&z),
+        "insert",
+        &target,
+        instance_id,
+        error,
+        polls,
+        effect,
+    );
     let op_name = op.done["name"].as_str().unwrap_or_default().to_owned();
     let proj = project_mut(compute, &p)?;
     if create {
-        proj.instances.insert((z.clone(), name), Value::Object(body));
+        proj.instances
+            .insert((z.clone(), name), Value::Object(body));
     }
     if let Some(id) = request_id {
         proj.request_ids.insert(id, op_name.clone());
@@ -702,38 +949,77 @@ async fn insert_instance(
 
 /// Checks that every `initializeParams.sourceImage` names an image the fake knows.
 fn check_images(compute: &Compute, body: &Map<String, Value>) -> Result<(), GoogleError> {
-    for disk in body.get("disks").and_then(Value::as_array).into_iter().flatten() {
-        let Some(source) = disk.pointer("/initializeParams/sourceImage").and_then(Value::as_str) else { continue };
-        let path = source.split("/projects/").nth(1).map_or(source, |rest| rest);
+    for disk in body
+        .get("disks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(source) = disk
+            .pointer("/initializeParams/sourceImage")
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let path = source
+            .split("/projects/")
+            .nth(1)
+            .map_or(source, |rest| rest);
         let path = path.strip_prefix("projects/").unwrap_or(path);
         let parts: Vec<&str> = path.split('/').collect();
         let found = match parts.as_slice() {
-            [owner, "global", "images", "family", family] => compute
+            [owner, "global", "images", "family", family] => {
+                compute.images.get(*owner).is_some_and(|l| {
+                    l.iter()
+                        .any(|i| !i.deprecated && i.family.as_deref() == Some(*family))
+                })
+            }
+            [owner, "global", "images", name] => compute
                 .images
                 .get(*owner)
-                .is_some_and(|l| l.iter().any(|i| !i.deprecated && i.family.as_deref() == Some(*family))),
-            [owner, "global", "images", name] => {
-                compute.images.get(*owner).is_some_and(|l| l.iter().any(|i| i.name == *name))
-            }
+                .is_some_and(|l| l.iter().any(|i| i.name == *name)),
             _ => false,
         };
         if !found {
-            return Err(GoogleError::not_found(format!("The resource '{source}' was not found")));
+            return Err(GoogleError::not_found(format!(
+                "The resource '{source}' was not found"
+            )));
         }
     }
     Ok(())
 }
 
 /// Fills in what GCE adds to an inserted instance.
-fn complete_instance(body: &mut Map<String, Value>, p: &str, z: &str, machine_type: &str, id: u64, provisioning: bool) {
-    let name = body.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+fn complete_instance(
+    body: &mut Map<String, Value>,
+    p: &str,
+    z: &str,
+    machine_type: &str,
+    id: u64,
+    provisioning: bool,
+) {
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let zone = zone_url(p, z);
     body.insert("kind".into(), json!("compute#instance"));
     body.insert("id".into(), int64(id));
     body.insert("creationTimestamp".into(), json!(now_rfc3339()));
     body.insert("zone".into(), json!(zone));
-    body.insert("machineType".into(), json!(format!("{zone}/machineTypes/{machine_type}")));
-    body.insert("status".into(), json!(if provisioning { "PROVISIONING" } else { "RUNNING" }));
+    body.insert(
+        "machineType".into(),
+        json!(format!("{zone}/machineTypes/{machine_type}")),
+    );
+    body.insert(
+        "status".into(),
+        json!(if provisioning {
+            "PROVISIONING"
+        } else {
+            "RUNNING"
+        }),
+    );
     body.insert("selfLink".into(), json!(format!("{zone}/instances/{name}")));
     body.insert("labelFingerprint".into(), json!(new_fingerprint()));
     body.insert("cpuPlatform".into(), json!("Intel Cascade Lake"));
@@ -754,11 +1040,18 @@ fn complete_instance(body: &mut Map<String, Value>, p: &str, z: &str, machine_ty
     if scheduling.get("automaticRestart").is_none() {
         scheduling["automaticRestart"] = json!(!spot);
     }
-    if let Some(interfaces) = body.get_mut("networkInterfaces").and_then(Value::as_array_mut) {
+    if let Some(interfaces) = body
+        .get_mut("networkInterfaces")
+        .and_then(Value::as_array_mut)
+    {
         for (i, nic) in interfaces.iter_mut().enumerate() {
             nic["kind"] = json!("compute#networkInterface");
             nic["name"] = json!(format!("nic{i}"));
-            nic["networkIP"] = json!(format!("10.128.{}.{}", rand::random_range(0..255u8), rand::random_range(2..255u8)));
+            nic["networkIP"] = json!(format!(
+                "10.128.{}.{}",
+                rand::random_range(0..255u8),
+                rand::random_range(2..255u8)
+            ));
             if nic.get("network").is_none() {
                 nic["network"] = json!(format!("{}/global/networks/default", project_url(p)));
             }
@@ -768,12 +1061,22 @@ fn complete_instance(body: &mut Map<String, Value>, p: &str, z: &str, machine_ty
         for (i, disk) in disks.iter_mut().enumerate() {
             let size = disk
                 .pointer("/initializeParams/diskSizeGb")
-                .and_then(|v| v.as_str().map(str::to_owned).or_else(|| v.as_u64().map(|n| n.to_string())))
+                .and_then(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .or_else(|| v.as_u64().map(|n| n.to_string()))
+                })
                 .unwrap_or_else(|| "10".to_owned());
-            let device = disk
-                .get("deviceName")
-                .and_then(Value::as_str)
-                .map_or_else(|| if i == 0 { name.clone() } else { format!("{name}-{i}") }, str::to_owned);
+            let device = disk.get("deviceName").and_then(Value::as_str).map_or_else(
+                || {
+                    if i == 0 {
+                        name.clone()
+                    } else {
+                        format!("{name}-{i}")
+                    }
+                },
+                str::to_owned,
+            );
             disk["kind"] = json!("compute#attachedDisk");
             disk["index"] = json!(i);
             disk["deviceName"] = json!(device);
@@ -789,9 +1092,16 @@ fn complete_instance(body: &mut Map<String, Value>, p: &str, z: &str, machine_ty
     }
 }
 
-fn operation_error(fault: Fault, p: &str, z: &str, machine_type: &str) -> (Value, u16, &'static str) {
+fn operation_error(
+    fault: Fault,
+    p: &str,
+    z: &str,
+    machine_type: &str,
+) -> (Value, u16, &'static str) {
     match fault {
-        Fault::Stockout { with_details: false } => (
+        Fault::Stockout {
+            with_details: false,
+        } => (
             json!({"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
                 "message": format!("The zone 'projects/{p}/zones/{z}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.")}]}),
             503,
@@ -816,10 +1126,20 @@ fn operation_error(fault: Fault, p: &str, z: &str, machine_type: &str) -> (Value
                 "FORBIDDEN",
             )
         }
-        Fault::OperationError { code, message, http_status } => {
-            (json!({"errors": [{"code": code, "message": message}]}), http_status, "ERROR")
-        }
-        Fault::Http(error) => (json!({"errors": [{"code": error.status, "message": error.message}]}), error.code, "ERROR"),
+        Fault::OperationError {
+            code,
+            message,
+            http_status,
+        } => (
+            json!({"errors": [{"code": code, "message": message}]}),
+            http_status,
+            "ERROR",
+        ),
+        Fault::Http(error) => (
+            json!({"errors": [{"code": error.status, "message": error.message}]}),
+            error.code,
+            "ERROR",
+        ),
     }
 }
 
@@ -866,7 +1186,11 @@ fn new_operation(
         done["httpErrorStatusCode"] = json!(http);
         done["httpErrorMessage"] = json!(message);
     }
-    Operation { done, polls_left: polls, effect }
+    Operation {
+        done,
+        polls_left: polls,
+        effect,
+    }
 }
 
 /// The operation as a GET sees it now.
@@ -876,7 +1200,12 @@ fn operation_view(op: &Operation) -> Value {
     }
     let mut view = op.done.clone();
     if let Some(map) = view.as_object_mut() {
-        for key in ["endTime", "error", "httpErrorStatusCode", "httpErrorMessage"] {
+        for key in [
+            "endTime",
+            "error",
+            "httpErrorStatusCode",
+            "httpErrorMessage",
+        ] {
             map.remove(key);
         }
         map.insert("status".into(), json!("RUNNING"));
@@ -903,24 +1232,40 @@ fn finish(proj: &mut Project, effect: &Effect) {
 }
 
 fn instance_not_found(p: &str, z: &str, name: &str) -> GoogleError {
-    GoogleError::not_found(format!("The resource 'projects/{p}/zones/{z}/instances/{name}' was not found"))
+    GoogleError::not_found(format!(
+        "The resource 'projects/{p}/zones/{z}/instances/{name}' was not found"
+    ))
 }
 
-async fn get_instance(Ext(state): Ext<Shared>, Path((p, z, name)): Path<(String, String, String)>) -> ApiResult {
+async fn get_instance(
+    Ext(state): Ext<Shared>,
+    Path((p, z, name)): Path<(String, String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
-    let instance = proj.instances.get(&(z.clone(), name.clone())).ok_or_else(|| instance_not_found(&p, &z, &name))?;
+    let instance = proj
+        .instances
+        .get(&(z.clone(), name.clone()))
+        .ok_or_else(|| instance_not_found(&p, &z, &name))?;
     ok(instance.clone())
 }
 
-async fn list_instances(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, String)>, uri: Uri) -> ApiResult {
+async fn list_instances(
+    Ext(state): Ext<Shared>,
+    Path((p, z)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
     if !proj.zones.contains_key(&z) {
         return Err(zone_not_found(&p, &z));
     }
-    let items: Vec<Value> =
-        proj.instances.iter().filter(|((zone, _), _)| *zone == z).map(|(_, v)| v.clone()).collect();
+    let items: Vec<Value> = proj
+        .instances
+        .iter()
+        .filter(|((zone, _), _)| *zone == z)
+        .map(|(_, v)| v.clone())
+        .collect();
     let query = wire::query(&uri);
     let items = filter_items(items, &query)?;
     let (page, next) = paginate(items, &query, state.compute.page_size)?;
@@ -932,13 +1277,29 @@ async fn list_instances(Ext(state): Ext<Shared>, Path((p, z)): Path<(String, Str
     ok(body)
 }
 
-async fn aggregated_instances(Ext(state): Ext<Shared>, Path(p): Path<String>, uri: Uri) -> ApiResult {
+async fn aggregated_instances(
+    Ext(state): Ext<Shared>,
+    Path(p): Path<String>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
     let query = wire::query(&uri);
-    let scoped: Vec<(String, Value)> = proj.instances.iter().map(|((z, _), v)| (z.clone(), v.clone())).collect();
+    let scoped: Vec<(String, Value)> = proj
+        .instances
+        .iter()
+        .map(|((z, _), v)| (z.clone(), v.clone()))
+        .collect();
     let zones: Vec<String> = proj.zones.keys().cloned().collect();
-    aggregated("compute#instanceAggregatedList", "instances", &p, &zones, scoped, &query, state.compute.page_size)
+    aggregated(
+        "compute#instanceAggregatedList",
+        "instances",
+        &p,
+        &zones,
+        scoped,
+        &query,
+        state.compute.page_size,
+    )
 }
 
 async fn delete_instance(
@@ -951,15 +1312,37 @@ async fn delete_instance(
     let compute = &mut state.compute;
     let polls = compute.operation_polls;
     let proj = project_mut(compute, &p)?;
-    if let Some(op) = request_id.as_ref().and_then(|id| proj.request_ids.get(id)).and_then(|n| proj.operations.get(n)) {
+    if let Some(op) = request_id
+        .as_ref()
+        .and_then(|id| proj.request_ids.get(id))
+        .and_then(|n| proj.operations.get(n))
+    {
         return ok(operation_view(op));
     }
     let key = (z.clone(), name.clone());
-    let instance = proj.instances.get_mut(&key).ok_or_else(|| instance_not_found(&p, &z, &name))?;
-    let id = instance["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let instance = proj
+        .instances
+        .get_mut(&key)
+        .ok_or_else(|| instance_not_found(&p, &z, &name))?;
+    let id = instance["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let target = format!("{}/instances/{name}", zone_url(&p, &z));
-    let effect = Effect::Remove { zone: z.clone(), name: name.clone() };
-    let op = new_operation(&p, Some(&z), "delete", &target, id, None, polls, effect.clone());
+    let effect = Effect::Remove {
+        zone: z.clone(),
+        name: name.clone(),
+    };
+    let op = new_operation(
+        &p,
+        Some(&z),
+        "delete",
+        &target,
+        id,
+        None,
+        polls,
+        effect.clone(),
+    );
     if polls == 0 {
         finish(proj, &effect);
     } else {
@@ -983,7 +1366,10 @@ async fn set_labels(
     check_labels(body.get("labels"))?;
     let mut state = lock(&state);
     let proj = project_mut(&mut state.compute, &p)?;
-    let instance = proj.instances.get_mut(&(z.clone(), name.clone())).ok_or_else(|| instance_not_found(&p, &z, &name))?;
+    let instance = proj
+        .instances
+        .get_mut(&(z.clone(), name.clone()))
+        .ok_or_else(|| instance_not_found(&p, &z, &name))?;
     if body.get("labelFingerprint") != instance.get("labelFingerprint") {
         return Err(GoogleError::condition_not_met(
             "Labels fingerprint either invalid or resource labels have changed",
@@ -991,9 +1377,21 @@ async fn set_labels(
     }
     instance["labels"] = body.get("labels").cloned().unwrap_or_else(|| json!({}));
     instance["labelFingerprint"] = json!(new_fingerprint());
-    let id = instance["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let id = instance["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let target = format!("{}/instances/{name}", zone_url(&p, &z));
-    let op = new_operation(&p, Some(&z), "setLabels", &target, id, None, 0, Effect::None);
+    let op = new_operation(
+        &p,
+        Some(&z),
+        "setLabels",
+        &target,
+        id,
+        None,
+        0,
+        Effect::None,
+    );
     let op_name = op.done["name"].as_str().unwrap_or_default().to_owned();
     let view = operation_view(&op);
     proj.operations.insert(op_name, op);
@@ -1003,15 +1401,33 @@ async fn set_labels(
 // ---- operations ----
 
 fn operation_not_found(p: &str, scope: &str, op: &str) -> GoogleError {
-    GoogleError::not_found(format!("The resource 'projects/{p}/{scope}/operations/{op}' was not found"))
+    GoogleError::not_found(format!(
+        "The resource 'projects/{p}/{scope}/operations/{op}' was not found"
+    ))
 }
 
-fn poll_operation(state: &Shared, p: &str, zone: Option<&str>, scope: &str, name: &str, wait: bool) -> ApiResult {
+fn poll_operation(
+    state: &Shared,
+    p: &str,
+    zone: Option<&str>,
+    scope: &str,
+    name: &str,
+    wait: bool,
+) -> ApiResult {
     let mut state = lock(state);
     let proj = project_mut(&mut state.compute, p)?;
-    let op = proj.operations.get_mut(name).ok_or_else(|| operation_not_found(p, scope, name))?;
+    let op = proj
+        .operations
+        .get_mut(name)
+        .ok_or_else(|| operation_not_found(p, scope, name))?;
     let in_scope = match zone {
-        Some(z) => op.done.get("zone").and_then(Value::as_str).map(last_segment) == Some(z),
+        Some(z) => {
+            op.done
+                .get("zone")
+                .and_then(Value::as_str)
+                .map(last_segment)
+                == Some(z)
+        }
         None => true,
     };
     if !in_scope {
@@ -1034,20 +1450,32 @@ fn poll_operation(state: &Shared, p: &str, zone: Option<&str>, scope: &str, name
     ok(view)
 }
 
-async fn get_zone_operation(Ext(state): Ext<Shared>, Path((p, z, op)): Path<(String, String, String)>) -> ApiResult {
+async fn get_zone_operation(
+    Ext(state): Ext<Shared>,
+    Path((p, z, op)): Path<(String, String, String)>,
+) -> ApiResult {
     poll_operation(&state, &p, Some(&z), &format!("zones/{z}"), &op, false)
 }
 
-async fn wait_zone_operation(Ext(state): Ext<Shared>, Path((p, z, op)): Path<(String, String, String)>) -> ApiResult {
+async fn wait_zone_operation(
+    Ext(state): Ext<Shared>,
+    Path((p, z, op)): Path<(String, String, String)>,
+) -> ApiResult {
     poll_operation(&state, &p, Some(&z), &format!("zones/{z}"), &op, true)
 }
 
-async fn get_other_operation(Ext(_state): Ext<Shared>, Path((p, r, op)): Path<(String, String, String)>) -> ApiResult {
+async fn get_other_operation(
+    Ext(_state): Ext<Shared>,
+    Path((p, r, op)): Path<(String, String, String)>,
+) -> ApiResult {
     // No regional operations exist yet; answer the way GCE does for an unknown one.
     Err(operation_not_found(&p, &format!("regions/{r}"), &op))
 }
 
-async fn get_global_operation(Ext(state): Ext<Shared>, Path((p, op)): Path<(String, String)>) -> ApiResult {
+async fn get_global_operation(
+    Ext(state): Ext<Shared>,
+    Path((p, op)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let proj = project(&state.compute, &p)?;
     match proj.operations.get(&op) {
@@ -1076,7 +1504,11 @@ enum FilterOp {
 /// Parses the subset of the Compute filter language the product uses: terms `labels.k = v`,
 /// `name != "x"`, `labels.k:*`, optionally parenthesised, joined by `AND` or spaces.
 fn parse_filter(filter: &str) -> Result<Vec<Term>, GoogleError> {
-    let bad = || GoogleError::invalid(format!("Invalid value for field 'filter': '{filter}'. Invalid list filter expression."));
+    let bad = || {
+        GoogleError::invalid(format!(
+            "Invalid value for field 'filter': '{filter}'. Invalid list filter expression."
+        ))
+    };
     let mut terms = Vec::new();
     let mut rest = filter.trim();
     while !rest.is_empty() {
@@ -1111,9 +1543,17 @@ fn parse_filter(filter: &str) -> Result<Vec<Term>, GoogleError> {
             return Err(bad());
         }
         let value = value.trim().trim_matches('"').to_owned();
-        terms.push(Term { path: field.split('.').map(str::to_owned).collect(), op, value });
+        terms.push(Term {
+            path: field.split('.').map(str::to_owned).collect(),
+            op,
+            value,
+        });
         rest = tail.trim_start();
-        rest = rest.strip_prefix("AND ").or_else(|| rest.strip_prefix("and ")).unwrap_or(rest).trim_start();
+        rest = rest
+            .strip_prefix("AND ")
+            .or_else(|| rest.strip_prefix("and "))
+            .unwrap_or(rest)
+            .trim_start();
     }
     Ok(terms)
 }
@@ -1131,12 +1571,18 @@ fn matches(item: &Value, terms: &[Term]) -> bool {
         match term.op {
             FilterOp::Eq => text.as_deref() == Some(term.value.as_str()),
             FilterOp::Ne => text.as_deref() != Some(term.value.as_str()),
-            FilterOp::Has => text.is_some() && (term.value == "*" || text.as_deref() == Some(term.value.as_str())),
+            FilterOp::Has => {
+                text.is_some()
+                    && (term.value == "*" || text.as_deref() == Some(term.value.as_str()))
+            }
         }
     })
 }
 
-fn filter_items(items: Vec<Value>, query: &HashMap<String, String>) -> Result<Vec<Value>, GoogleError> {
+fn filter_items(
+    items: Vec<Value>,
+    query: &HashMap<String, String>,
+) -> Result<Vec<Value>, GoogleError> {
     match query.get("filter").filter(|f| !f.trim().is_empty()) {
         None => Ok(items),
         Some(filter) => {
@@ -1148,13 +1594,22 @@ fn filter_items(items: Vec<Value>, query: &HashMap<String, String>) -> Result<Ve
 
 /// The page `pageToken` (an offset) and `maxResults` (default and at most 500) select, and the
 /// next page's token.
-fn paginate<T>(items: Vec<T>, query: &HashMap<String, String>, default_size: Option<usize>) -> Result<(Vec<T>, Option<String>), GoogleError> {
+fn paginate<T>(
+    items: Vec<T>,
+    query: &HashMap<String, String>,
+    default_size: Option<usize>,
+) -> Result<(Vec<T>, Option<String>), GoogleError> {
     let max = match query.get("maxResults") {
-        Some(m) => m.parse::<usize>().map_err(|_| GoogleError::invalid("Invalid value for field 'maxResults'"))?.clamp(1, 500),
+        Some(m) => m
+            .parse::<usize>()
+            .map_err(|_| GoogleError::invalid("Invalid value for field 'maxResults'"))?
+            .clamp(1, 500),
         None => default_size.unwrap_or(500).clamp(1, 500),
     };
     let start = match query.get("pageToken").filter(|t| !t.is_empty()) {
-        Some(token) => token.parse::<usize>().map_err(|_| GoogleError::invalid("Invalid value for field 'pageToken'"))?,
+        Some(token) => token
+            .parse::<usize>()
+            .map_err(|_| GoogleError::invalid("Invalid value for field 'pageToken'"))?,
         None => 0,
     };
     let total = items.len();
@@ -1178,11 +1633,16 @@ fn aggregated(
         Some(filter) => parse_filter(filter)?,
         None => Vec::new(),
     };
-    let scoped: Vec<(String, Value)> = scoped.into_iter().filter(|(_, v)| matches(v, &terms)).collect();
+    let scoped: Vec<(String, Value)> = scoped
+        .into_iter()
+        .filter(|(_, v)| matches(v, &terms))
+        .collect();
     let (page, next) = paginate(scoped, query, page_size)?;
     let mut items = Map::new();
     for (zone, value) in page {
-        let scope = items.entry(format!("zones/{zone}")).or_insert_with(|| json!({ key: [] }));
+        let scope = items
+            .entry(format!("zones/{zone}"))
+            .or_insert_with(|| json!({ key: [] }));
         if let Some(list) = scope[key].as_array_mut() {
             list.push(value);
         }
@@ -1216,7 +1676,10 @@ mod tests {
         assert_eq!(terms.len(), 2);
         assert_eq!(terms[0].path, ["labels", "a"]);
         assert_eq!(terms[1].op, FilterOp::Ne);
-        assert_eq!(parse_filter("labels.karpenter-sh_cluster=c1").unwrap()[0].value, "c1");
+        assert_eq!(
+            parse_filter("labels.karpenter-sh_cluster=c1").unwrap()[0].value,
+            "c1"
+        );
         assert_eq!(parse_filter("labels.k:*").unwrap()[0].op, FilterOp::Has);
         assert!(parse_filter("labels.a = x OR labels.b = y").is_err());
     }
@@ -1224,8 +1687,14 @@ mod tests {
     #[test]
     fn label_filters_match_on_nested_fields() {
         let item = json!({"name": "vm-1", "labels": {"cluster": "c1"}});
-        assert!(matches(&item, &parse_filter("labels.cluster = c1").unwrap()));
-        assert!(!matches(&item, &parse_filter("labels.cluster = c2").unwrap()));
+        assert!(matches(
+            &item,
+            &parse_filter("labels.cluster = c1").unwrap()
+        ));
+        assert!(!matches(
+            &item,
+            &parse_filter("labels.cluster = c2").unwrap()
+        ));
         assert!(!matches(&item, &parse_filter("labels.other:*").unwrap()));
         assert!(matches(&item, &parse_filter("name != vm-2").unwrap()));
     }
@@ -1244,8 +1713,14 @@ mod tests {
         let query: HashMap<String, String> = [("maxResults".to_owned(), "2".to_owned())].into();
         let (page, next) = paginate(vec![1, 2, 3], &query, None).unwrap();
         assert_eq!((page, next.as_deref()), (vec![1, 2], Some("2")));
-        let query: HashMap<String, String> =
-            [("maxResults".to_owned(), "2".to_owned()), ("pageToken".to_owned(), "2".to_owned())].into();
-        assert_eq!(paginate(vec![1, 2, 3], &query, None).unwrap(), (vec![3], None));
+        let query: HashMap<String, String> = [
+            ("maxResults".to_owned(), "2".to_owned()),
+            ("pageToken".to_owned(), "2".to_owned()),
+        ]
+        .into();
+        assert_eq!(
+            paginate(vec![1, 2, 3], &query, None).unwrap(),
+            (vec![3], None)
+        );
     }
 }

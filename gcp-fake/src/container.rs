@@ -25,8 +25,18 @@ pub struct Container {
 impl Container {
     /// A cluster on network/subnetwork `default` (or `subnetwork`), with Workload Identity on
     /// when `workload_identity`, and pods in secondary range `pods`.
-    pub fn seed_cluster(&mut self, project: &str, location: &str, name: &str, workload_identity: bool, subnetwork: &str) {
-        let region = location.rsplit_once('-').filter(|(r, s)| r.contains('-') && s.len() == 1).map_or(location, |(r, _)| r);
+    pub fn seed_cluster(
+        &mut self,
+        project: &str,
+        location: &str,
+        name: &str,
+        workload_identity: bool,
+        subnetwork: &str,
+    ) {
+        let region = location
+            .rsplit_once('-')
+            .filter(|(r, s)| r.contains('-') && s.len() == 1)
+            .map_or(location, |(r, _)| r);
         let mut cluster = json!({
             "name": name,
             "location": location,
@@ -42,22 +52,39 @@ impl Container {
             "selfLink": format!("https://container.googleapis.com/v1/projects/{project}/locations/{location}/clusters/{name}"),
         });
         if workload_identity {
-            cluster["workloadIdentityConfig"] = json!({"workloadPool": format!("{project}.svc.id.goog")});
+            cluster["workloadIdentityConfig"] =
+                json!({"workloadPool": format!("{project}.svc.id.goog")});
         }
-        self.clusters.insert((project.to_owned(), location.to_owned(), name.to_owned()), cluster);
+        self.clusters.insert(
+            (project.to_owned(), location.to_owned(), name.to_owned()),
+            cluster,
+        );
     }
 }
 
 /// GKE's routes.
 pub fn router() -> Router<Shared> {
-    Router::new().route("/v1/projects/{project}/locations/{location}/clusters/{cluster}", get(get_cluster))
+    Router::new().route(
+        "/v1/projects/{project}/locations/{location}/clusters/{cluster}",
+        get(get_cluster),
+    )
 }
 
-async fn get_cluster(Ext(state): Ext<Shared>, Path((project, location, cluster)): Path<(String, String, String)>) -> ApiResult {
+async fn get_cluster(
+    Ext(state): Ext<Shared>,
+    Path((project, location, cluster)): Path<(String, String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let resource = format!("projects/{project}/locations/{location}/clusters/{cluster}");
-    state.resource_manager.denials.check("container.clusters.get", &resource)?;
-    match state.container.clusters.get(&(project, location, cluster.clone())) {
+    state
+        .resource_manager
+        .denials
+        .check("container.clusters.get", &resource)?;
+    match state
+        .container
+        .clusters
+        .get(&(project, location, cluster.clone()))
+    {
         Some(found) => ok(found.clone()),
         None => Err(GoogleError::not_found(format!("Not found: {resource}."))),
     }

@@ -11,7 +11,9 @@
 //! Permission denials come from [`crate::resourcemanager::Denials`].
 
 use crate::resourcemanager::{Policy, project_number};
-use crate::wire::{ApiResult, GoogleError, base64, new_etag, now_rfc3339, ok, parse_body, query, random_hex};
+use crate::wire::{
+    ApiResult, GoogleError, base64, new_etag, now_rfc3339, ok, parse_body, query, random_hex,
+};
 use crate::{Shared, State, lock};
 use axum::Router;
 use axum::body::Bytes;
@@ -72,16 +74,36 @@ impl Iam {
 /// IAM's routes.
 pub fn router() -> Router<Shared> {
     Router::new()
-        .route("/v1/projects/{project}/serviceAccounts", get(list_accounts).post(create_account))
-        .route("/v1/projects/{project}/serviceAccounts/{account}", get(get_account).post(account_action))
-        .route("/v1/projects/{project}/serviceAccounts/{account}/keys", get(list_keys).post(create_key))
-        .route("/v1/projects/{project}/serviceAccounts/{account}/keys/{key}", delete(delete_key))
-        .route("/v1/projects/{project}/roles", axum::routing::post(create_role))
-        .route("/v1/projects/{project}/roles/{role}", get(get_role).patch(update_role))
+        .route(
+            "/v1/projects/{project}/serviceAccounts",
+            get(list_accounts).post(create_account),
+        )
+        .route(
+            "/v1/projects/{project}/serviceAccounts/{account}",
+            get(get_account).post(account_action),
+        )
+        .route(
+            "/v1/projects/{project}/serviceAccounts/{account}/keys",
+            get(list_keys).post(create_key),
+        )
+        .route(
+            "/v1/projects/{project}/serviceAccounts/{account}/keys/{key}",
+            delete(delete_key),
+        )
+        .route(
+            "/v1/projects/{project}/roles",
+            axum::routing::post(create_role),
+        )
+        .route(
+            "/v1/projects/{project}/roles/{role}",
+            get(get_role).patch(update_role),
+        )
 }
 
 fn account_not_found(project: &str, account: &str) -> GoogleError {
-    GoogleError::not_found(format!("Unknown service account: projects/{project}/serviceAccounts/{account}"))
+    GoogleError::not_found(format!(
+        "Unknown service account: projects/{project}/serviceAccounts/{account}"
+    ))
 }
 
 /// The email an account path names (`email`, or a unique id), or 404.
@@ -104,22 +126,43 @@ fn account_resource(project: &str, account: &str) -> String {
 
 async fn list_accounts(Ext(state): Ext<Shared>, Path(project): Path<String>) -> ApiResult {
     let state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccounts.list", &format!("projects/{project}"))?;
+    state
+        .resource_manager
+        .denials
+        .check("iam.serviceAccounts.list", &format!("projects/{project}"))?;
     project_number(&state, &project)?;
-    let accounts: Vec<Value> =
-        state.iam.service_accounts.iter().filter(|(_, sa)| sa.project == project).map(|(email, sa)| sa.to_json(email)).collect();
-    ok(if accounts.is_empty() { json!({}) } else { json!({"accounts": accounts}) })
+    let accounts: Vec<Value> = state
+        .iam
+        .service_accounts
+        .iter()
+        .filter(|(_, sa)| sa.project == project)
+        .map(|(email, sa)| sa.to_json(email))
+        .collect();
+    ok(if accounts.is_empty() {
+        json!({})
+    } else {
+        json!({"accounts": accounts})
+    })
 }
 
-async fn create_account(Ext(state): Ext<Shared>, Path(project): Path<String>, body: Bytes) -> ApiResult {
+async fn create_account(
+    Ext(state): Ext<Shared>,
+    Path(project): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let mut state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccounts.create", &format!("projects/{project}"))?;
+    state
+        .resource_manager
+        .denials
+        .check("iam.serviceAccounts.create", &format!("projects/{project}"))?;
     project_number(&state, &project)?;
     let request: Value = parse_body(&body)?;
     let id = request["accountId"].as_str().unwrap_or_default();
     let valid = (6..=30).contains(&id.len())
         && id.starts_with(|c: char| c.is_ascii_lowercase())
-        && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !id.ends_with('-');
     if !valid {
         return Err(GoogleError::invalid(format!(
@@ -128,15 +171,28 @@ async fn create_account(Ext(state): Ext<Shared>, Path(project): Path<String>, bo
     }
     let email = format!("{id}@{project}.iam.gserviceaccount.com");
     if state.iam.service_accounts.contains_key(&email) {
-        return Err(GoogleError::already_exists(format!("Service account {id} already exists within project projects/{project}.")));
+        return Err(GoogleError::already_exists(format!(
+            "Service account {id} already exists within project projects/{project}."
+        )));
     }
     let details = &request["serviceAccount"];
-    let unique_id = format!("1{}", (0..20).map(|_| char::from(b'0' + rand::random_range(0..10u8))).collect::<String>());
+    let unique_id = format!(
+        "1{}",
+        (0..20)
+            .map(|_| char::from(b'0' + rand::random_range(0..10u8)))
+            .collect::<String>()
+    );
     let account = ServiceAccount {
         project: project.clone(),
         unique_id,
-        display_name: details["displayName"].as_str().unwrap_or_default().to_owned(),
-        description: details["description"].as_str().unwrap_or_default().to_owned(),
+        display_name: details["displayName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        description: details["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         keys: BTreeMap::new(),
         policy: Policy::default(),
     };
@@ -145,44 +201,76 @@ async fn create_account(Ext(state): Ext<Shared>, Path(project): Path<String>, bo
     ok(body)
 }
 
-async fn get_account(Ext(state): Ext<Shared>, Path((project, account)): Path<(String, String)>) -> ApiResult {
+async fn get_account(
+    Ext(state): Ext<Shared>,
+    Path((project, account)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccounts.get", &account_resource(&project, &account))?;
+    state.resource_manager.denials.check(
+        "iam.serviceAccounts.get",
+        &account_resource(&project, &account),
+    )?;
     let email = resolve(&state, &project, &account)?;
-    let sa = state.iam.service_accounts.get(&email).ok_or_else(|| account_not_found(&project, &account))?;
+    let sa = state
+        .iam
+        .service_accounts
+        .get(&email)
+        .ok_or_else(|| account_not_found(&project, &account))?;
     ok(sa.to_json(&email))
 }
 
 /// `POST …/serviceAccounts/{email}:getIamPolicy|:setIamPolicy` (axum sees `{account}` as
 /// `email:getIamPolicy`).
-async fn account_action(Ext(state): Ext<Shared>, Path((project, target)): Path<(String, String)>, body: Bytes) -> ApiResult {
+async fn account_action(
+    Ext(state): Ext<Shared>,
+    Path((project, target)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
     let Some((account, action)) = target.rsplit_once(':') else {
-        return Err(GoogleError::not_found(format!("The requested URL POST /v1/projects/{project}/serviceAccounts/{target} was not found on this server.")));
+        return Err(GoogleError::not_found(format!(
+            "The requested URL POST /v1/projects/{project}/serviceAccounts/{target} was not found on this server."
+        )));
     };
     let mut state = lock(&state);
     let resource = account_resource(&project, account);
     match action {
         "getIamPolicy" => {
-            state.resource_manager.denials.check("iam.serviceAccounts.getIamPolicy", &resource)?;
+            state
+                .resource_manager
+                .denials
+                .check("iam.serviceAccounts.getIamPolicy", &resource)?;
             let email = resolve(&state, &project, account)?;
-            let sa = state.iam.service_accounts.get(&email).ok_or_else(|| account_not_found(&project, account))?;
+            let sa = state
+                .iam
+                .service_accounts
+                .get(&email)
+                .ok_or_else(|| account_not_found(&project, account))?;
             ok(sa.policy.to_json())
         }
         "setIamPolicy" => {
-            state.resource_manager.denials.check("iam.serviceAccounts.setIamPolicy", &resource)?;
+            state
+                .resource_manager
+                .denials
+                .check("iam.serviceAccounts.setIamPolicy", &resource)?;
             let email = resolve(&state, &project, account)?;
             let request: Value = parse_body(&body)?;
             let concurrent = state.resource_manager.concurrent_writes > 0;
             if concurrent {
                 state.resource_manager.concurrent_writes -= 1;
             }
-            let sa = state.iam.service_accounts.get_mut(&email).ok_or_else(|| account_not_found(&project, account))?;
+            let sa = state
+                .iam
+                .service_accounts
+                .get_mut(&email)
+                .ok_or_else(|| account_not_found(&project, account))?;
             if concurrent {
                 sa.policy.touch();
             }
             ok(sa.policy.set(&request)?)
         }
-        other => Err(GoogleError::not_found(format!("Method {other} not found for serviceAccounts."))),
+        other => Err(GoogleError::not_found(format!(
+            "Method {other} not found for serviceAccounts."
+        ))),
     }
 }
 
@@ -197,11 +285,21 @@ fn key_json(name: &str) -> Value {
     })
 }
 
-async fn create_key(Ext(state): Ext<Shared>, Path((project, account)): Path<(String, String)>) -> ApiResult {
+async fn create_key(
+    Ext(state): Ext<Shared>,
+    Path((project, account)): Path<(String, String)>,
+) -> ApiResult {
     let mut state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccountKeys.create", &account_resource(&project, &account))?;
+    state.resource_manager.denials.check(
+        "iam.serviceAccountKeys.create",
+        &account_resource(&project, &account),
+    )?;
     let email = resolve(&state, &project, &account)?;
-    let sa = state.iam.service_accounts.get_mut(&email).ok_or_else(|| account_not_found(&project, &account))?;
+    let sa = state
+        .iam
+        .service_accounts
+        .get_mut(&email)
+        .ok_or_else(|| account_not_found(&project, &account))?;
     let id = random_hex(40);
     // A credentials file shaped like Google's (the private key is not a real key).
     let file = json!({
@@ -223,28 +321,65 @@ async fn create_key(Ext(state): Ext<Shared>, Path((project, account)): Path<(Str
     ok(body)
 }
 
-async fn list_keys(Ext(state): Ext<Shared>, Path((project, account)): Path<(String, String)>, uri: Uri) -> ApiResult {
+async fn list_keys(
+    Ext(state): Ext<Shared>,
+    Path((project, account)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult {
     let state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccountKeys.list", &account_resource(&project, &account))?;
+    state.resource_manager.denials.check(
+        "iam.serviceAccountKeys.list",
+        &account_resource(&project, &account),
+    )?;
     let email = resolve(&state, &project, &account)?;
-    let sa = state.iam.service_accounts.get(&email).ok_or_else(|| account_not_found(&project, &account))?;
+    let sa = state
+        .iam
+        .service_accounts
+        .get(&email)
+        .ok_or_else(|| account_not_found(&project, &account))?;
     // keyTypes=SYSTEM_MANAGED (2) alone lists nothing: the fake has only user-managed keys.
-    let only_system = query(&uri).get("keyTypes").is_some_and(|t| t == "2" || t == "SYSTEM_MANAGED");
+    let only_system = query(&uri)
+        .get("keyTypes")
+        .is_some_and(|t| t == "2" || t == "SYSTEM_MANAGED");
     let keys: Vec<Value> = if only_system {
         Vec::new()
     } else {
-        sa.keys.keys().map(|id| key_json(&format!("projects/{}/serviceAccounts/{email}/keys/{id}", sa.project))).collect()
+        sa.keys
+            .keys()
+            .map(|id| {
+                key_json(&format!(
+                    "projects/{}/serviceAccounts/{email}/keys/{id}",
+                    sa.project
+                ))
+            })
+            .collect()
     };
-    ok(if keys.is_empty() { json!({}) } else { json!({"keys": keys}) })
+    ok(if keys.is_empty() {
+        json!({})
+    } else {
+        json!({"keys": keys})
+    })
 }
 
-async fn delete_key(Ext(state): Ext<Shared>, Path((project, account, key)): Path<(String, String, String)>) -> ApiResult {
+async fn delete_key(
+    Ext(state): Ext<Shared>,
+    Path((project, account, key)): Path<(String, String, String)>,
+) -> ApiResult {
     let mut state = lock(&state);
-    state.resource_manager.denials.check("iam.serviceAccountKeys.delete", &account_resource(&project, &account))?;
+    state.resource_manager.denials.check(
+        "iam.serviceAccountKeys.delete",
+        &account_resource(&project, &account),
+    )?;
     let email = resolve(&state, &project, &account)?;
-    let sa = state.iam.service_accounts.get_mut(&email).ok_or_else(|| account_not_found(&project, &account))?;
+    let sa = state
+        .iam
+        .service_accounts
+        .get_mut(&email)
+        .ok_or_else(|| account_not_found(&project, &account))?;
     if sa.keys.remove(&key).is_none() {
-        return Err(GoogleError::not_found(format!("Service account key {key} does not exist.")));
+        return Err(GoogleError::not_found(format!(
+            "Service account key {key} does not exist."
+        )));
     }
     ok(json!({}))
 }
@@ -273,7 +408,10 @@ fn stage_name(stage: &Value) -> &'static str {
 
 /// A role from a request's role object, as stored and returned.
 fn role_json(name: &str, role: &Value) -> Value {
-    let permissions: Vec<Value> = role["includedPermissions"].as_array().cloned().unwrap_or_default();
+    let permissions: Vec<Value> = role["includedPermissions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     json!({
         "name": name,
         "title": role["title"].as_str().unwrap_or_default(),
@@ -284,50 +422,95 @@ fn role_json(name: &str, role: &Value) -> Value {
     })
 }
 
-async fn create_role(Ext(state): Ext<Shared>, Path(project): Path<String>, body: Bytes) -> ApiResult {
+async fn create_role(
+    Ext(state): Ext<Shared>,
+    Path(project): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let mut state = lock(&state);
-    state.resource_manager.denials.check("iam.roles.create", &format!("projects/{project}"))?;
+    state
+        .resource_manager
+        .denials
+        .check("iam.roles.create", &format!("projects/{project}"))?;
     project_number(&state, &project)?;
     let request: Value = parse_body(&body)?;
     let id = request["roleId"].as_str().unwrap_or_default();
-    if !(3..=64).contains(&id.len()) || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
-        return Err(GoogleError::invalid(format!("The role_id ({id}) is invalid. It must match [a-zA-Z0-9_\\.]{{3,64}}.")));
+    if !(3..=64).contains(&id.len())
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return Err(GoogleError::invalid(format!(
+            "The role_id ({id}) is invalid. It must match [a-zA-Z0-9_\\.]{{3,64}}."
+        )));
     }
     let name = format!("projects/{project}/roles/{id}");
     if state.iam.roles.contains_key(&name) {
-        return Err(GoogleError::already_exists(format!("A role named {id} in projects/{project} already exists.")));
+        return Err(GoogleError::already_exists(format!(
+            "A role named {id} in projects/{project} already exists."
+        )));
     }
     let role = role_json(&name, &request["role"]);
     state.iam.roles.insert(name, role.clone());
     ok(role)
 }
 
-async fn get_role(Ext(state): Ext<Shared>, Path((project, role)): Path<(String, String)>) -> ApiResult {
+async fn get_role(
+    Ext(state): Ext<Shared>,
+    Path((project, role)): Path<(String, String)>,
+) -> ApiResult {
     let state = lock(&state);
     let name = format!("projects/{project}/roles/{role}");
-    state.resource_manager.denials.check("iam.roles.get", &name)?;
-    state.iam.roles.get(&name).cloned().map_or_else(|| Err(GoogleError::not_found(format!("The role named {name} was not found."))), ok)
+    state
+        .resource_manager
+        .denials
+        .check("iam.roles.get", &name)?;
+    state.iam.roles.get(&name).cloned().map_or_else(
+        || {
+            Err(GoogleError::not_found(format!(
+                "The role named {name} was not found."
+            )))
+        },
+        ok,
+    )
 }
 
-async fn update_role(Ext(state): Ext<Shared>, Path((project, role)): Path<(String, String)>, uri: Uri, body: Bytes) -> ApiResult {
+async fn update_role(
+    Ext(state): Ext<Shared>,
+    Path((project, role)): Path<(String, String)>,
+    uri: Uri,
+    body: Bytes,
+) -> ApiResult {
     let mut state = lock(&state);
     let name = format!("projects/{project}/roles/{role}");
-    state.resource_manager.denials.check("iam.roles.update", &name)?;
+    state
+        .resource_manager
+        .denials
+        .check("iam.roles.update", &name)?;
     let request: Value = parse_body(&body)?;
     let Some(stored) = state.iam.roles.get_mut(&name) else {
-        return Err(GoogleError::not_found(format!("The role named {name} was not found.")));
+        return Err(GoogleError::not_found(format!(
+            "The role named {name} was not found."
+        )));
     };
     if let Some(etag) = request["etag"].as_str().filter(|e| !e.is_empty())
         && stored["etag"] != etag
     {
-        return Err(GoogleError::aborted("The role was changed concurrently. Please retry."));
+        return Err(GoogleError::aborted(
+            "The role was changed concurrently. Please retry.",
+        ));
     }
     // Without updateMask every field given is written.
-    let mask = query(&uri).get("updateMask").cloned().unwrap_or_else(|| "title,description,includedPermissions,stage".to_owned());
+    let mask = query(&uri)
+        .get("updateMask")
+        .cloned()
+        .unwrap_or_else(|| "title,description,includedPermissions,stage".to_owned());
     let fields: Vec<&str> = mask.split(',').map(str::trim).collect();
     let updated = role_json(&name, &request);
     for field in ["title", "description", "includedPermissions", "stage"] {
-        if fields.contains(&field) && (request.get(field).is_some() || field == "includedPermissions") {
+        if fields.contains(&field)
+            && (request.get(field).is_some() || field == "includedPermissions")
+        {
             stored[field] = updated[field].clone();
         }
     }

@@ -70,12 +70,18 @@ pub fn router(state: Shared) -> Router {
         .merge(resourcemanager::router())
         .merge(serviceusage::router())
         .fallback(unknown_route)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), record_request))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            record_request,
+        ))
         .with_state(state)
 }
 
 async fn unknown_route(uri: axum::http::Uri, method: axum::http::Method) -> wire::GoogleError {
-    wire::GoogleError::not_found(format!("The requested URL {method} {} was not found on this server.", uri.path()))
+    wire::GoogleError::not_found(format!(
+        "The requested URL {method} {} was not found on this server.",
+        uri.path()
+    ))
 }
 
 async fn record_request(

@@ -55,7 +55,11 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         // Google's etag of a never-written policy.
-        Self { version: 1, etag: "ACAB".to_owned(), bindings: Vec::new() }
+        Self {
+            version: 1,
+            etag: "ACAB".to_owned(),
+            bindings: Vec::new(),
+        }
     }
 }
 
@@ -82,7 +86,12 @@ impl Policy {
         }
         let bindings: Vec<Value> = policy["bindings"]
             .as_array()
-            .map(|b| b.iter().filter(|b| b["members"].as_array().is_some_and(|m| !m.is_empty())).cloned().collect())
+            .map(|b| {
+                b.iter()
+                    .filter(|b| b["members"].as_array().is_some_and(|m| !m.is_empty()))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         self.bindings = bindings;
         self.version = policy["version"].as_i64().unwrap_or(1).max(1);
@@ -93,7 +102,11 @@ impl Policy {
     /// Whether `member` holds `role` (unconditionally).
     pub fn has(&self, role: &str, member: &str) -> bool {
         self.bindings.iter().any(|b| {
-            b["role"] == role && b.get("condition").is_none_or(Value::is_null) && b["members"].as_array().is_some_and(|m| m.iter().any(|x| x == member))
+            b["role"] == role
+                && b.get("condition").is_none_or(Value::is_null)
+                && b["members"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|x| x == member))
         })
     }
 
@@ -137,21 +150,29 @@ pub fn project_number(state: &State, project: &str) -> Result<u64, GoogleError> 
         .get(project)
         .copied()
         .or_else(|| state.compute.projects.get(project).map(|p| p.number))
-        .ok_or_else(|| GoogleError::permission_denied(format!(
-            // Google answers 403, not 404, for a project that does not exist or is not yours.
-            "Permission denied on resource project {project} (or it may not exist)."
-        )))
+        .ok_or_else(|| {
+            GoogleError::permission_denied(format!(
+                // Google answers 403, not 404, for a project that does not exist or is not yours.
+                "Permission denied on resource project {project} (or it may not exist)."
+            ))
+        })
 }
 
 /// Resource Manager's routes.
 pub fn router() -> Router<Shared> {
-    Router::new().route("/v3/projects/{project}", get(get_project).post(project_action))
+    Router::new().route(
+        "/v3/projects/{project}",
+        get(get_project).post(project_action),
+    )
 }
 
 async fn get_project(Ext(state): Ext<Shared>, Path(project): Path<String>) -> ApiResult {
     let state = lock(&state);
     let resource = format!("projects/{project}");
-    state.resource_manager.denials.check("resourcemanager.projects.get", &resource)?;
+    state
+        .resource_manager
+        .denials
+        .check("resourcemanager.projects.get", &resource)?;
     let number = project_number(&state, &project)?;
     ok(json!({
         "name": format!("projects/{number}"),
@@ -165,20 +186,32 @@ async fn get_project(Ext(state): Ext<Shared>, Path(project): Path<String>) -> Ap
 
 /// `POST /v3/projects/{project}:getIamPolicy|:setIamPolicy` (axum sees `{project}` as
 /// `demo:getIamPolicy`).
-async fn project_action(Ext(state): Ext<Shared>, Path(target): Path<String>, body: Bytes) -> ApiResult {
+async fn project_action(
+    Ext(state): Ext<Shared>,
+    Path(target): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let Some((project, action)) = target.split_once(':') else {
-        return Err(GoogleError::not_found(format!("The requested URL POST /v3/projects/{target} was not found on this server.")));
+        return Err(GoogleError::not_found(format!(
+            "The requested URL POST /v3/projects/{target} was not found on this server."
+        )));
     };
     let mut state = lock(&state);
     let resource = format!("projects/{project}");
     project_number(&state, project)?;
     match action {
         "getIamPolicy" => {
-            state.resource_manager.denials.check("resourcemanager.projects.getIamPolicy", &resource)?;
+            state
+                .resource_manager
+                .denials
+                .check("resourcemanager.projects.getIamPolicy", &resource)?;
             ok(state.resource_manager.policy(project).to_json())
         }
         "setIamPolicy" => {
-            state.resource_manager.denials.check("resourcemanager.projects.setIamPolicy", &resource)?;
+            state
+                .resource_manager
+                .denials
+                .check("resourcemanager.projects.setIamPolicy", &resource)?;
             let request: Value = parse_body(&body)?;
             let crm = &mut state.resource_manager;
             let policy = crm.policies.entry(project.to_owned()).or_default();
@@ -188,7 +221,9 @@ async fn project_action(Ext(state): Ext<Shared>, Path(target): Path<String>, bod
             }
             ok(policy.set(&request)?)
         }
-        other => Err(GoogleError::not_found(format!("Method {other} not found for projects."))),
+        other => Err(GoogleError::not_found(format!(
+            "Method {other} not found for projects."
+        ))),
     }
 }
 
@@ -199,11 +234,16 @@ mod tests {
     #[test]
     fn a_stale_etag_is_aborted_and_a_fresh_one_writes_with_a_new_etag() {
         let mut policy = Policy::default();
-        let binding = json!({"role": "roles/x", "members": ["serviceAccount:a@p.iam.gserviceaccount.com"]});
-        let written = policy.set(&json!({"policy": {"etag": "ACAB", "bindings": [binding]}})).unwrap();
+        let binding =
+            json!({"role": "roles/x", "members": ["serviceAccount:a@p.iam.gserviceaccount.com"]});
+        let written = policy
+            .set(&json!({"policy": {"etag": "ACAB", "bindings": [binding]}}))
+            .unwrap();
         assert_ne!(written["etag"], "ACAB");
         assert!(policy.has("roles/x", "serviceAccount:a@p.iam.gserviceaccount.com"));
-        let stale = policy.set(&json!({"policy": {"etag": "ACAB", "bindings": []}})).unwrap_err();
+        let stale = policy
+            .set(&json!({"policy": {"etag": "ACAB", "bindings": []}}))
+            .unwrap_err();
         assert_eq!((stale.code, stale.status), (409, "ABORTED"));
     }
 

@@ -27,8 +27,18 @@ pub struct GoogleError {
 }
 
 impl GoogleError {
-    pub fn new(code: u16, status: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, status, reason, message: message.into() }
+    pub fn new(
+        code: u16,
+        status: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            code,
+            status,
+            reason,
+            message: message.into(),
+        }
     }
     /// 404 NOT_FOUND / notFound.
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -83,9 +93,10 @@ pub type ApiResult = Result<Response, GoogleError>;
 /// A JSON response with `content-type: application/json; charset=UTF-8`.
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut response = (status, body.to_string()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json; charset=UTF-8"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=UTF-8"),
+    );
     response
 }
 
@@ -96,15 +107,25 @@ pub fn ok(body: Value) -> ApiResult {
 
 /// Parses a request body as JSON whatever its content-type says; an empty body parses as `{}`.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, GoogleError> {
-    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
-    serde_json::from_slice(text).map_err(|e| GoogleError::invalid(format!("Invalid JSON payload received. {e}")))
+    let text: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(text)
+        .map_err(|e| GoogleError::invalid(format!("Invalid JSON payload received. {e}")))
 }
 
 /// The query parameters, percent-decoded, without the clients' `$alt`, `$apiVersion` and other
 /// `$`-prefixed system parameters.
 pub fn query(uri: &Uri) -> HashMap<String, String> {
     let mut out = HashMap::new();
-    for pair in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let key = percent_decode(key);
         if key.starts_with('$') {
@@ -124,7 +145,9 @@ pub fn percent_decode(text: &str) -> String {
         match bytes[i] {
             b'+' => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 match hex {
                     Some(b) => {
                         out.push(b);
@@ -150,7 +173,11 @@ pub fn base64(data: &[u8]) -> String {
     const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -184,12 +211,17 @@ pub fn new_numeric_id() -> u64 {
 
 /// `n` random lowercase hex digits.
 pub fn random_hex(n: usize) -> String {
-    (0..n).map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16usize)])).collect()
+    (0..n)
+        .map(|_| char::from(b"0123456789abcdef"[rand::random_range(0..16usize)]))
+        .collect()
 }
 
 /// Milliseconds since the Unix epoch.
 pub fn now_millis() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 /// The current time as RFC 3339 with milliseconds and a `Z` offset.
@@ -204,7 +236,12 @@ pub fn rfc3339(millis: u128) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
 }
 
 /// Howard Hinnant's days-to-civil conversion.
@@ -241,9 +278,14 @@ mod tests {
 
     #[test]
     fn query_drops_system_parameters_and_decodes_the_rest() {
-        let uri: Uri = "/x?$alt=json&$apiVersion=2026-09-01&filter=labels.a%3Db+AND+x&maxResults=5".parse().unwrap();
+        let uri: Uri = "/x?$alt=json&$apiVersion=2026-09-01&filter=labels.a%3Db+AND+x&maxResults=5"
+            .parse()
+            .unwrap();
         let q = query(&uri);
-        assert_eq!(q.get("filter").map(String::as_str), Some("labels.a=b AND x"));
+        assert_eq!(
+            q.get("filter").map(String::as_str),
+            Some("labels.a=b AND x")
+        );
         assert_eq!(q.get("maxResults").map(String::as_str), Some("5"));
         assert!(!q.contains_key("$alt"));
     }

@@ -34,7 +34,10 @@ pub struct Cluster {
 impl Cluster {
     /// Connects as kubectl would with these flags.
     pub async fn connect(args: &ConnectArgs) -> anyhow::Result<Self> {
-        let options = KubeConfigOptions { context: args.context.clone(), ..KubeConfigOptions::default() };
+        let options = KubeConfigOptions {
+            context: args.context.clone(),
+            ..KubeConfigOptions::default()
+        };
         let config = match &args.kubeconfig {
             Some(path) => {
                 let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
@@ -49,7 +52,10 @@ impl Cluster {
             },
         };
         let client = Client::try_from(config).context("cannot build a client for the cluster")?;
-        Ok(Self { client, calls: Mutex::new(Vec::new()) })
+        Ok(Self {
+            client,
+            calls: Mutex::new(Vec::new()),
+        })
     }
 
     /// The client itself, for library code that takes one (`init`'s setup plan).
@@ -58,18 +64,27 @@ impl Cluster {
     }
 
     fn record(&self, call: String) {
-        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(call);
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(call);
     }
 
     /// The requests made so far, in order (`list nodeclaims`, `get node/x`...).
     pub fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// An API for a cluster-scoped kind, or a namespaced kind across all namespaces.
     pub fn all<K>(&self) -> Api<K>
     where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope> + Clone + DeserializeOwned + Debug,
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug,
         K::DynamicType: Default,
     {
         Api::all(self.client.clone())
@@ -78,7 +93,10 @@ impl Cluster {
     /// An API for a namespaced kind in `namespace`, or across all namespaces when `None`.
     pub fn namespaced<K>(&self, namespace: Option<&str>) -> Api<K>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug,
         K::DynamicType: Default,
     {
         match namespace {
@@ -97,8 +115,13 @@ impl Cluster {
         let call = describe_list(&plural, &params);
         let started = std::time::Instant::now();
         let result = api.list(&params).await.map(|list| list.items);
-        let outcome = result.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
-        self.record(format!("{call} ({outcome} in {} ms)", started.elapsed().as_millis()));
+        let outcome = result
+            .as_ref()
+            .map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
+        self.record(format!(
+            "{call} ({outcome} in {} ms)",
+            started.elapsed().as_millis()
+        ));
         result.map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
     }
 
@@ -114,53 +137,90 @@ impl Cluster {
         let call = describe_list(&plural, &params);
         let started = std::time::Instant::now();
         let result = async {
-            let request = kube::core::Request::new(api.resource_url()).list(&params).map_err(kube::Error::BuildRequest)?;
+            let request = kube::core::Request::new(api.resource_url())
+                .list(&params)
+                .map_err(kube::Error::BuildRequest)?;
             let text = self.client.request_text(request).await?;
             // Decoded on a blocking thread: the lists run concurrently on one task, and a few MB
             // of JSON decoded in place would stall reading the others' responses meanwhile.
-            let decoded = tokio::task::spawn_blocking(move || serde_json::from_str::<ObjectList<L>>(&text)).await;
+            let decoded =
+                tokio::task::spawn_blocking(move || serde_json::from_str::<ObjectList<L>>(&text))
+                    .await;
             match decoded {
-                Ok(list) => Ok(list.map_err(kube::Error::SerdeError)?.items.into_iter().map(Into::into).collect::<Vec<K>>()),
+                Ok(list) => Ok(list
+                    .map_err(kube::Error::SerdeError)?
+                    .items
+                    .into_iter()
+                    .map(Into::into)
+                    .collect::<Vec<K>>()),
                 Err(join) => Err(kube::Error::Service(Box::new(join))),
             }
         }
         .await;
-        let outcome = result.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
-        self.record(format!("{call} ({outcome} in {} ms)", started.elapsed().as_millis()));
+        let outcome = result
+            .as_ref()
+            .map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
+        self.record(format!(
+            "{call} ({outcome} in {} ms)",
+            started.elapsed().as_millis()
+        ));
         result.map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
     }
 
     /// Lists Nodes in one request, asking for protobuf (see [`protobuf`]); a server that answers
     /// JSON gets the lean JSON decoding instead.
-    pub async fn list_nodes(&self, api: Api<k8s_openapi::api::core::v1::Node>, params: ListParams) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Node>> {
+    pub async fn list_nodes(
+        &self,
+        api: Api<k8s_openapi::api::core::v1::Node>,
+        params: ListParams,
+    ) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Node>> {
         let call = describe_list("nodes", &params);
         let started = std::time::Instant::now();
-        let mut request = kube::core::Request::new(api.resource_url()).list(&params).map_err(kube::Error::BuildRequest)?;
-        let accept = format!("{}, application/json", protobuf::MEDIA_TYPE).parse().context("the Accept header")?;
+        let mut request = kube::core::Request::new(api.resource_url())
+            .list(&params)
+            .map_err(kube::Error::BuildRequest)?;
+        let accept = format!("{}, application/json", protobuf::MEDIA_TYPE)
+            .parse()
+            .context("the Accept header")?;
         request.headers_mut().insert("accept", accept);
-        let response = self.client.send(request.map(kube::client::Body::from)).await;
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await;
         let response = match response {
             Ok(response) if response.status().is_success() => response,
             // Errors come back protobuf-encoded too: ask again the JSON way, whose errors
             // explain_api_error knows how to word.
             _ => return self.list_lean::<_, lean::LeanNode>(api, params).await,
         };
-        let is_protobuf = response.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with(protobuf::MEDIA_TYPE));
-        let body = response.into_body().collect_bytes().await.map_err(|e| explain_api_error::<k8s_openapi::api::core::v1::Node>(e, "listing nodes"))?;
+        let is_protobuf = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with(protobuf::MEDIA_TYPE));
+        let body = response.into_body().collect_bytes().await.map_err(|e| {
+            explain_api_error::<k8s_openapi::api::core::v1::Node>(e, "listing nodes")
+        })?;
         // Decoded on a blocking thread, as in list_lean.
         let decoded = tokio::task::spawn_blocking(move || {
             if is_protobuf {
                 protobuf::decode_node_list(&body)
             } else {
-                let list: ObjectList<lean::LeanNode> = serde_json::from_slice(&body).context("decoding the node list")?;
+                let list: ObjectList<lean::LeanNode> =
+                    serde_json::from_slice(&body).context("decoding the node list")?;
                 Ok(list.items.into_iter().map(Into::into).collect())
             }
         })
         .await
         .context("decoding the node list")?;
-        let outcome = decoded.as_ref().map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
+        let outcome = decoded
+            .as_ref()
+            .map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
         let encoding = if is_protobuf { ", protobuf" } else { "" };
-        self.record(format!("{call} ({outcome} in {} ms{encoding})", started.elapsed().as_millis()));
+        self.record(format!(
+            "{call} ({outcome} in {} ms{encoding})",
+            started.elapsed().as_millis()
+        ));
         decoded.context("listing nodes")
     }
 
@@ -173,7 +233,10 @@ impl Cluster {
         let kind = K::kind(&K::DynamicType::default()).to_lowercase();
         let started = std::time::Instant::now();
         let result = api.get_opt(name).await;
-        self.record(format!("get {kind}/{name} ({} ms)", started.elapsed().as_millis()));
+        self.record(format!(
+            "get {kind}/{name} ({} ms)",
+            started.elapsed().as_millis()
+        ));
         result.map_err(|e| explain_api_error::<K>(e, &format!("getting {kind} {name}")))
     }
 }

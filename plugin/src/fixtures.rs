@@ -4,10 +4,10 @@
 
 #![allow(clippy::expect_used)]
 
-use karpenter_core::apis::{NodeClaim, NodePool, labels};
-use karpenter_core::explain::Cluster;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::{NodeClaim, NodePool, labels};
+use karpenter_core::explain::Cluster;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -22,7 +22,9 @@ fn object<T: DeserializeOwned>(value: Value) -> T {
 }
 
 fn conditions(launched: &str, ready: bool) -> Value {
-    let mut list = vec![json!({"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": launched})];
+    let mut list = vec![
+        json!({"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": launched}),
+    ];
     if ready {
         for t in ["Registered", "Initialized", "Ready"] {
             list.push(json!({"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": "2026-03-02T09:01:10Z"}));
@@ -139,7 +141,10 @@ trait WithPending {
 impl WithPending for Cluster {
     /// Records `pod` on the launching claim, as the agent would have.
     fn with_pending_claim_for(mut self, pod: &str) -> Self {
-        let claim = self.node_claims.iter_mut().find(|c| c.metadata.name.as_deref() == Some("default-fghij"));
+        let claim = self
+            .node_claims
+            .iter_mut()
+            .find(|c| c.metadata.name.as_deref() == Some("default-fghij"));
         if let Some(a) = claim.and_then(|c| c.metadata.annotations.as_mut()) {
             a.insert(labels::PROVISIONED_FOR.to_owned(), format!("[\"{pod}\"]"));
         }
@@ -183,7 +188,13 @@ pub fn upstream_cluster() -> Cluster {
         node_pools: vec![general],
         node_claims: vec![claim],
         nodes: vec![node],
-        pods: vec![pod("shop", "api-0", Some("ip-10-0-1-23.eu-west-1.compute.internal"), "2026-03-02T09:30:00Z", json!({"phase": "Running"}))],
+        pods: vec![pod(
+            "shop",
+            "api-0",
+            Some("ip-10-0-1-23.eu-west-1.compute.internal"),
+            "2026-03-02T09:30:00Z",
+            json!({"phase": "Running"}),
+        )],
         events: Vec::new(),
         pod_disruption_budgets: vec![pdb],
     }

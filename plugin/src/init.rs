@@ -24,11 +24,15 @@ pub struct InitArgs {
 pub enum Cloud {
     /// Set up an EKS cluster: IAM roles (IRSA or Pod Identity), discovery tags, the interruption
     /// queue and its EventBridge rules, and the agent.
-    #[command(after_help = "Examples:\n  kubectl karpenter init aws --cluster demo --region us-west-2 --dry-run\n  kubectl karpenter init aws --cluster demo --yes --output-dir ./karpenter")]
+    #[command(
+        after_help = "Examples:\n  kubectl karpenter init aws --cluster demo --region us-west-2 --dry-run\n  kubectl karpenter init aws --cluster demo --yes --output-dir ./karpenter"
+    )]
     Aws(crate::init_aws::AwsArgs),
     /// Set up a GKE cluster: the Compute and GKE APIs, a service account with a narrow custom
     /// role, Workload Identity (or a key kept only in a Secret), and the agent.
-    #[command(after_help = "Examples:\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --dry-run\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --auth key --yes")]
+    #[command(
+        after_help = "Examples:\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --dry-run\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --auth key --yes"
+    )]
     Gcp(crate::init_gcp::GcpArgs),
 }
 
@@ -45,7 +49,12 @@ pub struct CommonArgs {
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// The namespace the agent runs in.
-    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE", default_value = "karpenter")]
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_name = "NAMESPACE",
+        default_value = "karpenter"
+    )]
     pub namespace: String,
     /// The agent's container image (default: the released image of this version).
     #[arg(long, value_name = "IMAGE")]
@@ -73,7 +82,10 @@ pub fn value_or_ask(value: Option<&str>, flag: &str, prompt: &str) -> anyhow::Re
     if !interactive() {
         bail!("{flag} is required (stdin is not a terminal, so it cannot be asked for)");
     }
-    let answer: String = dialoguer::Input::new().with_prompt(prompt).interact_text().with_context(|| format!("reading {flag}"))?;
+    let answer: String = dialoguer::Input::new()
+        .with_prompt(prompt)
+        .interact_text()
+        .with_context(|| format!("reading {flag}"))?;
     if answer.trim().is_empty() {
         bail!("{flag} is required");
     }
@@ -97,7 +109,11 @@ impl std::fmt::Display for StepFailure {
 
 impl std::error::Error for StepFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        if self.verbose { std::error::Error::source(self.error.root()) } else { None }
+        if self.verbose {
+            std::error::Error::source(self.error.root())
+        } else {
+            None
+        }
     }
 }
 
@@ -108,7 +124,11 @@ pub fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
         SetupError::Step { step, .. } => format!("step {step} failed: {root}"),
         _ => root,
     };
-    anyhow::Error::new(StepFailure { line, error, verbose: verbose > 0 })
+    anyhow::Error::new(StepFailure {
+        line,
+        error,
+        verbose: verbose > 0,
+    })
 }
 
 /// Where the agent's image comes from, for the end of a run.
@@ -137,7 +157,10 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
         eprintln!("  {line}");
     }
     eprintln!("\nChecking what is in place:");
-    let check = plan.run(Mode::DryRun, |p| eprintln!("  {p}")).await.map_err(|e| setup_error(e, verbose))?;
+    let check = plan
+        .run(Mode::DryRun, |p| eprintln!("  {p}"))
+        .await
+        .map_err(|e| setup_error(e, verbose))?;
     let changes = check.changed();
     if common.dry_run {
         eprintln!("\n{}", check.summary());
@@ -149,7 +172,9 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
     } else {
         if !common.yes {
             if !interactive() {
-                bail!("{changes} steps would change things: pass --yes to apply them (stdin is not a terminal, so it cannot ask), or --dry-run to only look");
+                bail!(
+                    "{changes} steps would change things: pass --yes to apply them (stdin is not a terminal, so it cannot ask), or --dry-run to only look"
+                );
             }
             eprintln!();
             let go = dialoguer::Confirm::new()
@@ -185,7 +210,9 @@ pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
     let mut text = String::new();
     for m in manifests {
         text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(&m.object).with_context(|| format!("rendering {}", m.id()))?);
+        text.push_str(
+            &serde_saphyr::to_string(&m.object).with_context(|| format!("rendering {}", m.id()))?,
+        );
     }
     Ok(text)
 }
@@ -212,10 +239,14 @@ fn scaffold(manifests: &[Manifest], dir: Option<&Path>, dry_run: bool) -> anyhow
         let text = to_yaml(std::slice::from_ref(m))?;
         match std::fs::read_to_string(&path) {
             Ok(existing) if existing == text => eprintln!("✓ {}: in place", path.display()),
-            Ok(_) => eprintln!("! {}: left as it is (it differs from the scaffold; remove it to regenerate)", path.display()),
+            Ok(_) => eprintln!(
+                "! {}: left as it is (it differs from the scaffold; remove it to regenerate)",
+                path.display()
+            ),
             Err(_) if dry_run => eprintln!("~ {}: would write {}", path.display(), m.id()),
             Err(_) => {
-                std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("+ {}: wrote {}", path.display(), m.id());
             }
         }
@@ -231,8 +262,14 @@ mod tests {
     #[test]
     fn scaffolds_render_as_one_yaml_document_per_object() {
         let objects = vec![
-            Manifest::new(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}}), "nodepools"),
-            Manifest::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}), "namespaces"),
+            Manifest::new(
+                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}}),
+                "nodepools",
+            ),
+            Manifest::new(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}),
+                "namespaces",
+            ),
         ];
         let yaml = to_yaml(&objects).unwrap();
         assert_eq!(yaml.matches("---\n").count(), 2, "{yaml}");
@@ -252,6 +289,11 @@ mod tests {
         };
         let e = setup_error(error, 0);
         assert_eq!(e.chain().count(), 1);
-        assert!(e.to_string().starts_with("step controller-policy failed: permission denied: iam:PutRolePolicy on role r"), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "step controller-policy failed: permission denied: iam:PutRolePolicy on role r"
+            ),
+            "{e}"
+        );
     }
 }

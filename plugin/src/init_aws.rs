@@ -38,7 +38,11 @@ pub struct AwsArgs {
 pub async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Result<()> {
     let name = init::value_or_ask(args.cluster.as_deref(), "--cluster", "EKS cluster name")?;
     let default_region = std::env::var("AWS_DEFAULT_REGION").ok();
-    let region = init::value_or_ask(args.region.as_deref().or(default_region.as_deref()), "--region", "AWS region")?;
+    let region = init::value_or_ask(
+        args.region.as_deref().or(default_region.as_deref()),
+        "--region",
+        "AWS region",
+    )?;
     let mut options = AwsOptions::new(name.clone(), region.clone());
     options.auth = match args.auth {
         AuthFlag::Irsa => Auth::Irsa,
@@ -56,10 +60,21 @@ pub async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Resu
     let scaffold = setup_aws::node_pool_manifests(&options);
     let plan = Plan::for_aws(options).await;
     let mut next_steps = vec![match &args.common.output_dir {
-        Some(dir) => format!("Next: review and apply the NodePool: kubectl apply -f {}", dir.display()),
-        None => "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)".to_owned(),
+        Some(dir) => format!(
+            "Next: review and apply the NodePool: kubectl apply -f {}",
+            dir.display()
+        ),
+        None => {
+            "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
+                .to_owned()
+        }
     }];
     next_steps.push(init::image_note(&image));
-    let setup = Setup { title: format!("EKS cluster {name} in {region}"), plan: &plan, scaffold, next_steps };
+    let setup = Setup {
+        title: format!("EKS cluster {name} in {region}"),
+        plan: &plan,
+        scaffold,
+        next_steps,
+    };
     init::execute(setup, &args.common, verbose).await
 }

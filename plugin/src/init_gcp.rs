@@ -39,9 +39,17 @@ pub struct GcpArgs {
 
 /// Runs `init gcp`.
 pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Result<()> {
-    let project = init::value_or_ask(args.project.as_deref(), "--project", "Google Cloud project id")?;
+    let project = init::value_or_ask(
+        args.project.as_deref(),
+        "--project",
+        "Google Cloud project id",
+    )?;
     let name = init::value_or_ask(args.cluster.as_deref(), "--cluster", "GKE cluster name")?;
-    let location = init::value_or_ask(args.location.as_deref(), "--location", "GKE cluster location (region or zone)")?;
+    let location = init::value_or_ask(
+        args.location.as_deref(),
+        "--location",
+        "GKE cluster location (region or zone)",
+    )?;
     let mut options = GcpOptions::new(project.clone(), name.clone(), location.clone());
     options.auth = match args.auth {
         AuthFlag::WorkloadIdentity => GcpAuth::WorkloadIdentity,
@@ -58,12 +66,25 @@ pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Resu
     // gke-cluster step says why.
     let cluster = setup_gcp::read_cluster(&options).await.ok();
     let scaffold = setup_gcp::node_pool_manifests(&options, cluster.as_ref());
-    let plan = Plan::for_gcp(options).await.map_err(|e| init::setup_error(e, verbose))?;
+    let plan = Plan::for_gcp(options)
+        .await
+        .map_err(|e| init::setup_error(e, verbose))?;
     let mut next_steps = vec![match &args.common.output_dir {
-        Some(dir) => format!("Next: review and apply the NodePool: kubectl apply -f {}", dir.display()),
-        None => "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)".to_owned(),
+        Some(dir) => format!(
+            "Next: review and apply the NodePool: kubectl apply -f {}",
+            dir.display()
+        ),
+        None => {
+            "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
+                .to_owned()
+        }
     }];
     next_steps.push(init::image_note(&image));
-    let setup = Setup { title: format!("GKE cluster {name} in {location}, project {project}"), plan: &plan, scaffold, next_steps };
+    let setup = Setup {
+        title: format!("GKE cluster {name} in {location}, project {project}"),
+        plan: &plan,
+        scaffold,
+        next_steps,
+    };
     init::execute(setup, &args.common, verbose).await
 }

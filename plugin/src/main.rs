@@ -68,7 +68,14 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => e.exit(),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            e.exit()
+        }
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             return ExitCode::FAILURE;
@@ -76,7 +83,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // kubectl's shape: one line, then where to read more.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("error: invalid arguments");
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("error: invalid arguments");
             eprintln!("{first}\nSee 'kubectl karpenter --help' for usage.");
             return ExitCode::FAILURE;
         }
@@ -89,7 +99,10 @@ fn main() -> ExitCode {
         _ => "debug",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(crate::table::color_enabled())
         .init();
@@ -125,10 +138,18 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             clap_complete::generate(*shell, &mut Cli::command(), "kubectl-karpenter", &mut out);
             return output::print_stdout(&String::from_utf8_lossy(&out));
         }
-        Command::Version => return output::print_stdout(&format!("kubectl-karpenter {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Version => {
+            return output::print_stdout(&format!(
+                "kubectl-karpenter {}\n",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
         Command::Status(_) | Command::Explain(_) | Command::Init(_) | Command::Complete { .. } => {}
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         if let Command::Complete { args } = &cli.command {
             return complete::run(&Cli::command(), &cli.connect, args).await;
@@ -143,7 +164,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         };
         if cli.verbose > 0 {
             let calls = cluster.calls();
-            eprintln!("{} API calls in {} ms: {}", calls.len(), started.elapsed().as_millis(), calls.join("; "));
+            eprintln!(
+                "{} API calls in {} ms: {}",
+                calls.len(),
+                started.elapsed().as_millis(),
+                calls.join("; ")
+            );
         }
         result
     })

@@ -39,8 +39,18 @@ struct Document<'a, T: Serialize> {
 }
 
 /// Renders `data` as a JSON or YAML document of `kind`.
-pub fn render_data<T: Serialize>(format: Format, kind: &str, data: &T, now: Timestamp) -> anyhow::Result<String> {
-    let document = Document { api_version: API_VERSION, kind, generated_at: now, data };
+pub fn render_data<T: Serialize>(
+    format: Format,
+    kind: &str,
+    data: &T,
+    now: Timestamp,
+) -> anyhow::Result<String> {
+    let document = Document {
+        api_version: API_VERSION,
+        kind,
+        generated_at: now,
+        data,
+    };
     Ok(match format {
         Format::Yaml => serde_saphyr::to_string(&document)?,
         _ => {
@@ -52,14 +62,22 @@ pub fn render_data<T: Serialize>(format: Format, kind: &str, data: &T, now: Time
 }
 
 /// Prints `data` as a JSON or YAML document of `kind`.
-pub fn print_data<T: Serialize>(format: Format, kind: &str, data: &T, now: Timestamp) -> anyhow::Result<()> {
+pub fn print_data<T: Serialize>(
+    format: Format,
+    kind: &str,
+    data: &T,
+    now: Timestamp,
+) -> anyhow::Result<()> {
     print_stdout(&render_data(format, kind, data, now)?)
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
 pub fn print_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
@@ -71,7 +89,12 @@ pub fn name_list(names: &[String]) -> String {
     if names.is_empty() {
         return "none".to_owned();
     }
-    let mut text = names.iter().take(MAX).cloned().collect::<Vec<_>>().join(", ");
+    let mut text = names
+        .iter()
+        .take(MAX)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if names.len() > MAX {
         text.push_str(&format!(" and {} more", names.len() - MAX));
     }

@@ -5,11 +5,13 @@
 use crate::cluster::{Cluster, lean};
 use crate::output::{self, Format};
 use crate::table::{Cell, Color, Table, truncate};
-use karpenter_core::apis::{NodeClaim, NodePool};
-use karpenter_core::explain::{self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport, age};
-use karpenter_core::resources;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::{NodeClaim, NodePool};
+use karpenter_core::explain::{
+    self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport, age,
+};
+use karpenter_core::resources;
 use kube::api::ListParams;
 
 /// Flags of `status`.
@@ -27,7 +29,12 @@ pub struct StatusArgs {
     #[arg(short = 'w', long)]
     pub watch: bool,
     /// Only pending pods in this namespace.
-    #[arg(short = 'n', long, value_name = "NAMESPACE", conflicts_with = "all_namespaces")]
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NAMESPACE",
+        conflicts_with = "all_namespaces"
+    )]
     pub namespace: Option<String>,
     /// Pending pods in all namespaces (the default).
     #[arg(short = 'A', long)]
@@ -51,8 +58,16 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     let wide = args.output == Format::Wide;
     // Without -o wide only unbound pods matter: the API server filters the rest out (from an
     // index on spec.nodeName in its cache), so a cluster of 10,000 running pods costs nothing.
-    let pod_fields = if wide { "status.phase!=Succeeded,status.phase!=Failed" } else { "spec.nodeName=" };
-    let pod_scope = if wide { None } else { args.namespace.as_deref() };
+    let pod_fields = if wide {
+        "status.phase!=Succeeded,status.phase!=Failed"
+    } else {
+        "spec.nodeName="
+    };
+    let pod_scope = if wide {
+        None
+    } else {
+        args.namespace.as_deref()
+    };
     let any = || ListParams::default().match_any();
     let pools = cluster.all::<NodePool>();
     let claims = cluster.all::<NodeClaim>();
@@ -64,16 +79,26 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     // big ones still stream), only when a pod waits, and only in its namespace when all waiting
     // pods share one.
     let pods_and_events = async {
-        let pods: Vec<Pod> = cluster.list_lean::<_, lean::LeanPod>(pods, any().fields(pod_fields)).await?;
-        let waiting: std::collections::BTreeSet<&str> =
-            pods.iter().filter(|p| explain::is_pending(p)).map(|p| p.metadata.namespace.as_deref().unwrap_or_default()).collect();
+        let pods: Vec<Pod> = cluster
+            .list_lean::<_, lean::LeanPod>(pods, any().fields(pod_fields))
+            .await?;
+        let waiting: std::collections::BTreeSet<&str> = pods
+            .iter()
+            .filter(|p| explain::is_pending(p))
+            .map(|p| p.metadata.namespace.as_deref().unwrap_or_default())
+            .collect();
         let scope = match (args.namespace.as_deref(), waiting.len()) {
             (_, 0) => return anyhow::Ok((pods, Vec::new())),
             (Some(ns), _) => Some(ns),
             (None, 1) => waiting.first().copied(),
             (None, _) => None,
         };
-        let events = cluster.list(cluster.namespaced::<Event>(scope), any().fields("reason=FailedProvisioning")).await?;
+        let events = cluster
+            .list(
+                cluster.namespaced::<Event>(scope),
+                any().fields("reason=FailedProvisioning"),
+            )
+            .await?;
         Ok((pods, events))
     };
     let (node_pools, node_claims, nodes, (pods, events)) = tokio::try_join!(
@@ -82,12 +107,22 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
         cluster.list_nodes(nodes, any()),
         pods_and_events,
     )?;
-    Ok(explain::Cluster { node_pools, node_claims, nodes, pods, events, pod_disruption_budgets: Vec::new() })
+    Ok(explain::Cluster {
+        node_pools,
+        node_claims,
+        nodes,
+        pods,
+        events,
+        pod_disruption_budgets: Vec::new(),
+    })
 }
 
 /// Builds the report from what [`fetch`] listed.
 pub fn report(snapshot: &explain::Cluster, args: &StatusArgs) -> StatusReport {
-    let options = StatusOptions { node_pool: args.nodepool.clone(), all_pods_listed: args.output == Format::Wide };
+    let options = StatusOptions {
+        node_pool: args.nodepool.clone(),
+        all_pods_listed: args.output == Format::Wide,
+    };
     let mut report = explain::status_report(snapshot, &options);
     if let Some(ns) = &args.namespace {
         report.pending_pods.retain(|p| &p.namespace == ns);
@@ -103,9 +138,16 @@ pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
     if let Some(pool) = &args.nodepool
         && report.node_pools.is_empty()
     {
-        let mut names: Vec<String> = snapshot.node_pools.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        let mut names: Vec<String> = snapshot
+            .node_pools
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
         names.sort();
-        anyhow::bail!("nodepool {pool:?} not found; nodepools that exist: {}", output::name_list(&names));
+        anyhow::bail!(
+            "nodepool {pool:?} not found; nodepools that exist: {}",
+            output::name_list(&names)
+        );
     }
     let now = Timestamp::now();
     match args.output {
@@ -115,7 +157,12 @@ pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
             if report.node_pools.is_empty() && report.node_claims.is_empty() {
                 eprintln!("No NodePools or NodeClaims found.");
             }
-            output::print_stdout(&render(&report, now, args.output == Format::Wide, crate::table::color_enabled()))?;
+            output::print_stdout(&render(
+                &report,
+                now,
+                args.output == Format::Wide,
+                crate::table::color_enabled(),
+            ))?;
         }
     }
     if args.watch {
@@ -126,7 +173,11 @@ pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
 
 /// `-o name`: the NodeClaims shown, one `nodeclaim.karpenter.sh/NAME` a line.
 pub fn names(report: &StatusReport) -> String {
-    report.node_claims.iter().map(|c| output::node_claim_name(&c.name) + "\n").collect()
+    report
+        .node_claims
+        .iter()
+        .map(|c| output::node_claim_name(&c.name) + "\n")
+        .collect()
 }
 
 fn state_color(state: &ClaimState) -> Option<Color> {
@@ -168,15 +219,24 @@ pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> 
         Cell::colored(claim.state.to_string(), state_color(&claim.state)),
         dash(&claim.node_name).into(),
         age(claim.created_at, now).into(),
-        claim.price.map_or_else(|| "-".to_owned(), |p| money(p.per_hour)).into(),
+        claim
+            .price
+            .map_or_else(|| "-".to_owned(), |p| money(p.per_hour))
+            .into(),
     ]);
     if wide {
-        let capacity = match (claim.capacity.get(resources::CPU), claim.capacity.get(resources::MEMORY)) {
+        let capacity = match (
+            claim.capacity.get(resources::CPU),
+            claim.capacity.get(resources::MEMORY),
+        ) {
             (Some(cpu), Some(memory)) => format!("{cpu}/{memory}"),
             _ => "-".to_owned(),
         };
         row.push(capacity.into());
-        let pods = claim.usage.as_ref().map_or_else(|| "-".to_owned(), |u| u.pods.to_string());
+        let pods = claim
+            .usage
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |u| u.pods.to_string());
         row.push(pods.into());
         row.push(dash(&claim.provider_id).into());
     }
@@ -186,9 +246,31 @@ pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> 
 /// The claims table's headers.
 pub fn claim_headers(wide: bool) -> Vec<&'static str> {
     if wide {
-        vec!["nodeclaim", "nodepool", "type", "capacity", "zone", "state", "node", "age", "$/hour", "cpu/memory", "pods", "provider id"]
+        vec![
+            "nodeclaim",
+            "nodepool",
+            "type",
+            "capacity",
+            "zone",
+            "state",
+            "node",
+            "age",
+            "$/hour",
+            "cpu/memory",
+            "pods",
+            "provider id",
+        ]
     } else {
-        vec!["nodeclaim", "type", "capacity", "zone", "state", "node", "age", "$/hour"]
+        vec![
+            "nodeclaim",
+            "type",
+            "capacity",
+            "zone",
+            "state",
+            "node",
+            "age",
+            "$/hour",
+        ]
     }
 }
 
@@ -203,7 +285,11 @@ pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) ->
                 Some(limit) => format!("{}/{limit}", pool.nodes),
                 None => pool.nodes.to_string(),
             };
-            let price = if pool.nodes > 0 && pool.unpriced == pool.nodes { "-".to_owned() } else { money(pool.price_per_hour) };
+            let price = if pool.nodes > 0 && pool.unpriced == pool.nodes {
+                "-".to_owned()
+            } else {
+                money(pool.price_per_hour)
+            };
             table.row(vec![
                 pool.name.as_str().into(),
                 nodes.into(),
@@ -226,13 +312,21 @@ pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) ->
 
     if !report.pending_pods.is_empty() {
         let mut table = Table::new(&["namespace", "pending pod", "age", "reason", "message"]);
-        let shown = if wide { report.pending_pods.len() } else { PENDING_ROWS.min(report.pending_pods.len()) };
+        let shown = if wide {
+            report.pending_pods.len()
+        } else {
+            PENDING_ROWS.min(report.pending_pods.len())
+        };
         for pod in &report.pending_pods[..shown] {
             let reason_color = match pod.reason.as_str() {
                 "WaitingForNodeClaim" => Some(Color::Yellow),
                 _ => Some(Color::Red),
             };
-            let message = if wide { pod.message.replace('\n', " ") } else { truncate(&pod.message, 100) };
+            let message = if wide {
+                pod.message.replace('\n', " ")
+            } else {
+                truncate(&pod.message, 100)
+            };
             table.row(vec![
                 pod.namespace.as_str().into(),
                 pod.name.as_str().into(),
@@ -243,7 +337,10 @@ pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) ->
         }
         let mut text = table.render(color);
         if shown < report.pending_pods.len() {
-            text.push_str(&format!("... and {} more pending pods (-o wide or -o json shows all)\n", report.pending_pods.len() - shown));
+            text.push_str(&format!(
+                "... and {} more pending pods (-o wide or -o json shows all)\n",
+                report.pending_pods.len() - shown
+            ));
         }
         sections.push(text);
     }
@@ -285,7 +382,13 @@ mod tests {
     use crate::fixtures;
 
     fn args(output: Format) -> StatusArgs {
-        StatusArgs { output, nodepool: None, watch: false, namespace: None, all_namespaces: false }
+        StatusArgs {
+            output,
+            nodepool: None,
+            watch: false,
+            namespace: None,
+            all_namespaces: false,
+        }
     }
 
     #[test]
@@ -303,7 +406,8 @@ mod tests {
     #[test]
     fn json_output_carries_the_same_facts_as_the_table() {
         let report = report(&fixtures::cluster(), &args(Format::Json));
-        let text = output::render_data(Format::Json, "Status", &report, fixtures::now()).expect("json");
+        let text =
+            output::render_data(Format::Json, "Status", &report, fixtures::now()).expect("json");
         insta::assert_snapshot!(text);
     }
 
@@ -318,7 +422,11 @@ mod tests {
         let report = report(&fixtures::cluster(), &args(Format::Name));
         let text = names(&report);
         assert!(!text.is_empty());
-        assert!(text.lines().all(|l| l.starts_with("nodeclaim.karpenter.sh/")), "{text}");
+        assert!(
+            text.lines()
+                .all(|l| l.starts_with("nodeclaim.karpenter.sh/")),
+            "{text}"
+        );
         assert_eq!(text.lines().count(), report.node_claims.len());
     }
 
@@ -337,7 +445,11 @@ mod tests {
         let plain = render(&report, fixtures::now(), false, false);
         let colored = render(&report, fixtures::now(), false, true);
         assert!(colored.contains("\x1b[32mReady\x1b[0m"));
-        let stripped = colored.replace("\x1b[32m", "").replace("\x1b[33m", "").replace("\x1b[31m", "").replace("\x1b[0m", "");
+        let stripped = colored
+            .replace("\x1b[32m", "")
+            .replace("\x1b[33m", "")
+            .replace("\x1b[31m", "")
+            .replace("\x1b[0m", "");
         assert_eq!(stripped, plain);
     }
 }

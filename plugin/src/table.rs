@@ -37,14 +37,20 @@ impl From<String> for Cell {
 
 impl From<&str> for Cell {
     fn from(text: &str) -> Self {
-        Self { text: text.to_owned(), color: None }
+        Self {
+            text: text.to_owned(),
+            color: None,
+        }
     }
 }
 
 impl Cell {
     /// A coloured cell.
     pub fn colored(text: impl Into<String>, color: Option<Color>) -> Self {
-        Self { text: text.into(), color }
+        Self {
+            text: text.into(),
+            color,
+        }
     }
 }
 
@@ -58,7 +64,10 @@ pub struct Table {
 impl Table {
     /// A table with these headers (upper-cased).
     pub fn new<S: AsRef<str>>(headers: &[S]) -> Self {
-        Self { headers: headers.iter().map(|h| h.as_ref().to_uppercase()).collect(), rows: Vec::new() }
+        Self {
+            headers: headers.iter().map(|h| h.as_ref().to_uppercase()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row; missing cells print empty.
@@ -85,7 +94,11 @@ impl Table {
     pub fn render(&self, color: bool) -> String {
         let widths = self.widths();
         let mut out = String::new();
-        let header: Vec<Cell> = self.headers.iter().map(|h| Cell::from(h.as_str())).collect();
+        let header: Vec<Cell> = self
+            .headers
+            .iter()
+            .map(|h| Cell::from(h.as_str()))
+            .collect();
         for row in std::iter::once(&header).chain(self.rows.iter()) {
             out.push_str(&render_row(row, &widths, color));
             out.push('\n');
@@ -143,14 +156,23 @@ mod tests {
         let mut table = Table::new(&["name", "age"]);
         table.row(vec!["a-long-name".into(), "5m".into()]);
         table.row(vec!["b".into(), "".into()]);
-        assert_eq!(table.render(false), "NAME          AGE\na-long-name   5m\nb\n");
+        assert_eq!(
+            table.render(false),
+            "NAME          AGE\na-long-name   5m\nb\n"
+        );
     }
 
     #[test]
     fn colour_codes_do_not_shift_the_columns() {
         let mut table = Table::new(&["state", "node"]);
-        table.row(vec![Cell::colored("Ready", Some(Color::Green)), "n1".into()]);
-        assert_eq!(table.render(true), "STATE   NODE\n\x1b[32mReady\x1b[0m   n1\n");
+        table.row(vec![
+            Cell::colored("Ready", Some(Color::Green)),
+            "n1".into(),
+        ]);
+        assert_eq!(
+            table.render(true),
+            "STATE   NODE\n\x1b[32mReady\x1b[0m   n1\n"
+        );
     }
 
     #[test]

@@ -13,11 +13,11 @@ use crate::status::{StatusArgs, claim_headers, claim_row};
 use crate::table::{Table, render_row};
 use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use karpenter_core::apis::{NodeClaim, labels};
-use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -63,7 +63,10 @@ impl PodChange {
     fn from(event: Result<watcher::Event<Pod>, watcher::Error>) -> Self {
         let uid = |pod: &Pod| pod.metadata.uid.clone().unwrap_or_default();
         match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => Self::Seen { uid: uid(&pod), pending: explain::is_pending(&pod) },
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => Self::Seen {
+                uid: uid(&pod),
+                pending: explain::is_pending(&pod),
+            },
             Ok(watcher::Event::Delete(pod)) => Self::Gone(uid(&pod)),
             Ok(watcher::Event::Init) => Self::Init,
             Ok(watcher::Event::InitDone) => Self::InitDone,
@@ -83,14 +86,24 @@ fn trim(node: Node) -> Node {
             deletion_timestamp: node.metadata.deletion_timestamp,
             ..ObjectMeta::default()
         },
-        spec: node.spec.map(|s| NodeSpec { provider_id: s.provider_id, ..NodeSpec::default() }),
-        status: node.status.map(|s| NodeStatus { conditions: s.conditions, ..NodeStatus::default() }),
+        spec: node.spec.map(|s| NodeSpec {
+            provider_id: s.provider_id,
+            ..NodeSpec::default()
+        }),
+        status: node.status.map(|s| NodeStatus {
+            conditions: s.conditions,
+            ..NodeStatus::default()
+        }),
     }
 }
 
 /// What a row shows that can change; a new row prints when it does.
 fn row_key(s: &ClaimSummary) -> (String, Option<String>, Option<String>) {
-    (s.state.to_string(), s.node_name.clone(), s.instance_type.clone())
+    (
+        s.state.to_string(),
+        s.node_name.clone(),
+        s.instance_type.clone(),
+    )
 }
 
 /// The claims (of the pool asked about), every Node, and the row last shown for each claim.
@@ -105,8 +118,13 @@ struct Follow {
 impl Follow {
     /// Starts from the first screen's objects, whose rows were just printed.
     fn new(snapshot: &explain::Cluster, node_pool: Option<String>) -> Self {
-        let mut follow =
-            Self { node_pool, claims: BTreeMap::new(), nodes: HashMap::new(), node_by_provider_id: HashMap::new(), shown: BTreeMap::new() };
+        let mut follow = Self {
+            node_pool,
+            claims: BTreeMap::new(),
+            nodes: HashMap::new(),
+            node_by_provider_id: HashMap::new(),
+            shown: BTreeMap::new(),
+        };
         for node in &snapshot.nodes {
             follow.put_node(node.clone());
         }
@@ -124,8 +142,14 @@ impl Follow {
     }
 
     fn wanted(&self, claim: &NodeClaim) -> bool {
-        let pool = claim.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE_POOL));
-        self.node_pool.as_ref().is_none_or(|wanted| pool == Some(wanted))
+        let pool = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODE_POOL));
+        self.node_pool
+            .as_ref()
+            .is_none_or(|wanted| pool == Some(wanted))
     }
 
     fn put_node(&mut self, node: Node) {
@@ -156,7 +180,10 @@ impl Follow {
     /// Re-reads a claim's row; returns it when it differs from the one shown.
     fn refresh(&mut self, name: &str) -> Option<ClaimSummary> {
         let summary = self.summarize(name)?;
-        let changed = self.shown.get(name).is_none_or(|old| row_key(old) != row_key(&summary));
+        let changed = self
+            .shown
+            .get(name)
+            .is_none_or(|old| row_key(old) != row_key(&summary));
         self.shown.insert(name.to_owned(), summary.clone());
         changed.then_some(summary)
     }
@@ -205,22 +232,36 @@ impl Follow {
 
     /// A Node was deleted: the rows of its claims that changed with it.
     fn node_gone(&mut self, name: &str) -> Vec<ClaimSummary> {
-        let Some(node) = self.nodes.remove(name) else { return Vec::new() };
+        let Some(node) = self.nodes.remove(name) else {
+            return Vec::new();
+        };
         if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
             && self.node_by_provider_id.get(id).map(String::as_str) == Some(name)
         {
             self.node_by_provider_id.remove(id);
         }
-        self.claims_on(&node).iter().filter_map(|c| self.refresh(c)).collect()
+        self.claims_on(&node)
+            .iter()
+            .filter_map(|c| self.refresh(c))
+            .collect()
     }
 
     fn ready(&self) -> usize {
-        self.shown.values().filter(|s| s.state.phase == ClaimPhase::Ready).count()
+        self.shown
+            .values()
+            .filter(|s| s.state.phase == ClaimPhase::Ready)
+            .count()
     }
 }
 
 fn coming_up(phase: ClaimPhase) -> bool {
-    matches!(phase, ClaimPhase::Pending | ClaimPhase::Launching | ClaimPhase::Registering | ClaimPhase::Initializing)
+    matches!(
+        phase,
+        ClaimPhase::Pending
+            | ClaimPhase::Launching
+            | ClaimPhase::Registering
+            | ClaimPhase::Initializing
+    )
 }
 
 /// The progress bars on stderr and the rows on stdout.
@@ -234,7 +275,9 @@ struct Screen {
 
 impl Screen {
     fn print(&self, line: String) {
-        let _ = self.progress.suspend(|| crate::output::print_stdout(&format!("{line}\n")));
+        let _ = self
+            .progress
+            .suspend(|| crate::output::print_stdout(&format!("{line}\n")));
     }
 
     /// Shows a claim's new row, and moves or ends its bar.
@@ -242,19 +285,30 @@ impl Screen {
         let state = s.state.to_string();
         if coming_up(s.state.phase) {
             let bar = self.bars.entry(s.name.clone()).or_insert_with(|| {
-                let bar = self.progress.add(ProgressBar::new(3).with_style(self.style.clone()).with_prefix(s.name.clone()));
+                let bar = self.progress.add(
+                    ProgressBar::new(3)
+                        .with_style(self.style.clone())
+                        .with_prefix(s.name.clone()),
+                );
                 bar.enable_steady_tick(Duration::from_millis(200));
                 bar
             });
             bar.set_position(s.state.phase.steps_done());
             let what = s.instance_type.clone().unwrap_or_default();
-            bar.set_message(format!("{state} {what} {}", explain::age(s.created_at, now)));
+            bar.set_message(format!(
+                "{state} {what} {}",
+                explain::age(s.created_at, now)
+            ));
         } else if let Some(bar) = self.bars.remove(&s.name) {
             bar.set_position(3);
             bar.finish_with_message(format!("{state} after {}", explain::age(s.created_at, now)));
         }
         match self.format {
-            Format::Table | Format::Wide => self.print(render_row(&claim_row(s, now, self.format == Format::Wide), &self.widths, false)),
+            Format::Table | Format::Wide => self.print(render_row(
+                &claim_row(s, now, self.format == Format::Wide),
+                &self.widths,
+                false,
+            )),
             Format::Name => self.print(node_claim_name(&s.name)),
             Format::Json | Format::Yaml => {}
         }
@@ -281,7 +335,11 @@ impl Screen {
 }
 
 /// Follows NodeClaims and Nodes until interrupted.
-pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusArgs) -> anyhow::Result<()> {
+pub async fn run(
+    cluster: &Cluster,
+    snapshot: &explain::Cluster,
+    args: &StatusArgs,
+) -> anyhow::Result<()> {
     let wide = args.output == Format::Wide;
     let progress = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
     let style = ProgressStyle::with_template("{spinner} {prefix:<32} [{bar:12}] {msg}")
@@ -290,20 +348,44 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
     let summary = progress.add(ProgressBar::new_spinner());
     summary.enable_steady_tick(Duration::from_millis(200));
     // Column widths for the rows: the header's, widened for typical values.
-    let widths: Vec<usize> = Table::new(&claim_headers(wide)).widths().into_iter().map(|w| w.max(12)).collect();
-    let mut screen = Screen { progress, style, bars: BTreeMap::new(), widths, format: args.output };
+    let widths: Vec<usize> = Table::new(&claim_headers(wide))
+        .widths()
+        .into_iter()
+        .map(|w| w.max(12))
+        .collect();
+    let mut screen = Screen {
+        progress,
+        style,
+        bars: BTreeMap::new(),
+        widths,
+        format: args.output,
+    };
 
     // The watches re-list first (from the API server's cache: resourceVersion=0, as `status`
     // lists); what the first screen already showed prints again only if it changed since.
     let config = || watcher::Config::default().any_semantic();
-    let claims = watcher(cluster.all::<NodeClaim>(), config()).default_backoff().map(|e| Change::Claim(Event::from(e))).boxed();
-    let nodes = watcher(cluster.all::<Node>(), config()).default_backoff().map(|e| Change::Node(Event::from(e))).boxed();
+    let claims = watcher(cluster.all::<NodeClaim>(), config())
+        .default_backoff()
+        .map(|e| Change::Claim(Event::from(e)))
+        .boxed();
+    let nodes = watcher(cluster.all::<Node>(), config())
+        .default_backoff()
+        .map(|e| Change::Node(Event::from(e)))
+        .boxed();
     let pod_scope = cluster.namespaced::<Pod>(args.namespace.as_deref());
-    let pods = watcher(pod_scope, config().fields("spec.nodeName=")).default_backoff().map(|e| Change::Pod(PodChange::from(e))).boxed();
+    let pods = watcher(pod_scope, config().fields("spec.nodeName="))
+        .default_backoff()
+        .map(|e| Change::Pod(PodChange::from(e)))
+        .boxed();
     let mut changes = futures::stream::select_all([claims, nodes, pods]);
 
     let mut follow = Follow::new(snapshot, args.nodepool.clone());
-    let mut pending: HashSet<String> = snapshot.pods.iter().filter(|p| explain::is_pending(p)).filter_map(|p| p.metadata.uid.clone()).collect();
+    let mut pending: HashSet<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| explain::is_pending(p))
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
     let mut pods_in_init: HashSet<String> = HashSet::new();
     let mut claims_in_init: HashSet<String> = HashSet::new();
     let mut nodes_in_init: HashSet<String> = HashSet::new();
@@ -332,14 +414,21 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
                 }
             }
             Change::Claim(Event::Gone(claim)) => {
-                if let Some(s) = follow.claim_gone(claim.metadata.name.as_deref().unwrap_or_default()) {
+                if let Some(s) =
+                    follow.claim_gone(claim.metadata.name.as_deref().unwrap_or_default())
+                {
                     screen.deleted(s, now);
                 }
             }
             Change::Claim(Event::Init) => claims_in_init.clear(),
             Change::Claim(Event::InitDone) => {
                 // A re-list: claims that vanished meanwhile are gone.
-                let vanished: Vec<String> = follow.claims.keys().filter(|n| !claims_in_init.contains(*n)).cloned().collect();
+                let vanished: Vec<String> = follow
+                    .claims
+                    .keys()
+                    .filter(|n| !claims_in_init.contains(*n))
+                    .cloned()
+                    .collect();
                 for name in vanished {
                     if let Some(s) = follow.claim_gone(&name) {
                         screen.deleted(s, now);
@@ -359,14 +448,22 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
             }
             Change::Node(Event::Init) => nodes_in_init.clear(),
             Change::Node(Event::InitDone) => {
-                let vanished: Vec<String> = follow.nodes.keys().filter(|n| !nodes_in_init.contains(*n)).cloned().collect();
+                let vanished: Vec<String> = follow
+                    .nodes
+                    .keys()
+                    .filter(|n| !nodes_in_init.contains(*n))
+                    .cloned()
+                    .collect();
                 for name in vanished {
                     for s in follow.node_gone(&name) {
                         screen.show(&s, now);
                     }
                 }
             }
-            Change::Pod(PodChange::Seen { uid, pending: is_pending }) => {
+            Change::Pod(PodChange::Seen {
+                uid,
+                pending: is_pending,
+            }) => {
                 pods_in_init.insert(uid.clone());
                 if is_pending {
                     pending.insert(uid);
@@ -379,7 +476,9 @@ pub async fn run(cluster: &Cluster, snapshot: &explain::Cluster, args: &StatusAr
             }
             Change::Pod(PodChange::Init) => pods_in_init.clear(),
             Change::Pod(PodChange::InitDone) => pending.retain(|uid| pods_in_init.contains(uid)),
-            Change::Claim(Event::Failed(e)) | Change::Node(Event::Failed(e)) | Change::Pod(PodChange::Failed(e)) => {
+            Change::Claim(Event::Failed(e))
+            | Change::Node(Event::Failed(e))
+            | Change::Pod(PodChange::Failed(e)) => {
                 summary.println(format!("watch interrupted ({e}); retrying"));
             }
         }
@@ -398,7 +497,10 @@ mod tests {
     use crate::fixtures;
 
     fn named(summaries: &[ClaimSummary]) -> Vec<(String, String)> {
-        summaries.iter().map(|s| (s.name.clone(), s.state.to_string())).collect()
+        summaries
+            .iter()
+            .map(|s| (s.name.clone(), s.state.to_string()))
+            .collect()
     }
 
     fn ready_claim_and_node() -> (explain::Cluster, String, Node) {
@@ -408,13 +510,30 @@ mod tests {
             .iter()
             .find(|c| c.status.as_ref().is_some_and(|s| s.node_name.is_some()))
             .expect("a registered claim in the fixtures");
-        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node name");
-        let node = cluster.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(&node_name)).expect("its node").clone();
-        (cluster.clone(), claim.metadata.name.clone().expect("name"), node)
+        let node_name = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("node name");
+        let node = cluster
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(&node_name))
+            .expect("its node")
+            .clone();
+        (
+            cluster.clone(),
+            claim.metadata.name.clone().expect("name"),
+            node,
+        )
     }
 
     fn set_ready(node: &mut Node, status: &str) {
-        let conditions = node.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+        let conditions = node
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
         for c in conditions.iter_mut().filter(|c| c.type_ == "Ready") {
             c.status = status.to_owned();
         }
@@ -427,11 +546,20 @@ mod tests {
         assert_eq!(follow.shown[&claim].state.to_string(), "Ready");
 
         set_ready(&mut node, "False");
-        assert_eq!(named(&follow.node_seen(node.clone())), [(claim.clone(), "NotReady(NodeNotReady)".to_owned())]);
-        assert!(follow.node_seen(node.clone()).is_empty(), "the same node again changes nothing");
+        assert_eq!(
+            named(&follow.node_seen(node.clone())),
+            [(claim.clone(), "NotReady(NodeNotReady)".to_owned())]
+        );
+        assert!(
+            follow.node_seen(node.clone()).is_empty(),
+            "the same node again changes nothing"
+        );
 
         set_ready(&mut node, "True");
-        assert_eq!(named(&follow.node_seen(node)), [(claim, "Ready".to_owned())]);
+        assert_eq!(
+            named(&follow.node_seen(node)),
+            [(claim, "Ready".to_owned())]
+        );
     }
 
     #[test]
@@ -446,11 +574,21 @@ mod tests {
     fn a_claim_event_prints_only_when_its_row_changes() {
         let (cluster, claim, _) = ready_claim_and_node();
         let mut follow = Follow::new(&cluster, None);
-        let same = cluster.node_claims.iter().find(|c| c.metadata.name.as_deref() == Some(&claim)).expect("claim").clone();
+        let same = cluster
+            .node_claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(&claim))
+            .expect("claim")
+            .clone();
         assert!(follow.claim_seen(same.clone()).is_none());
         let mut deleting = same;
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(fixtures::now()));
-        assert_eq!(named(&follow.claim_seen(deleting).into_iter().collect::<Vec<_>>()), [(claim.clone(), "Terminating".to_owned())]);
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(fixtures::now()),
+        );
+        assert_eq!(
+            named(&follow.claim_seen(deleting).into_iter().collect::<Vec<_>>()),
+            [(claim.clone(), "Terminating".to_owned())]
+        );
         assert!(follow.claim_gone(&claim).is_some());
         assert!(follow.claim_gone(&claim).is_none(), "gone once");
     }
@@ -460,6 +598,10 @@ mod tests {
         let (cluster, _, node) = ready_claim_and_node();
         let mut follow = Follow::new(&cluster, Some("no-such-pool".to_owned()));
         assert!(follow.shown.is_empty());
-        assert!(follow.node_gone(node.metadata.name.as_deref().expect("name")).is_empty());
+        assert!(
+            follow
+                .node_gone(node.metadata.name.as_deref().expect("name"))
+                .is_empty()
+        );
     }
 }

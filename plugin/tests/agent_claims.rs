@@ -20,7 +20,11 @@ use std::time::{Duration, Instant};
 
 fn apply(yaml: &str) {
     let out = rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
-    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn plugin() -> Command {
@@ -31,7 +35,12 @@ fn plugin() -> Command {
 
 fn stdout_ok(args: &[&str]) -> String {
     let out = plugin().args(args).output().expect("run kubectl-karpenter");
-    assert!(out.status.success(), "kubectl-karpenter {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl-karpenter {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
@@ -84,7 +93,12 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
     let client = rig().client().await;
     apply(POOL);
     // `status -w` before the pods, so it sees the claims appear and come up.
-    let mut watch = plugin().args(["status", "-w", "--nodepool", "plugin-e2e"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("start status -w");
+    let mut watch = plugin()
+        .args(["status", "-w", "--nodepool", "plugin-e2e"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start status -w");
     let stdout = watch.stdout.take().expect("stdout");
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -99,7 +113,13 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         let client = client.clone();
         async move {
             let provider = Arc::new(KwokProvider::new(client.clone()));
-            let _ = controllers::run(client, provider, Settings::default(), Arc::new(Metrics::new())).await;
+            let _ = controllers::run(
+                client,
+                provider,
+                Settings::default(),
+                Arc::new(Metrics::new()),
+            )
+            .await;
         }
     });
     apply(PODS);
@@ -107,17 +127,27 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
     // The watch prints a row per state change; wait for a claim of the pool to reach Ready.
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut seen: Vec<String> = Vec::new();
-    while !seen.iter().any(|l| l.starts_with("plugin-e2e-") && l.contains(" Ready ")) {
+    while !seen
+        .iter()
+        .any(|l| l.starts_with("plugin-e2e-") && l.contains(" Ready "))
+    {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines_rx.recv_timeout(left) {
             Ok(line) => seen.push(line),
-            Err(e) => panic!("no Ready row from status -w within 90s ({e}); saw:\n{}", seen.join("\n")),
+            Err(e) => panic!(
+                "no Ready row from status -w within 90s ({e}); saw:\n{}",
+                seen.join("\n")
+            ),
         }
     }
     let _ = watch.kill();
     let _ = watch.wait();
     assert!(
-        seen.iter().any(|l| l.starts_with("plugin-e2e-") && (l.contains("Launching") || l.contains("Registering") || l.contains("Initializing") || l.contains("Pending"))),
+        seen.iter().any(|l| l.starts_with("plugin-e2e-")
+            && (l.contains("Launching")
+                || l.contains("Registering")
+                || l.contains("Initializing")
+                || l.contains("Pending"))),
         "the watch showed the claim coming up, not only the end:\n{}",
         seen.join("\n")
     );
@@ -126,21 +156,40 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "e2e");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let list = pods.list(&ListParams::default().labels("app=web")).await.expect("pods");
-        if list.items.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).count() == 3 {
+        let list = pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .expect("pods");
+        if list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count()
+            == 3
+        {
             break;
         }
         assert!(Instant::now() < deadline, "web pods did not run");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let table = stdout_ok(&["status", "--nodepool", "plugin-e2e"]);
-    let huge = table.lines().find(|l| l.contains(" huge ")).unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
-    assert!(huge.contains("FailedProvisioning") || huge.contains("Unschedulable"), "{huge}");
+    let huge = table
+        .lines()
+        .find(|l| l.contains(" huge "))
+        .unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
+    assert!(
+        huge.contains("FailedProvisioning") || huge.contains("Unschedulable"),
+        "{huge}"
+    );
     let claims: Api<NodeClaim> = Api::all(client.clone());
     // Initialized can trail the pods by a moment (it waits for the node's not-ready taint to go).
     let deadline = Instant::now() + Duration::from_secs(60);
     let claim = loop {
-        let ours = claims.list(&ListParams::default().labels(&format!("{}=plugin-e2e", labels::NODE_POOL))).await.expect("claims").items;
+        let ours = claims
+            .list(&ListParams::default().labels(&format!("{}=plugin-e2e", labels::NODE_POOL)))
+            .await
+            .expect("claims")
+            .items;
         if let Some(claim) = ours.into_iter().find(|c| c.is_true("Initialized")) {
             break claim;
         }
@@ -148,16 +197,39 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let name = claim.metadata.name.clone().expect("name");
-    let row = table.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("{name} missing:\n{table}"));
-    assert!(row.contains("Ready") && row.contains('$'), "a ready, priced row: {row}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{name} missing:\n{table}"));
+    assert!(
+        row.contains("Ready") && row.contains('$'),
+        "a ready, priced row: {row}"
+    );
 
     let text = stdout_ok(&["explain", "nodeclaim", &name]);
     assert!(text.contains("created by karpenter-agent for"), "{text}");
-    assert!(text.contains("e2e         web-"), "names the web pods it was made for:\n{text}");
-    let launched = claim.metadata.labels.as_ref().and_then(|l| l.get(labels::INSTANCE_TYPE)).expect("instance type");
-    let option_row = text.lines().find(|l| l.trim_start().starts_with('*')).unwrap_or_else(|| panic!("no launched option:\n{text}"));
-    assert!(option_row.contains(launched.as_str()) && option_row.contains("launched"), "{option_row}");
-    assert!(text.contains("Launched=True") && text.contains("Initialized=True"), "{text}");
+    assert!(
+        text.contains("e2e         web-"),
+        "names the web pods it was made for:\n{text}"
+    );
+    let launched = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INSTANCE_TYPE))
+        .expect("instance type");
+    let option_row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with('*'))
+        .unwrap_or_else(|| panic!("no launched option:\n{text}"));
+    assert!(
+        option_row.contains(launched.as_str()) && option_row.contains("launched"),
+        "{option_row}"
+    );
+    assert!(
+        text.contains("Launched=True") && text.contains("Initialized=True"),
+        "{text}"
+    );
 
     agent.abort();
 }

@@ -10,8 +10,8 @@
 #[path = "../../tests/support/rig.rs"]
 mod rig;
 
-use karpenter_core::apis::{NodeClaim, labels};
 use k8s_openapi::api::core::v1::Node;
+use karpenter_core::apis::{NodeClaim, labels};
 use kube::api::{Api, Patch, PatchParams};
 use rig::rig;
 use serde_json::{Value, json};
@@ -30,18 +30,33 @@ fn plugin(args: &[&str]) -> Output {
 
 fn stdout_ok(args: &[&str]) -> String {
     let out = plugin(args);
-    assert!(out.status.success(), "kubectl-karpenter {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl-karpenter {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
 fn apply(yaml: &str) {
     let out = rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
-    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 async fn set_claim_status(name: &str, status: Value) {
     let api: Api<NodeClaim> = Api::all(rig().client().await);
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": status}))).await.expect("patch nodeclaim status");
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": status})),
+    )
+    .await
+    .expect("patch nodeclaim status");
 }
 
 fn pool_yaml(name: &str, disruption: &str) -> String {
@@ -65,10 +80,25 @@ spec:
 /// written by hand), its Node with upstream's labels (priced by eks-node-viewer's label) and a
 /// pod on it.
 async fn upstream_claim(pool: &str, claim: &str, node: &str, pod_annotations: &str) {
-    upstream_claim_in(pool, "{consolidateAfter: 0s, budgets: [{nodes: '10%'}]}", claim, node, pod_annotations, "{}").await;
+    upstream_claim_in(
+        pool,
+        "{consolidateAfter: 0s, budgets: [{nodes: '10%'}]}",
+        claim,
+        node,
+        pod_annotations,
+        "{}",
+    )
+    .await;
 }
 
-async fn upstream_claim_in(pool: &str, disruption: &str, claim: &str, node: &str, pod_annotations: &str, pod_labels: &str) {
+async fn upstream_claim_in(
+    pool: &str,
+    disruption: &str,
+    claim: &str,
+    node: &str,
+    pod_annotations: &str,
+    pod_labels: &str,
+) {
     apply(&pool_yaml(pool, disruption));
     apply(&format!(
         r#"
@@ -134,41 +164,111 @@ spec:
 async fn status_shows_an_upstream_claim_priced_by_its_node_label() {
     upstream_claim("up-status", "up-status-x1", "up-status-node", "{}").await;
     let table = stdout_ok(&["status", "--nodepool", "up-status"]);
-    let row = table.lines().find(|l| l.starts_with("up-status-x1")).unwrap_or_else(|| panic!("no claim row:\n{table}"));
-    for want in ["m5.large", "spot", "us-west-2b", "Ready", "up-status-node", "$0.0350"] {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("up-status-x1"))
+        .unwrap_or_else(|| panic!("no claim row:\n{table}"));
+    for want in [
+        "m5.large",
+        "spot",
+        "us-west-2b",
+        "Ready",
+        "up-status-node",
+        "$0.0350",
+    ] {
         assert!(row.contains(want), "{want:?} missing from {row:?}");
     }
-    let pool_row = table.lines().find(|l| l.starts_with("up-status ")).unwrap_or_else(|| panic!("no pool row:\n{table}"));
-    assert!(pool_row.contains("2/64 (3%)") && pool_row.contains("8Gi/256Gi (3%)"), "{pool_row}");
-    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NODEPOOL", "NODES", "CPU", "MEMORY", "$/HOUR", "AGE"]);
+    let pool_row = table
+        .lines()
+        .find(|l| l.starts_with("up-status "))
+        .unwrap_or_else(|| panic!("no pool row:\n{table}"));
+    assert!(
+        pool_row.contains("2/64 (3%)") && pool_row.contains("8Gi/256Gi (3%)"),
+        "{pool_row}"
+    );
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NODEPOOL", "NODES", "CPU", "MEMORY", "$/HOUR", "AGE"]
+    );
     assert!(table.contains("TOTAL"), "{table}");
 
-    let json: Value = serde_json::from_str(&stdout_ok(&["status", "-o", "json", "--nodepool", "up-status", "-v"])).expect("stdout is only JSON, even with -v");
+    let json: Value = serde_json::from_str(&stdout_ok(&[
+        "status",
+        "-o",
+        "json",
+        "--nodepool",
+        "up-status",
+        "-v",
+    ]))
+    .expect("stdout is only JSON, even with -v");
     assert_eq!(json["kind"], "Status");
-    let claim = json["nodeClaims"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "up-status-x1")).expect("claim in JSON");
-    assert_eq!(claim["price"], json!({"perHour": 0.035, "source": "nodeLabel"}));
+    let claim = json["nodeClaims"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "up-status-x1"))
+        .expect("claim in JSON");
+    assert_eq!(
+        claim["price"],
+        json!({"perHour": 0.035, "source": "nodeLabel"})
+    );
     assert_eq!(claim["state"]["phase"], "Ready");
 }
 
 #[tokio::test]
 async fn explain_says_what_upstream_did_not_record_and_what_blocks_disruption() {
-    upstream_claim("up-explain", "up-explain-x1", "up-explain-node", &format!("{{{}: \"true\"}}", labels::DO_NOT_DISRUPT)).await;
+    upstream_claim(
+        "up-explain",
+        "up-explain-x1",
+        "up-explain-node",
+        &format!("{{{}: \"true\"}}", labels::DO_NOT_DISRUPT),
+    )
+    .await;
     let text = stdout_ok(&["explain", "nodeclaim", "up-explain-x1"]);
     assert!(text.contains("not recorded"), "{text}");
-    assert!(text.contains("up-explain   api-0   on this node"), "the pods on its node are listed:\n{text}");
-    assert!(text.contains("allowed by its requirements: m5.large, m5.xlarge"), "{text}");
+    assert!(
+        text.contains("up-explain   api-0   on this node"),
+        "the pods on its node are listed:\n{text}"
+    );
+    assert!(
+        text.contains("allowed by its requirements: m5.large, m5.xlarge"),
+        "{text}"
+    );
     assert!(text.contains("Can it be disrupted now? no"), "{text}");
-    assert!(text.contains("pod up-explain/api-0 has karpenter.sh/do-not-disrupt"), "{text}");
-    let lifecycle = text.split("Lifecycle:").nth(1).expect("a lifecycle section");
-    let order: Vec<usize> = ["Created", "Launched=True", "Registered=True", "Ready=True"].iter().map(|w| lifecycle.find(w).unwrap_or(usize::MAX)).collect();
-    assert!(order.windows(2).all(|w| w[0] < w[1]), "the timeline is out of order:\n{lifecycle}");
+    assert!(
+        text.contains("pod up-explain/api-0 has karpenter.sh/do-not-disrupt"),
+        "{text}"
+    );
+    let lifecycle = text
+        .split("Lifecycle:")
+        .nth(1)
+        .expect("a lifecycle section");
+    let order: Vec<usize> = ["Created", "Launched=True", "Registered=True", "Ready=True"]
+        .iter()
+        .map(|w| lifecycle.find(w).unwrap_or(usize::MAX))
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "the timeline is out of order:\n{lifecycle}"
+    );
 
     let yaml = stdout_ok(&["explain", "nodeclaim/up-explain-x1", "-o", "yaml"]);
-    assert!(yaml.contains("kind: NodeClaimExplanation") && yaml.contains("recordedByAgent: false") && yaml.contains("kind: DoNotDisruptPod"), "{yaml}");
+    assert!(
+        yaml.contains("kind: NodeClaimExplanation")
+            && yaml.contains("recordedByAgent: false")
+            && yaml.contains("kind: DoNotDisruptPod"),
+        "{yaml}"
+    );
 
     let by_node = stdout_ok(&["explain", "node", "up-explain-node"]);
-    assert!(by_node.starts_with("Name:        up-explain-x1"), "explain node NAME explains its claim:\n{by_node}");
+    assert!(
+        by_node.starts_with("Name:        up-explain-x1"),
+        "explain node NAME explains its claim:\n{by_node}"
+    );
 }
 
 #[tokio::test]
@@ -204,23 +304,47 @@ spec:
         labels::INSTANCE_TYPE_OPTIONS
     ));
     let text = stdout_ok(&["explain", "nodeclaim", "ours-abcde"]);
-    assert!(text.contains("created by karpenter-agent for 2 pending pods"), "{text}");
+    assert!(
+        text.contains("created by karpenter-agent for 2 pending pods"),
+        "{text}"
+    );
     assert!(text.contains("ours        web-0    pending"), "{text}");
     assert!(text.contains("gone-0   gone"), "{text}");
-    assert!(text.contains("not launched yet, the cheapest is t3.small at $0.0208/hour"), "{text}");
-    assert!(text.contains("it is not initialized yet (Pending)"), "{text}");
+    assert!(
+        text.contains("not launched yet, the cheapest is t3.small at $0.0208/hour"),
+        "{text}"
+    );
+    assert!(
+        text.contains("it is not initialized yet (Pending)"),
+        "{text}"
+    );
 
     let table = stdout_ok(&["status", "--nodepool", "ours", "-n", "ours"]);
-    let row = table.lines().find(|l| l.starts_with("ours-abcde")).unwrap_or_else(|| panic!("{table}"));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("ours-abcde"))
+        .unwrap_or_else(|| panic!("{table}"));
     assert!(row.contains("Pending"), "{row}");
-    let pod = table.lines().find(|l| l.contains("web-0")).unwrap_or_else(|| panic!("the pending pod is listed:\n{table}"));
-    assert!(pod.contains("WaitingForNodeClaim") && pod.contains("nodeclaim ours-abcde is Pending"), "{pod}");
+    let pod = table
+        .lines()
+        .find(|l| l.contains("web-0"))
+        .unwrap_or_else(|| panic!("the pending pod is listed:\n{table}"));
+    assert!(
+        pod.contains("WaitingForNodeClaim") && pod.contains("nodeclaim ours-abcde is Pending"),
+        "{pod}"
+    );
 }
 
 /// Waits (bounded) until `kubectl get` of `what` prints `want` with `jsonpath`.
 fn wait_for_jsonpath(what: &[&str], jsonpath: &str, want: &str) {
     for _ in 0..120 {
-        let out = rig().kubectl().args(["get"]).args(what).arg(format!("-o=jsonpath={jsonpath}")).output().expect("kubectl get");
+        let out = rig()
+            .kubectl()
+            .args(["get"])
+            .args(what)
+            .arg(format!("-o=jsonpath={jsonpath}"))
+            .output()
+            .expect("kubectl get");
         if String::from_utf8_lossy(&out.stdout).trim() == want {
             return;
         }
@@ -230,12 +354,24 @@ fn wait_for_jsonpath(what: &[&str], jsonpath: &str, want: &str) {
 }
 
 fn blocker_kinds(yaml: &str) -> Vec<String> {
-    yaml.lines().filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("kind: ")).filter(|k| *k != "NodeClaimExplanation").map(str::to_owned).collect()
+    yaml.lines()
+        .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("kind: "))
+        .filter(|k| *k != "NodeClaimExplanation")
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::test]
 async fn explain_names_a_pdb_and_a_zero_budget_as_blockers_of_an_upstream_claim() {
-    upstream_claim_in("up-budget", "{consolidateAfter: 0s, budgets: [{nodes: '0'}]}", "up-budget-x1", "up-budget-node", "{}", "{app: api}").await;
+    upstream_claim_in(
+        "up-budget",
+        "{consolidateAfter: 0s, budgets: [{nodes: '0'}]}",
+        "up-budget-x1",
+        "up-budget-node",
+        "{}",
+        "{app: api}",
+    )
+    .await;
     apply(
         r#"
 apiVersion: policy/v1
@@ -247,21 +383,45 @@ spec:
 "#,
     );
     // The disruption controller fills in the PDB's status; explain reads it.
-    wait_for_jsonpath(&["pdb", "api", "-n", "up-budget"], "{.status.observedGeneration}", "1");
+    wait_for_jsonpath(
+        &["pdb", "api", "-n", "up-budget"],
+        "{.status.observedGeneration}",
+        "1",
+    );
     let text = stdout_ok(&["explain", "nodeclaim", "up-budget-x1"]);
     assert!(text.contains("Can it be disrupted now? no"), "{text}");
-    assert!(text.contains("PodDisruptionBudget up-budget/api allows 0 disruptions and covers pod up-budget/api-0"), "{text}");
+    assert!(
+        text.contains(
+            "PodDisruptionBudget up-budget/api allows 0 disruptions and covers pod up-budget/api-0"
+        ),
+        "{text}"
+    );
     assert!(text.contains("NodePool up-budget allows no more Underutilized disruptions now under budget 1 (nodes \"0\")"), "{text}");
     let yaml = stdout_ok(&["explain", "nodeclaim", "up-budget-x1", "-o", "yaml"]);
-    assert_eq!(blocker_kinds(&yaml), ["PodDisruptionBudget", "Budget"], "{yaml}");
+    assert_eq!(
+        blocker_kinds(&yaml),
+        ["PodDisruptionBudget", "Budget"],
+        "{yaml}"
+    );
 }
 
 #[tokio::test]
 async fn explain_says_when_consolidate_after_lets_an_upstream_claim_be_considered() {
-    upstream_claim_in("up-after", "{consolidateAfter: 1h}", "up-after-x1", "up-after-node", "{}", "{}").await;
+    upstream_claim_in(
+        "up-after",
+        "{consolidateAfter: 1h}",
+        "up-after-x1",
+        "up-after-node",
+        "{}",
+        "{}",
+    )
+    .await;
     let text = stdout_ok(&["explain", "nodeclaim", "up-after-x1"]);
     assert!(text.contains("Can it be disrupted now? no"), "{text}");
-    assert!(text.contains("consolidateAfter is 1h: the last pod event was"), "{text}");
+    assert!(
+        text.contains("consolidateAfter is 1h: the last pod event was"),
+        "{text}"
+    );
     let yaml = stdout_ok(&["explain", "nodeclaim", "up-after-x1", "-o", "yaml"]);
     assert_eq!(blocker_kinds(&yaml), ["ConsolidateAfter"], "{yaml}");
 
@@ -274,15 +434,23 @@ async fn explain_says_when_consolidate_after_lets_an_upstream_claim_be_considere
 #[tokio::test]
 async fn name_output_prints_nodeclaims_as_kubectl_names_them() {
     upstream_claim("up-name", "up-name-x1", "up-name-node", "{}").await;
-    assert_eq!(stdout_ok(&["status", "--nodepool", "up-name", "-o", "name"]), "nodeclaim.karpenter.sh/up-name-x1\n");
-    assert_eq!(stdout_ok(&["explain", "node", "up-name-node", "-o", "name"]), "nodeclaim.karpenter.sh/up-name-x1\n");
+    assert_eq!(
+        stdout_ok(&["status", "--nodepool", "up-name", "-o", "name"]),
+        "nodeclaim.karpenter.sh/up-name-x1\n"
+    );
+    assert_eq!(
+        stdout_ok(&["explain", "node", "up-name-node", "-o", "name"]),
+        "nodeclaim.karpenter.sh/up-name-x1\n"
+    );
 }
 
 async fn set_node_ready(node: &str, ready: &str) {
     let api: Api<Node> = Api::all(rig().client().await);
     let t = k8s_openapi::jiff::Timestamp::now().to_string();
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Test", "message": "", "lastHeartbeatTime": t, "lastTransitionTime": t}]}});
-    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch node status");
+    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patch node status");
 }
 
 #[tokio::test]
@@ -338,12 +506,17 @@ spec:
     });
     let mut seen: Vec<String> = Vec::new();
     let mut wait_for_row = |state: &str| {
-        let wanted = |l: &String| l.starts_with("up-watch-x1 ") && l.split_whitespace().any(|w| w == state);
+        let wanted =
+            |l: &String| l.starts_with("up-watch-x1 ") && l.split_whitespace().any(|w| w == state);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !seen.iter().any(wanted) {
-            match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            match lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            {
                 Ok(line) => seen.push(line),
-                Err(e) => panic!("no {state} row for up-watch-x1 ({e}); saw:\n{}", seen.join("\n")),
+                Err(e) => panic!(
+                    "no {state} row for up-watch-x1 ({e}); saw:\n{}",
+                    seen.join("\n")
+                ),
             }
         }
         seen.clear();
@@ -351,8 +524,16 @@ spec:
     wait_for_row("NotReady(NodeNotReady)");
     set_node_ready("up-watch-node", "True").await;
     wait_for_row("Ready");
-    let deleted = rig().kubectl().args(["delete", "node", "up-watch-node", "--wait=false"]).output().expect("kubectl delete");
-    assert!(deleted.status.success(), "{}", String::from_utf8_lossy(&deleted.stderr));
+    let deleted = rig()
+        .kubectl()
+        .args(["delete", "node", "up-watch-node", "--wait=false"])
+        .output()
+        .expect("kubectl delete");
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
     wait_for_row("NotReady(NodeDeleted)");
     let _ = watch.kill();
     let _ = watch.wait();
@@ -362,7 +543,11 @@ spec:
 fn plugin_on_a_terminal(args: &str, no_color: bool) -> String {
     let mut command = Command::new("script");
     command
-        .args(["-qec", &format!("{} {args}", env!("CARGO_BIN_EXE_kubectl-karpenter")), "/dev/null"])
+        .args([
+            "-qec",
+            &format!("{} {args}", env!("CARGO_BIN_EXE_kubectl-karpenter")),
+            "/dev/null",
+        ])
         .env("KUBECONFIG", &rig().kubeconfig)
         .env("TERM", "xterm")
         .env_remove("NO_COLOR");
@@ -370,7 +555,11 @@ fn plugin_on_a_terminal(args: &str, no_color: bool) -> String {
         command.env("NO_COLOR", "1");
     }
     let out = command.output().expect("run script");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -380,9 +569,15 @@ async fn a_terminal_gets_colour_unless_no_color_is_set() {
     let coloured = plugin_on_a_terminal("status --nodepool up-color", false);
     assert!(coloured.contains("\x1b[32mReady\x1b[0m"), "{coloured:?}");
     let plain = plugin_on_a_terminal("status --nodepool up-color", true);
-    assert!(plain.contains("Ready") && !plain.contains('\x1b'), "{plain:?}");
+    assert!(
+        plain.contains("Ready") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
     let explained = plugin_on_a_terminal("explain nodeclaim up-color-x1", true);
-    assert!(explained.contains("Can it be disrupted now?") && !explained.contains('\x1b'), "{explained:?}");
+    assert!(
+        explained.contains("Can it be disrupted now?") && !explained.contains('\x1b'),
+        "{explained:?}"
+    );
 }
 
 #[test]
@@ -403,7 +598,11 @@ spec:
     assert!(out.stdout.is_empty(), "nothing on stdout");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: nodeclaim \"no-such-claim\" not found; nodeclaims that exist:") && stderr.contains("names-known"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: nodeclaim \"no-such-claim\" not found; nodeclaims that exist:")
+            && stderr.contains("names-known"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -416,34 +615,63 @@ fn an_unreachable_cluster_is_one_line_and_exit_code_1_and_v_adds_the_chain() {
     )
     .expect("write kubeconfig");
     let path = kubeconfig.to_str().expect("utf-8 path");
-    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--kubeconfig", path]).output().expect("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status", "--kubeconfig", path])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("error: listing "), "{stderr}");
-    let verbose = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--kubeconfig", path, "-v"]).output().expect("run");
-    assert!(String::from_utf8_lossy(&verbose.stderr).lines().count() > 1, "-v shows the chain");
+    let verbose = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status", "--kubeconfig", path, "-v"])
+        .output()
+        .expect("run");
+    assert!(
+        String::from_utf8_lossy(&verbose.stderr).lines().count() > 1,
+        "-v shows the chain"
+    );
 
-    let missing = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--context", "nope", "--kubeconfig", path]).output().expect("run");
+    let missing = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status", "--context", "nope", "--kubeconfig", path])
+        .output()
+        .expect("run");
     assert_eq!(missing.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("nope"), "{}", String::from_utf8_lossy(&missing.stderr));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("nope"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
 }
 
 #[test]
 fn usage_reads_kubectl_karpenter_and_bad_flags_fail_like_kubectl() {
-    let help = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).arg("--help").output().expect("run");
+    let help = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .arg("--help")
+        .output()
+        .expect("run");
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("Usage: kubectl karpenter"), "{help}");
-    let bad = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["status", "--bogus"]).output().expect("run");
+    let bad = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status", "--bogus"])
+        .output()
+        .expect("run");
     assert_eq!(bad.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&bad.stderr);
-    assert!(stderr.starts_with("error: unexpected argument '--bogus'") && stderr.contains("kubectl karpenter --help"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: unexpected argument '--bogus'")
+            && stderr.contains("kubectl karpenter --help"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn completion_scripts_cover_the_subcommands_for_each_shell() {
     for shell in ["bash", "zsh", "fish"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter")).args(["completion", shell]).output().expect("run");
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+            .args(["completion", shell])
+            .output()
+            .expect("run");
         assert!(out.status.success());
         let script = String::from_utf8_lossy(&out.stdout);
         for word in ["status", "explain", "nodepool", "kubectl-karpenter"] {
@@ -467,17 +695,39 @@ spec:
     );
     // What a user sets up (see README): the plugin, and kubectl's completion hook for it.
     let dir = tempfile::tempdir().expect("temp dir");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-karpenter"), dir.path().join("kubectl-karpenter")).expect("symlink");
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-karpenter"),
+        dir.path().join("kubectl-karpenter"),
+    )
+    .expect("symlink");
     let hook = dir.path().join("kubectl_complete-karpenter");
-    std::fs::write(&hook, "#!/bin/sh\nexec kubectl-karpenter __complete \"$@\"\n").expect("write hook");
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-    let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nexec kubectl-karpenter __complete \"$@\"\n",
+    )
+    .expect("write hook");
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let complete = |args: &[&str]| {
-        let out = rig().kubectl().arg("__complete").args(args).env("PATH", &path).output().expect("kubectl __complete");
+        let out = rig()
+            .kubectl()
+            .arg("__complete")
+            .args(args)
+            .env("PATH", &path)
+            .output()
+            .expect("kubectl __complete");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let subcommands = complete(&["karpenter", "st"]);
-    assert!(subcommands.lines().next() == Some("status"), "{subcommands}");
+    assert!(
+        subcommands.lines().next() == Some("status"),
+        "{subcommands}"
+    );
     let names = complete(&["karpenter", "explain", "nodeclaim", "complete-"]);
     assert!(names.lines().any(|l| l == "complete-me"), "{names}");
 }

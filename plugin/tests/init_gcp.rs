@@ -4,7 +4,12 @@
 //! races, which it retries), a run after that finds everything in place, and with `--auth key`
 //! the key lands in a Secret and nowhere else.
 
-#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, clippy::await_holding_lock)]
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::await_holding_lock
+)]
 
 #[path = "../../tests/support/rig.rs"]
 mod rig;
@@ -24,7 +29,16 @@ static EXCLUSIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 async fn init_gcp(fake: &FakeGcp, cwd: &Path, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"));
     command
-        .args(["init", "gcp", "--location", "us-central1", "--endpoint-url", &fake.endpoint(), "--image", "karpenter-agent:test"])
+        .args([
+            "init",
+            "gcp",
+            "--location",
+            "us-central1",
+            "--endpoint-url",
+            &fake.endpoint(),
+            "--image",
+            "karpenter-agent:test",
+        ])
         .args(args)
         .current_dir(cwd)
         .env("KUBECONFIG", &rig().kubeconfig)
@@ -32,7 +46,9 @@ async fn init_gcp(fake: &FakeGcp, cwd: &Path, args: &[&str]) -> Output {
         .env_remove("CLOUDSDK_CORE_PROJECT")
         .stdin(Stdio::null());
     // The fake serves from this runtime while the binary runs.
-    tokio::task::spawn_blocking(move || command.output().expect("run kubectl-karpenter")).await.expect("join")
+    tokio::task::spawn_blocking(move || command.output().expect("run kubectl-karpenter"))
+        .await
+        .expect("join")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -49,16 +65,30 @@ fn writes_since(fake: &FakeGcp, before: usize) -> Vec<String> {
 }
 
 fn plan_lines(stderr: &str) -> String {
-    stderr.lines().skip_while(|l| !l.starts_with("Plan for")).take_while(|l| !l.is_empty()).collect::<Vec<_>>().join("\n")
+    stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("Plan for"))
+        .take_while(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_completes_through_policy_races_and_then_finds_everything_in_place() {
-    let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_completes_through_policy_races_and_then_finds_everything_in_place()
+ {
+    let _guard = EXCLUSIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
-    fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
-    fake.state().container.seed_cluster(PROJECT, "us-central1", "wi-demo", true, "nodes");
-    fake.state().container.seed_cluster(PROJECT, "us-central1", "no-wi", false, "nodes");
+    fake.state()
+        .resource_manager
+        .seed_project(PROJECT, 123_456_789_012);
+    fake.state()
+        .container
+        .seed_cluster(PROJECT, "us-central1", "wi-demo", true, "nodes");
+    fake.state()
+        .container
+        .seed_cluster(PROJECT, "us-central1", "no-wi", false, "nodes");
     let cwd = tempfile::tempdir().expect("temp dir");
     let ns = "gcp-wi-system";
     let base = ["--cluster", "wi-demo", "-n", ns];
@@ -67,10 +97,26 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     // No --project and no terminal to ask on: one line naming the flag.
     let out = init_gcp(&fake, cwd.path(), &base).await;
     assert!(!out.status.success());
-    assert_eq!(text(&out.stderr).trim(), "error: --project is required (stdin is not a terminal, so it cannot be asked for)");
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: --project is required (stdin is not a terminal, so it cannot be asked for)"
+    );
 
     // A project that does not exist (or may not be read) is named, with what to check.
-    let out = init_gcp(&fake, cwd.path(), &["--project", "no-such-project", "--cluster", "wi-demo", "-n", ns, "--dry-run"]).await;
+    let out = init_gcp(
+        &fake,
+        cwd.path(),
+        &[
+            "--project",
+            "no-such-project",
+            "--cluster",
+            "wi-demo",
+            "-n",
+            ns,
+            "--dry-run",
+        ],
+    )
+    .await;
     assert!(!out.status.success());
     assert_eq!(
         text(&out.stderr).lines().last().unwrap(),
@@ -79,7 +125,20 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     assert!(out.stdout.is_empty());
 
     // Workload Identity auth on a cluster without a workload pool: one line saying how to turn it on.
-    let out = init_gcp(&fake, cwd.path(), &["--project", PROJECT, "--cluster", "no-wi", "-n", ns, "--dry-run"]).await;
+    let out = init_gcp(
+        &fake,
+        cwd.path(),
+        &[
+            "--project",
+            PROJECT,
+            "--cluster",
+            "no-wi",
+            "-n",
+            ns,
+            "--dry-run",
+        ],
+    )
+    .await;
     assert!(!out.status.success());
     assert_eq!(
         text(&out.stderr).lines().last().unwrap(),
@@ -88,7 +147,14 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
 
     // A dry run: the plan, what would change, the scaffold on stdout, and no write.
     let args = |extra: &[&'static str]| -> Vec<&'static str> {
-        let mut all = vec!["--project", PROJECT, "--cluster", "wi-demo", "-n", "gcp-wi-system"];
+        let mut all = vec![
+            "--project",
+            PROJECT,
+            "--cluster",
+            "wi-demo",
+            "-n",
+            "gcp-wi-system",
+        ];
         all.extend_from_slice(extra);
         all
     };
@@ -96,19 +162,47 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     insta::assert_snapshot!("init_gcp_plan", plan_lines(&stderr));
-    assert!(stderr.contains("~ apis: would change: enable compute.googleapis.com, container.googleapis.com"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "~ apis: would change: enable compute.googleapis.com, container.googleapis.com"
+        ),
+        "{stderr}"
+    );
     assert!(stderr.contains("dry run: "), "{stderr}");
-    let documents: Vec<serde_json::Value> = serde_saphyr::from_str_multiple(&stdout).expect("stdout is YAML");
-    let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
-    assert_eq!(kinds, ["GCENodeClass", "NodePool"], "stdout carries only the scaffold:\n{stdout}");
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple(&stdout).expect("stdout is YAML");
+    let kinds: Vec<&str> = documents
+        .iter()
+        .filter_map(|d| d["kind"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["GCENodeClass", "NodePool"],
+        "stdout carries only the scaffold:\n{stdout}"
+    );
     assert!(stderr.contains("✓ gke-cluster: in place (us-central1, subnetwork projects/init-demo/regions/us-central1/subnetworks/nodes, Workload Identity init-demo.svc.id.goog)"), "{stderr}");
-    assert_eq!(documents[0]["spec"]["networkConfig"]["subnetwork"], "projects/init-demo/regions/us-central1/subnetworks/nodes", "{stdout}");
+    assert_eq!(
+        documents[0]["spec"]["networkConfig"]["subnetwork"],
+        "projects/init-demo/regions/us-central1/subnetworks/nodes",
+        "{stdout}"
+    );
     assert_eq!(documents[0]["spec"]["subnetRangeName"], "pods", "{stdout}");
-    assert_eq!(documents[0]["spec"]["serviceAccount"], "karpenter-nodes-wi-demo@init-demo.iam.gserviceaccount.com", "{stdout}");
-    assert!(writes_since(&fake, 0).is_empty(), "the dry run wrote: {:?}", writes_since(&fake, 0));
+    assert_eq!(
+        documents[0]["spec"]["serviceAccount"],
+        "karpenter-nodes-wi-demo@init-demo.iam.gserviceaccount.com",
+        "{stdout}"
+    );
+    assert!(
+        writes_since(&fake, 0).is_empty(),
+        "the dry run wrote: {:?}",
+        writes_since(&fake, 0)
+    );
 
     // The caller may not create roles: the run stops at the custom role, naming the permission.
-    fake.state().resource_manager.denials.deny("iam.roles.create");
+    fake.state()
+        .resource_manager
+        .denials
+        .deny("iam.roles.create");
     let out = init_gcp(&fake, cwd.path(), &args(&["--yes"])).await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
@@ -118,8 +212,17 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     );
     {
         let state = fake.state();
-        assert!(state.service_usage.is_enabled(PROJECT, "compute.googleapis.com"), "the steps before the failure were applied");
-        assert!(state.service_usage.is_enabled(PROJECT, "container.googleapis.com"));
+        assert!(
+            state
+                .service_usage
+                .is_enabled(PROJECT, "compute.googleapis.com"),
+            "the steps before the failure were applied"
+        );
+        assert!(
+            state
+                .service_usage
+                .is_enabled(PROJECT, "container.googleapis.com")
+        );
         assert!(state.iam.account(email).is_some());
     }
 
@@ -133,65 +236,156 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     let stderr = text(&out.stderr);
     eprintln!("--- the completing run's stderr:\n{stderr}");
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("✓ apis: in place") && stderr.contains("✓ service-account: in place"), "{stderr}");
-    assert!(stderr.contains("+ custom-role: done") && stderr.contains("+ workload-identity: done"), "{stderr}");
+    assert!(
+        stderr.contains("✓ apis: in place") && stderr.contains("✓ service-account: in place"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("+ custom-role: done") && stderr.contains("+ workload-identity: done"),
+        "{stderr}"
+    );
     {
         let state = fake.state();
-        assert_eq!(state.resource_manager.concurrent_writes, 0, "both races happened");
+        assert_eq!(
+            state.resource_manager.concurrent_writes, 0,
+            "both races happened"
+        );
         let role = &state.iam.roles["projects/init-demo/roles/kubectlKarpenterAgent"];
         let permissions = role["includedPermissions"].as_array().unwrap();
         assert!(permissions.iter().any(|p| p == "compute.instances.create"));
-        assert!(!permissions.iter().any(|p| p == "iam.serviceAccounts.actAs"), "no actAs on every account of the project");
+        assert!(
+            !permissions.iter().any(|p| p == "iam.serviceAccounts.actAs"),
+            "no actAs on every account of the project"
+        );
         // The nodes run as their own account, with GKE's node roles, and the agent may act as
         // that account alone.
         let nodes = "karpenter-nodes-wi-demo@init-demo.iam.gserviceaccount.com";
-        let node_account = state.iam.account(nodes).expect("the nodes' service account");
-        assert!(node_account.policy.has("roles/iam.serviceAccountUser", &format!("serviceAccount:{email}")));
-        for role in ["roles/logging.logWriter", "roles/monitoring.metricWriter", "roles/monitoring.viewer", "roles/stackdriver.resourceMetadata.writer", "roles/artifactregistry.reader"] {
-            assert!(state.resource_manager.policy(PROJECT).has(role, &format!("serviceAccount:{nodes}")), "{role}");
+        let node_account = state
+            .iam
+            .account(nodes)
+            .expect("the nodes' service account");
+        assert!(node_account.policy.has(
+            "roles/iam.serviceAccountUser",
+            &format!("serviceAccount:{email}")
+        ));
+        for role in [
+            "roles/logging.logWriter",
+            "roles/monitoring.metricWriter",
+            "roles/monitoring.viewer",
+            "roles/stackdriver.resourceMetadata.writer",
+            "roles/artifactregistry.reader",
+        ] {
+            assert!(
+                state
+                    .resource_manager
+                    .policy(PROJECT)
+                    .has(role, &format!("serviceAccount:{nodes}")),
+                "{role}"
+            );
         }
-        assert!(!permissions.iter().any(|p| p.as_str().unwrap().ends_with(".setIamPolicy")), "no way to grant itself more");
+        assert!(
+            !permissions
+                .iter()
+                .any(|p| p.as_str().unwrap().ends_with(".setIamPolicy")),
+            "no way to grant itself more"
+        );
         let member = format!("serviceAccount:{email}");
-        assert!(state.resource_manager.policy(PROJECT).has("projects/init-demo/roles/kubectlKarpenterAgent", &member));
+        assert!(
+            state
+                .resource_manager
+                .policy(PROJECT)
+                .has("projects/init-demo/roles/kubectlKarpenterAgent", &member)
+        );
         let account = state.iam.account(email).unwrap();
-        assert!(account.policy.has("roles/iam.workloadIdentityUser", "serviceAccount:init-demo.svc.id.goog[gcp-wi-system/karpenter]"));
+        assert!(account.policy.has(
+            "roles/iam.workloadIdentityUser",
+            "serviceAccount:init-demo.svc.id.goog[gcp-wi-system/karpenter]"
+        ));
         assert!(account.keys.is_empty(), "Workload Identity needs no key");
     }
     let accounts: Api<ServiceAccount> = Api::namespaced(rig().client().await, ns);
-    let sa = accounts.get("karpenter").await.expect("the agent's service account");
-    assert_eq!(sa.metadata.annotations.unwrap_or_default().get("iam.gke.io/gcp-service-account").map(String::as_str), Some(email));
+    let sa = accounts
+        .get("karpenter")
+        .await
+        .expect("the agent's service account");
+    assert_eq!(
+        sa.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("iam.gke.io/gcp-service-account")
+            .map(String::as_str),
+        Some(email)
+    );
 
     // Once more: everything in place, nothing written, and it says so; a dry run agrees.
     let before = fake.state().requests.len();
     let out = init_gcp(&fake, cwd.path(), &args(&["--yes"])).await;
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Everything is already in place; nothing changed."), "{stderr}");
+    assert!(
+        stderr.contains("Everything is already in place; nothing changed."),
+        "{stderr}"
+    );
     let out = init_gcp(&fake, cwd.path(), &args(&["--dry-run"])).await;
-    assert!(text(&out.stderr).contains("everything is in place"), "{}", text(&out.stderr));
-    assert!(writes_since(&fake, before).is_empty(), "{:?}", writes_since(&fake, before));
-    assert!(std::fs::read_dir(cwd.path()).unwrap().next().is_none(), "nothing written to disk");
+    assert!(
+        text(&out.stderr).contains("everything is in place"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        writes_since(&fake, before).is_empty(),
+        "{:?}",
+        writes_since(&fake, before)
+    );
+    assert!(
+        std::fs::read_dir(cwd.path()).unwrap().next().is_none(),
+        "nothing written to disk"
+    );
 
     rig().kubectl_ok(&["delete", "namespace", ns, "--wait=false"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_gcp_with_a_key_keeps_it_only_in_a_secret_and_a_rerun_makes_no_second_key() {
-    let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = EXCLUSIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
-    fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
-    fake.state().container.seed_cluster(PROJECT, "us-central1", "key-demo", false, "default");
+    fake.state()
+        .resource_manager
+        .seed_project(PROJECT, 123_456_789_012);
+    fake.state()
+        .container
+        .seed_cluster(PROJECT, "us-central1", "key-demo", false, "default");
     let cwd = tempfile::tempdir().expect("temp dir");
     let ns = "gcp-key-system";
-    let args = ["--project", PROJECT, "--cluster", "key-demo", "-n", ns, "--auth", "key", "--yes"];
+    let args = [
+        "--project",
+        PROJECT,
+        "--cluster",
+        "key-demo",
+        "-n",
+        ns,
+        "--auth",
+        "key",
+        "--yes",
+    ];
     let email = "karpenter-key-demo@init-demo.iam.gserviceaccount.com";
 
     // The caller may not create keys: the run stops at the last step, and a re-run completes it.
-    fake.state().resource_manager.denials.deny("iam.serviceAccountKeys.create");
+    fake.state()
+        .resource_manager
+        .denials
+        .deny("iam.serviceAccountKeys.create");
     let out = init_gcp(&fake, cwd.path(), &args).await;
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.lines().last().unwrap().contains("step service-account-key failed: permission denied: iam.serviceAccountKeys.create"), "{stderr}");
+    assert!(
+        stderr.lines().last().unwrap().contains(
+            "step service-account-key failed: permission denied: iam.serviceAccountKeys.create"
+        ),
+        "{stderr}"
+    );
     fake.state().resource_manager.denials.allow_all();
 
     let out = init_gcp(&fake, cwd.path(), &args).await;
@@ -209,27 +403,58 @@ async fn init_gcp_with_a_key_keeps_it_only_in_a_secret_and_a_rerun_makes_no_seco
         (id.clone(), file.clone())
     };
     let secrets: Api<Secret> = Api::namespaced(rig().client().await, ns);
-    let secret = secrets.get("karpenter-gcp-credentials").await.expect("the key's Secret");
-    let stored: serde_json::Value = serde_json::from_slice(&secret.data.unwrap()["key.json"].0).expect("key.json is JSON");
+    let secret = secrets
+        .get("karpenter-gcp-credentials")
+        .await
+        .expect("the key's Secret");
+    let stored: serde_json::Value =
+        serde_json::from_slice(&secret.data.unwrap()["key.json"].0).expect("key.json is JSON");
     assert_eq!(stored, key_file);
     // ...and nowhere else: not on stdout, not on stderr, not on disk.
     let private_key = key_file["private_key"].as_str().unwrap();
     let secret_part = private_key.lines().nth(1).unwrap();
     for (name, output) in [("stdout", &stdout), ("stderr", &stderr)] {
-        assert!(!output.contains(secret_part) && !output.contains("PRIVATE KEY") && !output.contains(&key_id), "the key is on {name}:\n{output}");
+        assert!(
+            !output.contains(secret_part)
+                && !output.contains("PRIVATE KEY")
+                && !output.contains(&key_id),
+            "the key is on {name}:\n{output}"
+        );
     }
-    assert!(std::fs::read_dir(cwd.path()).unwrap().next().is_none(), "nothing written to disk");
-    let deployment = rig().kubectl_ok(&["get", "deployment", "karpenter-agent", "-n", ns, "-o", "json"]);
-    assert!(deployment.contains("GOOGLE_APPLICATION_CREDENTIALS") && deployment.contains("karpenter-gcp-credentials"), "{deployment}");
+    assert!(
+        std::fs::read_dir(cwd.path()).unwrap().next().is_none(),
+        "nothing written to disk"
+    );
+    let deployment = rig().kubectl_ok(&[
+        "get",
+        "deployment",
+        "karpenter-agent",
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]);
+    assert!(
+        deployment.contains("GOOGLE_APPLICATION_CREDENTIALS")
+            && deployment.contains("karpenter-gcp-credentials"),
+        "{deployment}"
+    );
 
     // A re-run finds the key in place and makes no second one.
     let before = fake.state().requests.len();
     let out = init_gcp(&fake, cwd.path(), &args).await;
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Everything is already in place; nothing changed."), "{stderr}");
+    assert!(
+        stderr.contains("Everything is already in place; nothing changed."),
+        "{stderr}"
+    );
     assert_eq!(fake.state().iam.account(email).unwrap().keys.len(), 1);
-    assert!(writes_since(&fake, before).is_empty(), "{:?}", writes_since(&fake, before));
+    assert!(
+        writes_since(&fake, before).is_empty(),
+        "{:?}",
+        writes_since(&fake, before)
+    );
 
     rig().kubectl_ok(&["delete", "namespace", ns, "--wait=false"]);
 }
@@ -241,10 +466,16 @@ async fn on_a_terminal_init_gcp_asks_for_a_missing_flag_and_changes_nothing_unle
         eprintln!("skipped: no `script` to make a terminal with");
         return;
     }
-    let _guard = EXCLUSIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _guard = EXCLUSIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let fake = FakeGcp::start().await.expect("start the fake");
-    fake.state().resource_manager.seed_project(PROJECT, 123_456_789_012);
-    fake.state().container.seed_cluster(PROJECT, "us-central1", "tty-demo", true, "default");
+    fake.state()
+        .resource_manager
+        .seed_project(PROJECT, 123_456_789_012);
+    fake.state()
+        .container
+        .seed_cluster(PROJECT, "us-central1", "tty-demo", true, "default");
     let line = format!(
         "{} init gcp --cluster tty-demo --location us-central1 --endpoint-url {} -n gcp-tty-system --image karpenter-agent:test",
         env!("CARGO_BIN_EXE_kubectl-karpenter"),
@@ -263,15 +494,30 @@ async fn on_a_terminal_init_gcp_asks_for_a_missing_flag_and_changes_nothing_unle
         use std::io::Write;
         let mut child = command.spawn().expect("run script");
         // The project when asked, then "n" when asked to confirm.
-        child.stdin.take().expect("stdin").write_all(format!("{PROJECT}\nn").as_bytes()).expect("type");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("{PROJECT}\nn").as_bytes())
+            .expect("type");
         child.wait_with_output().expect("wait")
     })
     .await
     .expect("join");
     let terminal = text(&out.stdout);
     assert!(terminal.contains("Google Cloud project id"), "{terminal}");
-    assert!(terminal.contains("Plan for GKE cluster tty-demo in us-central1, project init-demo"), "{terminal}");
+    assert!(
+        terminal.contains("Plan for GKE cluster tty-demo in us-central1, project init-demo"),
+        "{terminal}"
+    );
     assert!(terminal.contains("Apply these 9 changes?"), "{terminal}");
-    assert!(terminal.contains("error: not confirmed; nothing changed"), "{terminal}");
-    assert!(writes_since(&fake, 0).is_empty(), "{:?}", writes_since(&fake, 0));
+    assert!(
+        terminal.contains("error: not confirmed; nothing changed"),
+        "{terminal}"
+    );
+    assert!(
+        writes_since(&fake, 0).is_empty(),
+        "{:?}",
+        writes_since(&fake, 0)
+    );
 }

@@ -14,8 +14,8 @@
 mod rig;
 
 use futures::StreamExt;
-use karpenter_core::apis::{NodeClaim, labels};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use karpenter_core::apis::{NodeClaim, labels};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rig::rig;
 use serde_json::json;
@@ -23,7 +23,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 async fn create_all<K>(api: &Api<K>, objects: Vec<K>)
@@ -39,7 +42,10 @@ where
     .await;
     for r in results {
         if let Err(e) = r {
-            assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "create failed: {e}");
+            assert!(
+                matches!(&e, kube::Error::Api(s) if s.code == 409),
+                "create failed: {e}"
+            );
         }
     }
 }
@@ -52,9 +58,21 @@ fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 fn list_counts() -> BTreeMap<String, f64> {
     let metrics = rig().kubectl_ok(&["get", "--raw", "/metrics"]);
     let mut counts = BTreeMap::new();
-    for line in metrics.lines().filter(|l| l.starts_with("apiserver_request_total{") && l.contains("verb=\"LIST\"")) {
-        let resource = line.split("resource=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_owned();
-        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_default();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains("verb=\"LIST\""))
+    {
+        let resource = line
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
         *counts.entry(resource).or_insert(0.0) += value;
     }
     counts
@@ -74,7 +92,11 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
             "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {pool}}}\nspec:\n  limits: {{cpu: '10000', memory: 40000Gi}}\n  template:\n    spec:\n      requirements: []\n      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}\n"
         );
         let out = rig().kubectl_with_input(&["apply", "-f", "-"], &yaml);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let options = r#"[{"name":"m5.xlarge","price":0.192,"zone":"us-west-2a","capacityType":"on-demand"},{"name":"c5.2xlarge","price":0.34,"zone":"us-west-2a","capacityType":"on-demand"}]"#;
     let name = |i: usize| format!("{}-{i:05}", pools[i % pools.len()]);
@@ -125,9 +147,14 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
             Some(n) => spec["nodeName"] = json!(n),
             None => spec["nodeSelector"] = json!({"no-such-label": "true"}),
         }
-        object(json!({"metadata": {"name": name, "namespace": "load", "labels": {"app": "load"}}, "spec": spec}))
+        object(
+            json!({"metadata": {"name": name, "namespace": "load", "labels": {"app": "load"}}, "spec": spec}),
+        )
     };
-    let mut pods: Vec<Pod> = (0..nodes_wanted).flat_map(|i| (0..pods_per_node).map(move |j| (i, j))).map(|(i, j)| pod(format!("p-{i}-{j}"), Some(name(i)))).collect();
+    let mut pods: Vec<Pod> = (0..nodes_wanted)
+        .flat_map(|i| (0..pods_per_node).map(move |j| (i, j)))
+        .map(|(i, j)| pod(format!("p-{i}-{j}"), Some(name(i))))
+        .collect();
     pods.extend((0..50).map(|i| pod(format!("pending-{i}"), None)));
     create_all(&Api::<Pod>::namespaced(client.clone(), "load"), pods).await;
     println!("filled the rig in {:.1}s", filled.elapsed().as_secs_f64());
@@ -139,16 +166,24 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
     let bound = nodes_wanted * pods_per_node;
     let waiting = Instant::now();
     loop {
-        let running = pods_api.list_metadata(&ListParams::default().fields("status.phase=Running")).await.map(|l| l.items.len()).unwrap_or(0);
+        let running = pods_api
+            .list_metadata(&ListParams::default().fields("status.phase=Running"))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
         if running >= bound || waiting.elapsed() > Duration::from_secs(600) {
-            println!("{running} of {bound} bound pods Running after {:.1}s", waiting.elapsed().as_secs_f64());
+            println!(
+                "{running} of {bound} bound pods Running after {:.1}s",
+                waiting.elapsed().as_secs_f64()
+            );
             break;
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     tokio::time::sleep(Duration::from_secs(env_or("SCALE_SETTLE_SECS", 90) as u64)).await;
 
-    let binary = std::env::var("KUBECTL_KARPENTER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kubectl-karpenter").to_owned());
+    let binary = std::env::var("KUBECTL_KARPENTER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kubectl-karpenter").to_owned());
     let run = || {
         let started = Instant::now();
         let out = std::process::Command::new(&binary)
@@ -157,14 +192,26 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
             .output()
             .expect("run kubectl-karpenter");
         let elapsed = started.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        (elapsed, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            elapsed,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     run(); // warm the API server's caches and the page cache
     let before = list_counts();
     let (_, stdout, stderr) = run();
     let after = list_counts();
-    let lists: BTreeMap<&String, f64> = after.iter().map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0))).filter(|(_, d)| *d > 0.0).collect();
+    let lists: BTreeMap<&String, f64> = after
+        .iter()
+        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
     let mut times: Vec<Duration> = (0..7).map(|_| run().0).collect();
     times.sort();
     let median = times[times.len() / 2];
@@ -184,7 +231,14 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
         ];
         let children: Vec<_> = urls
             .iter()
-            .map(|u| rig().kubectl().args(["get", "--raw", u]).stdout(std::process::Stdio::null()).spawn().expect("kubectl get --raw"))
+            .map(|u| {
+                rig()
+                    .kubectl()
+                    .args(["get", "--raw", u])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("kubectl get --raw")
+            })
             .collect();
         for mut child in children {
             assert!(child.wait().expect("kubectl").success());
@@ -195,24 +249,63 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
     floors.sort();
     let floor_median = floors[floors.len() / 2];
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let calls = stderr.lines().find(|l| l.contains("API calls in")).unwrap_or_default().to_owned();
-    let total = stdout.lines().find(|l| l.starts_with("TOTAL")).unwrap_or_default().to_owned();
+    let calls = stderr
+        .lines()
+        .find(|l| l.contains("API calls in"))
+        .unwrap_or_default()
+        .to_owned();
+    let total = stdout
+        .lines()
+        .find(|l| l.starts_with("TOTAL"))
+        .unwrap_or_default()
+        .to_owned();
     println!("binary: {binary}");
-    println!("cluster: {nodes_wanted} nodes and nodeclaims, {} bound pods, 50 pending", nodes_wanted * pods_per_node);
-    println!("status wall time over 7 runs: min {} ms, median {} ms, max {} ms", times[0].as_millis(), median.as_millis(), times[6].as_millis());
+    println!(
+        "cluster: {nodes_wanted} nodes and nodeclaims, {} bound pods, 50 pending",
+        nodes_wanted * pods_per_node
+    );
+    println!(
+        "status wall time over 7 runs: min {} ms, median {} ms, max {} ms",
+        times[0].as_millis(),
+        median.as_millis(),
+        times[6].as_millis()
+    );
     println!(
         "the same five lists through kubectl get --raw (the floor): median {} ms; status / floor = {:.2}",
         floor_median.as_millis(),
         median.as_secs_f64() / floor_median.as_secs_f64()
     );
-    println!("load average while measuring: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    println!(
+        "load average while measuring: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!("plugin's count: {calls}");
     println!("API server LISTs during one run (other clients included): {lists:?}");
     println!("{total}");
-    assert!(calls.starts_with("5 API calls"), "one list per kind: {calls}");
-    let claims: usize = total.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_default();
-    assert!(claims >= nodes_wanted, "status counted {claims} nodeclaims: {total}");
-    if let Some(budget) = std::env::var("SCALE_BUDGET_MS").ok().and_then(|v| v.parse::<u128>().ok()) {
-        assert!(median.as_millis() <= budget, "median {} ms over the {budget} ms budget", median.as_millis());
+    assert!(
+        calls.starts_with("5 API calls"),
+        "one list per kind: {calls}"
+    );
+    let claims: usize = total
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_default();
+    assert!(
+        claims >= nodes_wanted,
+        "status counted {claims} nodeclaims: {total}"
+    );
+    if let Some(budget) = std::env::var("SCALE_BUDGET_MS")
+        .ok()
+        .and_then(|v| v.parse::<u128>().ok())
+    {
+        assert!(
+            median.as_millis() <= budget,
+            "median {} ms over the {budget} ms budget",
+            median.as_millis()
+        );
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 /// How a requirement relates a label key to its values.
 ///
 /// `Gt`, `Lt`, `Gte` and `Lte` compare a single non-negative integer.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 pub enum RequirementOperator {
     In,
     NotIn,
@@ -82,7 +84,9 @@ pub struct NodeSelectorRequirementWithMinValues {
 }
 
 /// A label value (at most 63 characters).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(transparent)]
 #[schemars(extend("maxLength" = 63, "pattern" = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"))]
 pub struct LabelValue(pub String);
@@ -136,7 +140,10 @@ pub(crate) fn add_rules(schema: &mut schemars::Schema, rules: &[(&str, &str)]) {
         .iter()
         .map(|(rule, message)| serde_json::json!({ "rule": rule, "message": message }));
     let key = "x-kubernetes-validations".to_owned();
-    match schema.get_mut(&key).and_then(serde_json::Value::as_array_mut) {
+    match schema
+        .get_mut(&key)
+        .and_then(serde_json::Value::as_array_mut)
+    {
         Some(existing) => existing.extend(entries),
         None => {
             schema.insert(key, serde_json::Value::Array(entries.collect()));
@@ -169,7 +176,9 @@ pub struct NillableDuration(pub String);
 
 /// Why a duration could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid duration {text:?}: expected a number followed by s, m or h (e.g. 30s, 720h, 1h30m)")]
+#[error(
+    "invalid duration {text:?}: expected a number followed by s, m or h (e.g. 30s, 720h, 1h30m)"
+)]
 pub struct InvalidDuration {
     /// The text that failed to parse.
     pub text: String,
@@ -198,7 +207,9 @@ impl NillableDuration {
 /// Parses the subset of Go's `time.ParseDuration` that Karpenter's schema allows: one or more
 /// `<integer><unit>` groups with units `h`, `m`, `s` (and, for robustness, `ms`).
 pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
-    let invalid = || InvalidDuration { text: text.to_owned() };
+    let invalid = || InvalidDuration {
+        text: text.to_owned(),
+    };
     if text.is_empty() {
         return Err(invalid());
     }
@@ -223,7 +234,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, InvalidDuration> {
             return Err(invalid());
         };
         rest = &rest[len..];
-        let part = unit.checked_mul(u32::try_from(value).map_err(|_| invalid())?).ok_or_else(invalid)?;
+        let part = unit
+            .checked_mul(u32::try_from(value).map_err(|_| invalid())?)
+            .ok_or_else(invalid)?;
         total = total.checked_add(part).ok_or_else(invalid)?;
     }
     Ok(total)
@@ -304,7 +317,11 @@ pub struct KubeletConfiguration {
     #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// Enforce CPU limits with CFS quota.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "cpuCFSQuota")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "cpuCFSQuota"
+    )]
     pub cpu_cfs_quota: Option<bool>,
 }
 
@@ -337,7 +354,10 @@ fn reserved_rules(schema: &mut schemars::Schema) {
                 "self.all(x, x=='cpu' || x=='memory' || x=='ephemeral-storage' || x=='pid')",
                 "valid keys are ['cpu','memory','ephemeral-storage','pid']",
             ),
-            ("self.all(x, !self[x].startsWith('-'))", "reserved quantities cannot be negative"),
+            (
+                "self.all(x, !self[x].startsWith('-'))",
+                "reserved quantities cannot be negative",
+            ),
         ],
     );
 }
@@ -356,5 +376,11 @@ fn eviction_signal_rules(schema: &mut schemars::Schema) {
 /// Rules for a cloud tag map: no empty keys or values, at most 50 entries.
 pub(crate) fn tag_map_rules(schema: &mut schemars::Schema) {
     schema.insert("maxProperties".to_owned(), 50.into());
-    add_rules(schema, &[("self.all(k, k != '' && self[k] != '')", "empty tag keys or values aren't supported")]);
+    add_rules(
+        schema,
+        &[(
+            "self.all(k, k != '' && self[k] != '')",
+            "empty tag keys or values aren't supported",
+        )],
+    );
 }

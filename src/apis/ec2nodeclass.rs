@@ -39,7 +39,11 @@ pub struct EC2NodeClassSpec {
     #[schemars(extend("maxItems" = 30))]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// Whether instances get a public IP address (default: the subnet's setting).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "associatePublicIPAddress")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "associatePublicIPAddress"
+    )]
     pub associate_public_ip_address: Option<bool>,
     /// Images to boot, by alias (`al2023@latest`), id, name/owner, tags or SSM parameter.
     #[schemars(transform = ami_term_rules)]
@@ -109,7 +113,10 @@ fn subnet_term_rules(schema: &mut schemars::Schema) {
         schema,
         &[
             ("self.size() != 0", "subnetSelectorTerms cannot be empty"),
-            ("self.all(x, has(x.tags) || has(x.id))", "expected at least one, got none, ['tags', 'id']"),
+            (
+                "self.all(x, has(x.tags) || has(x.id))",
+                "expected at least one, got none, ['tags', 'id']",
+            ),
             (
                 "!self.all(x, has(x.id) && has(x.tags))",
                 "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
@@ -124,7 +131,10 @@ fn security_group_term_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.size() != 0", "securityGroupSelectorTerms cannot be empty"),
+            (
+                "self.size() != 0",
+                "securityGroupSelectorTerms cannot be empty",
+            ),
             (
                 "self.all(x, has(x.tags) || has(x.id) || has(x.name))",
                 "expected at least one, got none, ['tags', 'id', 'name']",
@@ -173,11 +183,26 @@ fn ec2_tag_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.all(k, k != 'eks:eks-cluster-name')", "tag contains a restricted tag matching eks:eks-cluster-name"),
-            ("self.all(k, !k.startsWith('kubernetes.io/cluster'))", "tag contains a restricted tag matching kubernetes.io/cluster/"),
-            ("self.all(k, k != 'karpenter.sh/nodepool')", "tag contains a restricted tag matching karpenter.sh/nodepool"),
-            ("self.all(k, k != 'karpenter.sh/nodeclaim')", "tag contains a restricted tag matching karpenter.sh/nodeclaim"),
-            ("self.all(k, k != 'karpenter.k8s.aws/ec2nodeclass')", "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass"),
+            (
+                "self.all(k, k != 'eks:eks-cluster-name')",
+                "tag contains a restricted tag matching eks:eks-cluster-name",
+            ),
+            (
+                "self.all(k, !k.startsWith('kubernetes.io/cluster'))",
+                "tag contains a restricted tag matching kubernetes.io/cluster/",
+            ),
+            (
+                "self.all(k, k != 'karpenter.sh/nodepool')",
+                "tag contains a restricted tag matching karpenter.sh/nodepool",
+            ),
+            (
+                "self.all(k, k != 'karpenter.sh/nodeclaim')",
+                "tag contains a restricted tag matching karpenter.sh/nodeclaim",
+            ),
+            (
+                "self.all(k, k != 'karpenter.k8s.aws/ec2nodeclass')",
+                "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass",
+            ),
         ],
     );
 }
@@ -260,7 +285,10 @@ fn ami_alias_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.matches('^[a-zA-Z0-9]+@.+$')", "'alias' is improperly formatted, must match the format 'family@version'"),
+            (
+                "self.matches('^[a-zA-Z0-9]+@.+$')",
+                "'alias' is improperly formatted, must match the format 'family@version'",
+            ),
             (
                 "self.find('^[^@]+') in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025']",
                 "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
@@ -295,7 +323,11 @@ pub struct BlockDevice {
     pub iops: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "kmsKeyID")]
     pub kms_key_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "snapshotID")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "snapshotID"
+    )]
     pub snapshot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<i64>,

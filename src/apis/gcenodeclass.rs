@@ -70,10 +70,18 @@ pub struct GCENodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_config: Option<NetworkConfig>,
     /// Taint GPU nodes `nvidia.com/gpu=present:NoSchedule` automatically.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "autoGPUTaint")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "autoGPUTaint"
+    )]
     pub auto_gpu_taint: Option<bool>,
     /// GPU driver version to install (`DEFAULT`, `LATEST`, `INSTALLATION_DISABLED`).
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "gpuDriverVersion")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "gpuDriverVersion"
+    )]
     pub gpu_driver_version: Option<String>,
 }
 
@@ -82,7 +90,10 @@ fn image_term_rules(schema: &mut schemars::Schema) {
     schema.insert("maxItems".to_owned(), 30.into());
     add_rules(
         schema,
-        &[("self.all(x, has(x.alias) || has(x.id) || has(x.family))", "expected at least one, got none, ['alias', 'id', 'family']")],
+        &[(
+            "self.all(x, has(x.alias) || has(x.id) || has(x.family))",
+            "expected at least one, got none, ['alias', 'id', 'family']",
+        )],
     );
 }
 
@@ -92,11 +103,26 @@ fn gce_label_rules(schema: &mut schemars::Schema) {
         schema,
         &[
             ("self.all(k, k != '')", "empty tag keys aren't supported"),
-            ("self.all(k, k != 'gce:gce-cluster-name')", "tag contains a restricted tag matching gce:gce-cluster-name"),
-            ("self.all(k, !k.startsWith('kubernetes.io/cluster'))", "tag contains a restricted tag matching kubernetes.io/cluster/"),
-            ("self.all(k, k != 'karpenter.sh/nodepool')", "tag contains a restricted tag matching karpenter.sh/nodepool"),
-            ("self.all(k, k != 'karpenter.sh/nodeclaim')", "tag contains a restricted tag matching karpenter.sh/nodeclaim"),
-            ("self.all(k, k != 'karpenter.k8s.gcp/gcenodeclass')", "tag contains a restricted tag matching karpenter.k8s.gcp/gcenodeclass"),
+            (
+                "self.all(k, k != 'gce:gce-cluster-name')",
+                "tag contains a restricted tag matching gce:gce-cluster-name",
+            ),
+            (
+                "self.all(k, !k.startsWith('kubernetes.io/cluster'))",
+                "tag contains a restricted tag matching kubernetes.io/cluster/",
+            ),
+            (
+                "self.all(k, k != 'karpenter.sh/nodepool')",
+                "tag contains a restricted tag matching karpenter.sh/nodepool",
+            ),
+            (
+                "self.all(k, k != 'karpenter.sh/nodeclaim')",
+                "tag contains a restricted tag matching karpenter.sh/nodeclaim",
+            ),
+            (
+                "self.all(k, k != 'karpenter.k8s.gcp/gcenodeclass')",
+                "tag contains a restricted tag matching karpenter.k8s.gcp/gcenodeclass",
+            ),
         ],
     );
 }
@@ -127,7 +153,10 @@ fn gce_alias_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.matches('^[a-zA-Z0-9]+@.+$')", "'alias' is improperly formatted, must match the format 'family@version'"),
+            (
+                "self.matches('^[a-zA-Z0-9]+@.+$')",
+                "'alias' is improperly formatted, must match the format 'family@version'",
+            ),
             (
                 "self.find('^[^@]+') in ['ContainerOptimizedOS', 'Ubuntu']",
                 "family is not supported, must be one of the following: 'ContainerOptimizedOS,Ubuntu'",
@@ -159,7 +188,11 @@ pub struct Disk {
     pub secondary_boot_image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms_key_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "provisionedIOPS")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "provisionedIOPS"
+    )]
     pub provisioned_iops: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioned_throughput: Option<i64>,

@@ -49,10 +49,16 @@ pub enum CrdError {
 
 /// Every CRD this project serves, in the order they should be applied.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd(), GCENodeClass::crd(), KWOKNodeClass::crd()]
-        .into_iter()
-        .map(without_quantity_essays)
-        .collect()
+    [
+        NodePool::crd(),
+        NodeClaim::crd(),
+        EC2NodeClass::crd(),
+        GCENodeClass::crd(),
+        KWOKNodeClass::crd(),
+    ]
+    .into_iter()
+    .map(without_quantity_essays)
+    .collect()
 }
 
 /// k8s-openapi documents every `Quantity` with a page-long essay on its wire format. Repeated
@@ -71,7 +77,9 @@ fn without_quantity_essays(crd: CustomResourceDefinition) -> CustomResourceDefin
         }
     }
     // Serializing a CRD to JSON and back cannot fail: it is plain data with string keys.
-    let Ok(mut value) = serde_json::to_value(&crd) else { return crd };
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
     strip(&mut value);
     serde_json::from_value(value).unwrap_or(crd)
 }
@@ -82,7 +90,8 @@ pub fn crds_yaml() -> Result<String, CrdError> {
     let mut out = String::new();
     for crd in crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let doc = serde_saphyr::to_string(&crd).map_err(|source| CrdError::Render { name, source })?;
+        let doc =
+            serde_saphyr::to_string(&crd).map_err(|source| CrdError::Render { name, source })?;
         out.push_str("---\n");
         out.push_str(&doc);
     }
@@ -97,7 +106,10 @@ mod tests {
     fn every_crd_is_cluster_scoped_and_in_the_karpenter_category() {
         for crd in crds() {
             assert_eq!(crd.spec.scope, "Cluster", "{:?}", crd.metadata.name);
-            assert_eq!(crd.spec.names.categories.as_deref(), Some(&["karpenter".to_owned()][..]));
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&["karpenter".to_owned()][..])
+            );
         }
     }
 

@@ -1,7 +1,10 @@
 //! `karpenter.sh/v1` NodeClaim: one request for one node. Its spec is fixed at creation (the API
 //! server rejects changes); its status follows the instance from launch to a Ready node.
 
-use super::common::{NodeClassReference, NillableDuration, NodeSelectorRequirementWithMinValues, add_rules, requirement_list_rules};
+use super::common::{
+    NillableDuration, NodeClassReference, NodeSelectorRequirementWithMinValues, add_rules,
+    requirement_list_rules,
+};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -85,7 +88,11 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     /// The cloud's id of the instance, e.g. `aws:///us-west-2a/i-0123`.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "providerID")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "providerID"
+    )]
     pub provider_id: Option<String>,
     /// The image the instance booted from.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "imageID")]
@@ -122,7 +129,11 @@ pub mod conditions {
 impl NodeClaim {
     /// The status of a condition (`"True"`, `"False"`, `"Unknown"`), if the claim has it.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
-        self.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
     }
 
     /// Whether a condition is present and `"True"`.

@@ -97,8 +97,14 @@ fn template_label_rules(schema: &mut schemars::Schema) {
                 r#"self.all(x, x in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || !x.find("^([^/]+)").endsWith("karpenter.sh"))"#,
                 r#"label domain "karpenter.sh" is restricted"#,
             ),
-            (r#"self.all(x, x != "karpenter.sh/nodepool")"#, r#"label "karpenter.sh/nodepool" is restricted"#),
-            (r#"self.all(x, x != "kubernetes.io/hostname")"#, r#"label "kubernetes.io/hostname" is restricted"#),
+            (
+                r#"self.all(x, x != "karpenter.sh/nodepool")"#,
+                r#"label "karpenter.sh/nodepool" is restricted"#,
+            ),
+            (
+                r#"self.all(x, x != "kubernetes.io/hostname")"#,
+                r#"label "kubernetes.io/hostname" is restricted"#,
+            ),
         ],
     );
 }
@@ -109,8 +115,14 @@ fn template_requirement_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            (r#"self.all(x, x.key != "karpenter.sh/nodepool")"#, r#"label "karpenter.sh/nodepool" is restricted"#),
-            (r#"self.all(x, x.key != "kubernetes.io/hostname")"#, r#"label "kubernetes.io/hostname" is restricted"#),
+            (
+                r#"self.all(x, x.key != "karpenter.sh/nodepool")"#,
+                r#"label "karpenter.sh/nodepool" is restricted"#,
+            ),
+            (
+                r#"self.all(x, x.key != "kubernetes.io/hostname")"#,
+                r#"label "kubernetes.io/hostname" is restricted"#,
+            ),
         ],
     );
 }
@@ -145,8 +157,14 @@ fn node_class_ref_immutable_parts(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.group == oldSelf.group", "nodeClassRef.group is immutable"),
-            ("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable"),
+            (
+                "self.group == oldSelf.group",
+                "nodeClassRef.group is immutable",
+            ),
+            (
+                "self.kind == oldSelf.kind",
+                "nodeClassRef.kind is immutable",
+            ),
         ],
     );
 }
@@ -241,7 +259,12 @@ impl Budget {
 
     /// `[{nodes: 10%}]`, upstream's default.
     pub fn upstream_default_list() -> Vec<Self> {
-        vec![Self { reasons: None, nodes: Self::default_nodes(), schedule: None, duration: None }]
+        vec![Self {
+            reasons: None,
+            nodes: Self::default_nodes(),
+            schedule: None,
+            duration: None,
+        }]
     }
 }
 

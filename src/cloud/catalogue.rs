@@ -6,9 +6,9 @@
 //! type would fit but has no capacity left in the zone the pod needs.
 
 use crate::apis::labels;
-use std::collections::BTreeMap;
 use crate::resources::ResourceList;
 use crate::scheduling::requirements::{Requirement, Requirements};
+use std::collections::BTreeMap;
 
 /// One machine shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,7 +41,9 @@ pub struct Overhead {
 impl Overhead {
     /// All three reservations added up.
     pub fn total(&self) -> ResourceList {
-        self.kube_reserved.saturating_add(&self.system_reserved).saturating_add(&self.eviction_threshold)
+        self.kube_reserved
+            .saturating_add(&self.system_reserved)
+            .saturating_add(&self.eviction_threshold)
     }
 }
 
@@ -62,12 +64,18 @@ pub struct Offering {
 impl Offering {
     /// An available offering.
     pub fn new(zone: &str, capacity_type: &str, price: f64) -> Self {
-        Self { zone: zone.to_owned(), capacity_type: capacity_type.to_owned(), price, available: true }
+        Self {
+            zone: zone.to_owned(),
+            capacity_type: capacity_type.to_owned(),
+            price,
+            available: true,
+        }
     }
 
     /// Whether the zone and capacity type are allowed by `requirements`.
     pub fn allowed_by(&self, requirements: &Requirements) -> bool {
-        requirements.allows(labels::ZONE, &self.zone) && requirements.allows(labels::CAPACITY_TYPE, &self.capacity_type)
+        requirements.allows(labels::ZONE, &self.zone)
+            && requirements.allows(labels::CAPACITY_TYPE, &self.capacity_type)
     }
 }
 
@@ -123,7 +131,9 @@ impl InstanceType {
     pub fn new(name: &str, capacity: ResourceList) -> Self {
         Self {
             name: name.to_owned(),
-            requirements: [Requirement::in_values(labels::INSTANCE_TYPE, [name])].into_iter().collect(),
+            requirements: [Requirement::in_values(labels::INSTANCE_TYPE, [name])]
+                .into_iter()
+                .collect(),
             offerings: Vec::new(),
             capacity,
             overhead: Overhead::default(),
@@ -139,7 +149,9 @@ impl InstanceType {
             .filter_map(|r| {
                 let mut values = r.values();
                 match (values.next(), values.next(), r.operator()) {
-                    (Some(v), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), v.to_owned())),
+                    (Some(v), None, crate::apis::RequirementOperator::In) => {
+                        Some((r.key().to_owned(), v.to_owned()))
+                    }
                     _ => None,
                 }
             })
@@ -169,8 +181,14 @@ impl InstanceType {
     pub fn requirements_with_offerings(&self) -> Requirements {
         let available = || self.offerings.iter().filter(|o| o.available);
         let mut reqs = self.requirements.clone();
-        reqs.add(Requirement::in_values(labels::ZONE, available().map(|o| o.zone.as_str())));
-        reqs.add(Requirement::in_values(labels::CAPACITY_TYPE, available().map(|o| o.capacity_type.as_str())));
+        reqs.add(Requirement::in_values(
+            labels::ZONE,
+            available().map(|o| o.zone.as_str()),
+        ));
+        reqs.add(Requirement::in_values(
+            labels::CAPACITY_TYPE,
+            available().map(|o| o.capacity_type.as_str()),
+        ));
         reqs
     }
 }
@@ -182,13 +200,19 @@ mod tests {
     use crate::resources::{CPU, MEMORY};
 
     fn m5_large() -> InstanceType {
-        let mut it = InstanceType::new("m5.large", ResourceList::new().with(CPU, 2000).with(MEMORY, 8 << 30));
+        let mut it = InstanceType::new(
+            "m5.large",
+            ResourceList::new().with(CPU, 2000).with(MEMORY, 8 << 30),
+        );
         it.overhead.kube_reserved = ResourceList::new().with(CPU, 70).with(MEMORY, 442 << 20);
         it.overhead.eviction_threshold = ResourceList::new().with(MEMORY, 100 << 20);
         it.offerings = vec![
             Offering::new("us-west-2a", labels::CAPACITY_TYPE_ON_DEMAND, 0.096),
             Offering::new("us-west-2a", labels::CAPACITY_TYPE_SPOT, 0.035),
-            Offering { available: false, ..Offering::new("us-west-2b", labels::CAPACITY_TYPE_SPOT, 0.030) },
+            Offering {
+                available: false,
+                ..Offering::new("us-west-2b", labels::CAPACITY_TYPE_SPOT, 0.030)
+            },
         ];
         it
     }
@@ -203,14 +227,28 @@ mod tests {
     #[test]
     fn the_cheapest_offering_skips_unavailable_and_disallowed_ones() {
         let it = m5_large();
-        assert_eq!(it.cheapest_offering(&Requirements::new()).map(|o| o.price), Some(0.035));
-        let on_demand: Requirements =
-            [Requirement::in_values(labels::CAPACITY_TYPE, [labels::CAPACITY_TYPE_ON_DEMAND])].into_iter().collect();
-        assert_eq!(it.cheapest_offering(&on_demand).map(|o| o.price), Some(0.096));
-        let zone_b: Requirements = [Requirement::in_values(labels::ZONE, ["us-west-2b"])].into_iter().collect();
+        assert_eq!(
+            it.cheapest_offering(&Requirements::new()).map(|o| o.price),
+            Some(0.035)
+        );
+        let on_demand: Requirements = [Requirement::in_values(
+            labels::CAPACITY_TYPE,
+            [labels::CAPACITY_TYPE_ON_DEMAND],
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            it.cheapest_offering(&on_demand).map(|o| o.price),
+            Some(0.096)
+        );
+        let zone_b: Requirements = [Requirement::in_values(labels::ZONE, ["us-west-2b"])]
+            .into_iter()
+            .collect();
         assert_eq!(it.cheapest_offering(&zone_b), None);
         let reqs = it.requirements_with_offerings();
-        assert!(reqs.allows(labels::ZONE, "us-west-2a") && !reqs.allows(labels::ZONE, "us-west-2b"));
+        assert!(
+            reqs.allows(labels::ZONE, "us-west-2a") && !reqs.allows(labels::ZONE, "us-west-2b")
+        );
         assert!(reqs.allows(labels::INSTANCE_TYPE, "m5.large"));
     }
 }

@@ -18,20 +18,90 @@ struct Family {
 }
 
 const FAMILIES: &[Family] = &[
-    Family { name: "e2", vcpu: 0.021811, gb: 0.002923, spot: 0.30 },
-    Family { name: "n1", vcpu: 0.031611, gb: 0.004237, spot: 0.21 },
-    Family { name: "n2", vcpu: 0.031611, gb: 0.004237, spot: 0.242 },
-    Family { name: "n2d", vcpu: 0.027502, gb: 0.003686, spot: 0.242 },
-    Family { name: "n4", vcpu: 0.030317, gb: 0.004061, spot: 0.40 },
-    Family { name: "c2", vcpu: 0.03398, gb: 0.00455, spot: 0.24 },
-    Family { name: "c2d", vcpu: 0.029563, gb: 0.003959, spot: 0.24 },
-    Family { name: "c3", vcpu: 0.03465, gb: 0.00464, spot: 0.242 },
-    Family { name: "c3d", vcpu: 0.029563, gb: 0.003959, spot: 0.242 },
-    Family { name: "c4", vcpu: 0.03465, gb: 0.003938, spot: 0.40 },
-    Family { name: "t2d", vcpu: 0.027502, gb: 0.003686, spot: 0.242 },
-    Family { name: "t2a", vcpu: 0.0308, gb: 0.0019, spot: 0.30 },
-    Family { name: "m1", vcpu: 0.0348, gb: 0.0051, spot: 0.30 },
-    Family { name: "m3", vcpu: 0.04235, gb: 0.00567, spot: 0.30 },
+    Family {
+        name: "e2",
+        vcpu: 0.021811,
+        gb: 0.002923,
+        spot: 0.30,
+    },
+    Family {
+        name: "n1",
+        vcpu: 0.031611,
+        gb: 0.004237,
+        spot: 0.21,
+    },
+    Family {
+        name: "n2",
+        vcpu: 0.031611,
+        gb: 0.004237,
+        spot: 0.242,
+    },
+    Family {
+        name: "n2d",
+        vcpu: 0.027502,
+        gb: 0.003686,
+        spot: 0.242,
+    },
+    Family {
+        name: "n4",
+        vcpu: 0.030317,
+        gb: 0.004061,
+        spot: 0.40,
+    },
+    Family {
+        name: "c2",
+        vcpu: 0.03398,
+        gb: 0.00455,
+        spot: 0.24,
+    },
+    Family {
+        name: "c2d",
+        vcpu: 0.029563,
+        gb: 0.003959,
+        spot: 0.24,
+    },
+    Family {
+        name: "c3",
+        vcpu: 0.03465,
+        gb: 0.00464,
+        spot: 0.242,
+    },
+    Family {
+        name: "c3d",
+        vcpu: 0.029563,
+        gb: 0.003959,
+        spot: 0.242,
+    },
+    Family {
+        name: "c4",
+        vcpu: 0.03465,
+        gb: 0.003938,
+        spot: 0.40,
+    },
+    Family {
+        name: "t2d",
+        vcpu: 0.027502,
+        gb: 0.003686,
+        spot: 0.242,
+    },
+    Family {
+        name: "t2a",
+        vcpu: 0.0308,
+        gb: 0.0019,
+        spot: 0.30,
+    },
+    Family {
+        name: "m1",
+        vcpu: 0.0348,
+        gb: 0.0051,
+        spot: 0.30,
+    },
+    Family {
+        name: "m3",
+        vcpu: 0.04235,
+        gb: 0.00567,
+        spot: 0.30,
+    },
 ];
 
 /// Exact on-demand and spot prices in us-central1 for common types (shared-core E2s, which do
@@ -102,7 +172,10 @@ pub fn family(machine_type: &str) -> &str {
 }
 
 fn region_factor(region: &str) -> f64 {
-    REGIONS.iter().find(|(r, _)| *r == region).map_or(1.0, |(_, f)| *f)
+    REGIONS
+        .iter()
+        .find(|(r, _)| *r == region)
+        .map_or(1.0, |(_, f)| *f)
 }
 
 /// Where a price came from, for logs and tests.
@@ -117,17 +190,32 @@ pub struct Price {
 pub fn price(machine_type: &str, vcpus: u64, memory_mib: u64, region: &str) -> Option<Price> {
     let factor = region_factor(region);
     if let Some((_, on_demand, spot)) = TYPES.iter().find(|(name, _, _)| *name == machine_type) {
-        return Some(Price { on_demand: on_demand * factor, spot: spot * factor });
+        return Some(Price {
+            on_demand: on_demand * factor,
+            spot: spot * factor,
+        });
     }
     let rates = FAMILIES.iter().find(|f| f.name == family(machine_type))?;
-    #[allow(clippy::cast_precision_loss, reason = "vCPU and memory counts are far below 2^52")]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "vCPU and memory counts are far below 2^52"
+    )]
     let on_demand = (vcpus as f64 * rates.vcpu + memory_mib as f64 / 1024.0 * rates.gb) * factor;
-    Some(Price { on_demand, spot: on_demand * rates.spot })
+    Some(Price {
+        on_demand,
+        spot: on_demand * rates.spot,
+    })
 }
 
 /// The price of a type the table lists exactly, in us-central1 (the kwok simulation's shapes).
 pub fn listed(machine_type: &str) -> Option<Price> {
-    TYPES.iter().find(|(name, _, _)| *name == machine_type).map(|(_, on_demand, spot)| Price { on_demand: *on_demand, spot: *spot })
+    TYPES
+        .iter()
+        .find(|(name, _, _)| *name == machine_type)
+        .map(|(_, on_demand, spot)| Price {
+            on_demand: *on_demand,
+            spot: *spot,
+        })
 }
 
 #[cfg(test)]
@@ -141,13 +229,22 @@ mod tests {
         let from_rates = price("n2-standard-32", 32, 131_072, "us-central1").map(|p| p.on_demand);
         assert_eq!(listed, Some(0.0971));
         let expected = 16.0 * 0.0971;
-        assert!(from_rates.is_some_and(|p| (p - expected).abs() < 0.01), "{from_rates:?} vs {expected}");
+        assert!(
+            from_rates.is_some_and(|p| (p - expected).abs() < 0.01),
+            "{from_rates:?} vs {expected}"
+        );
     }
 
     #[test]
     fn spot_is_cheaper_and_other_regions_cost_more() {
-        let central = price("n2d-standard-4", 4, 16384, "us-central1").unwrap_or(Price { on_demand: 0.0, spot: 0.0 });
-        let tokyo = price("n2d-standard-4", 4, 16384, "asia-northeast1").unwrap_or(Price { on_demand: 0.0, spot: 0.0 });
+        let central = price("n2d-standard-4", 4, 16384, "us-central1").unwrap_or(Price {
+            on_demand: 0.0,
+            spot: 0.0,
+        });
+        let tokyo = price("n2d-standard-4", 4, 16384, "asia-northeast1").unwrap_or(Price {
+            on_demand: 0.0,
+            spot: 0.0,
+        });
         assert!(central.spot < central.on_demand);
         assert!(tokyo.on_demand > central.on_demand);
         assert_eq!(price("zz9-plural-1", 1, 1024, "us-central1"), None);

@@ -19,4 +19,6 @@ pub use catalogue::{InstanceType, Offering, Overhead};
 pub mod kwok;
 pub mod provider;
 
-pub use provider::{CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, ProviderId};
+pub use provider::{
+    CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, ProviderId,
+};

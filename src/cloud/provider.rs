@@ -17,14 +17,25 @@ use std::str::FromStr;
 /// `aws:///<zone>/<instance-id>`, `gce://<project>/<zone>/<name>`, `kwok://<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProviderId {
-    Aws { zone: String, instance_id: String },
-    Gce { project: String, zone: String, name: String },
-    Kwok { name: String },
+    Aws {
+        zone: String,
+        instance_id: String,
+    },
+    Gce {
+        project: String,
+        zone: String,
+        name: String,
+    },
+    Kwok {
+        name: String,
+    },
 }
 
 /// A provider id that none of the known schemes matches.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unrecognised provider id {0:?}: expected aws:///ZONE/ID, gce://PROJECT/ZONE/NAME or kwok://NAME")]
+#[error(
+    "unrecognised provider id {0:?}: expected aws:///ZONE/ID, gce://PROJECT/ZONE/NAME or kwok://NAME"
+)]
 pub struct InvalidProviderId(pub String);
 
 impl FromStr for ProviderId {
@@ -37,13 +48,22 @@ impl FromStr for ProviderId {
             if zone.is_empty() || id.is_empty() || id.contains('/') {
                 return Err(invalid());
             }
-            return Ok(Self::Aws { zone: zone.to_owned(), instance_id: id.to_owned() });
+            return Ok(Self::Aws {
+                zone: zone.to_owned(),
+                instance_id: id.to_owned(),
+            });
         }
         if let Some(rest) = text.strip_prefix("gce://") {
             let parts: Vec<&str> = rest.split('/').collect();
             return match parts.as_slice() {
-                [project, zone, name] if !project.is_empty() && !zone.is_empty() && !name.is_empty() => {
-                    Ok(Self::Gce { project: (*project).to_owned(), zone: (*zone).to_owned(), name: (*name).to_owned() })
+                [project, zone, name]
+                    if !project.is_empty() && !zone.is_empty() && !name.is_empty() =>
+                {
+                    Ok(Self::Gce {
+                        project: (*project).to_owned(),
+                        zone: (*zone).to_owned(),
+                        name: (*name).to_owned(),
+                    })
                 }
                 _ => Err(invalid()),
             };
@@ -52,7 +72,9 @@ impl FromStr for ProviderId {
             if name.is_empty() || name.contains('/') {
                 return Err(invalid());
             }
-            return Ok(Self::Kwok { name: name.to_owned() });
+            return Ok(Self::Kwok {
+                name: name.to_owned(),
+            });
         }
         Err(invalid())
     }
@@ -62,7 +84,11 @@ impl fmt::Display for ProviderId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Aws { zone, instance_id } => write!(f, "aws:///{zone}/{instance_id}"),
-            Self::Gce { project, zone, name } => write!(f, "gce://{project}/{zone}/{name}"),
+            Self::Gce {
+                project,
+                zone,
+                name,
+            } => write!(f, "gce://{project}/{zone}/{name}"),
             Self::Kwok { name } => write!(f, "kwok://{name}"),
         }
     }
@@ -135,8 +161,14 @@ pub enum CloudError {
 
 impl CloudError {
     /// An API failure while doing `action`.
-    pub fn api(action: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Api { action: action.into(), source: Box::new(source) }
+    pub fn api(
+        action: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Api {
+            action: action.into(),
+            source: Box::new(source),
+        }
     }
 
     /// A short label for metrics.
@@ -166,10 +198,16 @@ pub trait CloudProvider: Send + Sync {
     ) -> impl Future<Output = Result<Instance, CloudError>> + Send;
 
     /// Deletes a machine; idempotent.
-    fn delete(&self, id: &ProviderId) -> impl Future<Output = Result<DeleteOutcome, CloudError>> + Send;
+    fn delete(
+        &self,
+        id: &ProviderId,
+    ) -> impl Future<Output = Result<DeleteOutcome, CloudError>> + Send;
 
     /// Looks a machine up.
-    fn get(&self, id: &ProviderId) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
+    fn get(
+        &self,
+        id: &ProviderId,
+    ) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
 
     /// Every machine this agent launched in this cluster, for garbage collection.
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
@@ -187,12 +225,17 @@ pub trait CloudProvider: Send + Sync {
     fn owns(&self, id: &ProviderId) -> bool {
         matches!(
             (self.name(), id),
-            ("aws", ProviderId::Aws { .. }) | ("gcp", ProviderId::Gce { .. }) | ("kwok", ProviderId::Kwok { .. })
+            ("aws", ProviderId::Aws { .. })
+                | ("gcp", ProviderId::Gce { .. })
+                | ("kwok", ProviderId::Kwok { .. })
         )
     }
 
     /// Why a claim's machine no longer matches its node class, if it does not.
-    fn drift(&self, _claim: &NodeClaim) -> impl Future<Output = Result<Option<String>, CloudError>> + Send {
+    fn drift(
+        &self,
+        _claim: &NodeClaim,
+    ) -> impl Future<Output = Result<Option<String>, CloudError>> + Send {
         async { Ok(None) }
     }
 }
@@ -203,7 +246,11 @@ mod tests {
 
     #[test]
     fn provider_ids_print_and_parse_as_upstream_spells_them() {
-        for text in ["aws:///us-west-2a/i-0123456789abcdef0", "gce://my-project/us-central1-a/node-1", "kwok://default-abc12"] {
+        for text in [
+            "aws:///us-west-2a/i-0123456789abcdef0",
+            "gce://my-project/us-central1-a/node-1",
+            "kwok://default-abc12",
+        ] {
             let id: ProviderId = text.parse().unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(id.to_string(), text);
         }
@@ -211,7 +258,14 @@ mod tests {
 
     #[test]
     fn malformed_provider_ids_are_rejected_with_the_expected_forms() {
-        for text in ["", "aws://us-west-2a/i-1", "aws:///zone-only", "gce://p/z", "kwok://", "azure:///x"] {
+        for text in [
+            "",
+            "aws://us-west-2a/i-1",
+            "aws:///zone-only",
+            "gce://p/z",
+            "kwok://",
+            "azure:///x",
+        ] {
             let err = text.parse::<ProviderId>().expect_err(text);
             assert!(err.to_string().contains("expected aws:///ZONE/ID"), "{err}");
         }

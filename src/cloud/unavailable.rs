@@ -34,11 +34,16 @@ pub fn key(capacity_type: &str, instance_type: &str, zone: &str) -> String {
 impl UnavailableOfferings {
     /// An empty cache whose entries last `ttl`.
     pub fn new(ttl: Duration) -> Self {
-        Self { ttl, until: Mutex::new(HashMap::new()) }
+        Self {
+            ttl,
+            until: Mutex::new(HashMap::new()),
+        }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.until.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Marks an offering unavailable from now until the TTL runs out.
@@ -48,8 +53,15 @@ impl UnavailableOfferings {
 
     /// Marks an offering unavailable from `now` (for tests with a clock of their own).
     pub fn mark_at(&self, capacity_type: &str, instance_type: &str, zone: &str, now: Instant) {
-        tracing::debug!(capacity_type, instance_type, zone, ttl_s = self.ttl.as_secs(), "offering marked unavailable");
-        self.entries().insert(key(capacity_type, instance_type, zone), now + self.ttl);
+        tracing::debug!(
+            capacity_type,
+            instance_type,
+            zone,
+            ttl_s = self.ttl.as_secs(),
+            "offering marked unavailable"
+        );
+        self.entries()
+            .insert(key(capacity_type, instance_type, zone), now + self.ttl);
     }
 
     /// Whether an offering is still marked unavailable.
@@ -58,7 +70,13 @@ impl UnavailableOfferings {
     }
 
     /// Whether an offering is still marked unavailable at `now`.
-    pub fn is_unavailable_at(&self, capacity_type: &str, instance_type: &str, zone: &str, now: Instant) -> bool {
+    pub fn is_unavailable_at(
+        &self,
+        capacity_type: &str,
+        instance_type: &str,
+        zone: &str,
+        now: Instant,
+    ) -> bool {
         let mut entries = self.entries();
         entries.retain(|_, until| *until > now);
         entries.contains_key(&key(capacity_type, instance_type, zone))
@@ -84,9 +102,19 @@ mod tests {
         let cache = UnavailableOfferings::default();
         let start = Instant::now();
         cache.mark_at("spot", "m5.large", "us-west-2a", start);
-        assert!(cache.is_unavailable_at("spot", "m5.large", "us-west-2a", start + Duration::from_secs(179)));
+        assert!(cache.is_unavailable_at(
+            "spot",
+            "m5.large",
+            "us-west-2a",
+            start + Duration::from_secs(179)
+        ));
         assert!(!cache.is_unavailable_at("on-demand", "m5.large", "us-west-2a", start));
         assert!(!cache.is_unavailable_at("spot", "m5.large", "us-west-2b", start));
-        assert!(!cache.is_unavailable_at("spot", "m5.large", "us-west-2a", start + Duration::from_secs(181)));
+        assert!(!cache.is_unavailable_at(
+            "spot",
+            "m5.large",
+            "us-west-2a",
+            start + Duration::from_secs(181)
+        ));
     }
 }

@@ -10,10 +10,10 @@ use crate::cloud::CloudError;
 use crate::cloud::aws::AwsProvider;
 use crate::cloud::aws::interruption::InterruptionHandler;
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::ResourceExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, warn};
@@ -38,7 +38,9 @@ pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
             ctx.provider.unavailable_offerings(),
         )
         .await
-        .map_err(Error::cloud(format!("opening the interruption queue {queue}")))?;
+        .map_err(Error::cloud(format!(
+            "opening the interruption queue {queue}"
+        )))?;
         tracing::info!(%queue, "reading the interruption queue");
         running.spawn(handler.run(ctx.claims.clone()));
     }
@@ -55,7 +57,10 @@ pub async fn node_classes(client: kube::Client, provider: Arc<AwsProvider>) {
         .await;
 }
 
-async fn reconcile_node_class(class: Arc<EC2NodeClass>, provider: Arc<AwsProvider>) -> Result<Action, CloudError> {
+async fn reconcile_node_class(
+    class: Arc<EC2NodeClass>,
+    provider: Arc<AwsProvider>,
+) -> Result<Action, CloudError> {
     if class.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

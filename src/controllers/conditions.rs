@@ -4,7 +4,14 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Sets a condition, keeping its transition time when its status does not change.
-pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: &str, generation: Option<i64>) {
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
     let status = if status { "True" } else { "False" }.to_owned();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     match conditions.iter_mut().find(|c| c.type_ == type_) {
@@ -30,12 +37,17 @@ pub fn set(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &
 
 /// Whether a condition is present and True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// When a condition last changed, if present.
 pub fn since(conditions: &[Condition], type_: &str) -> Option<k8s_openapi::jiff::Timestamp> {
-    conditions.iter().find(|c| c.type_ == type_).map(|c| c.last_transition_time.0)
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.last_transition_time.0)
 }
 
 #[cfg(test)]
@@ -47,7 +59,14 @@ mod tests {
         let mut conditions = Vec::new();
         set(&mut conditions, "Launched", false, "Pending", "", None);
         let first = conditions[0].last_transition_time.clone();
-        set(&mut conditions, "Launched", false, "StillPending", "waiting", None);
+        set(
+            &mut conditions,
+            "Launched",
+            false,
+            "StillPending",
+            "waiting",
+            None,
+        );
         assert_eq!(conditions[0].last_transition_time, first);
         assert_eq!(conditions[0].reason, "StillPending");
         std::thread::sleep(std::time::Duration::from_millis(2));

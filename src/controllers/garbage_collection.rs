@@ -27,12 +27,19 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
         match collect(&ctx).await {
             Ok(0) => {}
             Ok(deleted) => info!(instances = deleted, "garbage-collected orphaned instances"),
-            Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e), "garbage collection failed"),
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "garbage collection failed")
+            }
         }
         match collect_claims_without_instances(&ctx).await {
             Ok(0) => {}
-            Ok(deleted) => info!(nodeclaims = deleted, "deleted nodeclaims whose instances are gone"),
-            Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e), "checking nodeclaims' instances failed"),
+            Ok(deleted) => info!(
+                nodeclaims = deleted,
+                "deleted nodeclaims whose instances are gone"
+            ),
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "checking nodeclaims' instances failed")
+            }
         }
     }
 }
@@ -40,12 +47,18 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 /// One pass: deletes every instance older than the grace period that no NodeClaim owns, and
 /// returns how many it deleted.
 pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error> {
-    let instances = ctx.provider.list().await.map_err(Error::cloud("listing instances"))?;
+    let instances = ctx
+        .provider
+        .list()
+        .await
+        .map_err(Error::cloud("listing instances"))?;
     // Read the claims after the instances: a claim created in between is then seen, never the
     // other way round.
     let claims = ctx.claims.state();
-    let owned_ids: HashSet<String> =
-        claims.iter().filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone())).collect();
+    let owned_ids: HashSet<String> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
+        .collect();
     let claim_names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut deleted = 0;
@@ -53,15 +66,24 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
         if owned_ids.contains(&instance.provider_id.to_string()) {
             continue;
         }
-        if instance.node_claim.as_ref().is_some_and(|name| claim_names.contains(name)) {
+        if instance
+            .node_claim
+            .as_ref()
+            .is_some_and(|name| claim_names.contains(name))
+        {
             continue;
         }
-        let age = instance.created.map(|t| now.duration_since(t).unsigned_abs());
+        let age = instance
+            .created
+            .map(|t| now.duration_since(t).unsigned_abs());
         if age.is_none_or(|age| age < ctx.settings.garbage_collection_grace) {
             continue;
         }
         info!(provider_id = %instance.provider_id, nodeclaim = ?instance.node_claim, "deleting orphaned instance");
-        ctx.provider.delete(&instance.provider_id).await.map_err(Error::cloud("deleting an orphaned instance"))?;
+        ctx.provider
+            .delete(&instance.provider_id)
+            .await
+            .map_err(Error::cloud("deleting an orphaned instance"))?;
         ctx.metrics.instances_garbage_collected.inc();
         deleted += 1;
     }
@@ -71,42 +93,81 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
 /// One pass the other way: deletes every launched NodeClaim (older than the grace period, not
 /// already deleting, of this provider) whose instance is stopped, terminated or gone, confirmed
 /// with a `get` of its own. Returns how many it deleted.
-pub async fn collect_claims_without_instances<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error> {
-    let instances = ctx.provider.list().await.map_err(Error::cloud("listing instances"))?;
-    let listed: HashMap<String, bool> = instances.iter().map(|i| (i.provider_id.to_string(), i.terminating)).collect();
+pub async fn collect_claims_without_instances<P: CloudProvider>(
+    ctx: &Context<P>,
+) -> Result<usize, Error> {
+    let instances = ctx
+        .provider
+        .list()
+        .await
+        .map_err(Error::cloud("listing instances"))?;
+    let listed: HashMap<String, bool> = instances
+        .iter()
+        .map(|i| (i.provider_id.to_string(), i.terminating))
+        .collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut deleted = 0;
     for claim in ctx.claims.state() {
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let Some(status) = claim.status.as_ref() else { continue };
-        let Some(id) = status.provider_id.as_deref().and_then(|p| p.parse::<ProviderId>().ok()) else { continue };
+        let Some(status) = claim.status.as_ref() else {
+            continue;
+        };
+        let Some(id) = status
+            .provider_id
+            .as_deref()
+            .and_then(|p| p.parse::<ProviderId>().ok())
+        else {
+            continue;
+        };
         if !ctx.provider.owns(&id) || listed.get(&id.to_string()) == Some(&false) {
             continue;
         }
-        let launched = conditions::since(&status.conditions, cond::LAUNCHED).filter(|_| conditions::is_true(&status.conditions, cond::LAUNCHED));
-        if launched.is_none_or(|t| now.duration_since(t).unsigned_abs() < ctx.settings.garbage_collection_grace) {
+        let launched = conditions::since(&status.conditions, cond::LAUNCHED)
+            .filter(|_| conditions::is_true(&status.conditions, cond::LAUNCHED));
+        if launched.is_none_or(|t| {
+            now.duration_since(t).unsigned_abs() < ctx.settings.garbage_collection_grace
+        }) {
             continue;
         }
         // The list may predate the launch, or lag: ask about this one instance.
-        let instance = ctx.provider.get(&id).await.map_err(Error::cloud("looking up a nodeclaim's instance"))?;
+        let instance = ctx
+            .provider
+            .get(&id)
+            .await
+            .map_err(Error::cloud("looking up a nodeclaim's instance"))?;
         let state = match &instance {
             None => "gone",
             Some(i) if i.terminating => "stopped or terminating",
             Some(_) => continue,
         };
         info!(nodeclaim = %claim.name_any(), provider_id = %id, state, "instance is not running; deleting its nodeclaim");
-        let note = format!("instance {id} is {state} (preempted or removed outside Karpenter); replacing it");
-        let event = Event { type_: EventType::Warning, reason: "InstanceTerminated".to_owned(), note: Some(note), action: "Replace".to_owned(), secondary: None };
+        let note = format!(
+            "instance {id} is {state} (preempted or removed outside Karpenter); replacing it"
+        );
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InstanceTerminated".to_owned(),
+            note: Some(note),
+            action: "Replace".to_owned(),
+            secondary: None,
+        };
         if let Err(e) = ctx.recorder.publish(&event, &claim.object_ref(&())).await {
             warn!(nodeclaim = %claim.name_any(), error = %e, "could not publish event");
         }
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        match api.delete(&claim.name_any(), &DeleteParams::background()).await {
+        match api
+            .delete(&claim.name_any(), &DeleteParams::background())
+            .await
+        {
             Ok(_) => deleted += 1,
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(Error::kube("deleting a nodeclaim whose instance is gone")(e)),
+            Err(e) => {
+                return Err(Error::kube("deleting a nodeclaim whose instance is gone")(
+                    e,
+                ));
+            }
         }
     }
     Ok(deleted)

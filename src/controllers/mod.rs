@@ -22,10 +22,10 @@ pub mod provisioning;
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use k8s_openapi::api::core::v1::Node;
-use pod_cache::CachedPod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
+use pod_cache::CachedPod;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,7 +63,9 @@ impl Error {
         move |source| Self::Kube { action, source }
     }
 
-    pub(crate) fn cloud(action: impl Into<String>) -> impl FnOnce(crate::cloud::CloudError) -> Self {
+    pub(crate) fn cloud(
+        action: impl Into<String>,
+    ) -> impl FnOnce(crate::cloud::CloudError) -> Self {
         let action = action.into();
         move |source| Self::Cloud { action, source }
     }
@@ -148,14 +150,31 @@ impl<P: CloudProvider> Context<P> {
         settings: Settings,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.to_owned(), instance: std::env::var("POD_NAME").ok() };
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, provider, claims, nodes, pools, pods, recorder, settings, metrics, own_writes: OwnWrites::default() }
+        Self {
+            client,
+            provider,
+            claims,
+            nodes,
+            pools,
+            pods,
+            recorder,
+            settings,
+            metrics,
+            own_writes: OwnWrites::default(),
+        }
     }
 
     /// The Node whose providerID is `provider_id`, if the reflector has seen one.
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.nodes.state().into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+        self.nodes
+            .state()
+            .into_iter()
+            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
     }
 }
 
@@ -167,19 +186,28 @@ impl<P: CloudProvider> Context<P> {
 /// waits for the watch instead; an entry expires so a write that changed nothing (and so made
 /// no new version) cannot stall a claim.
 #[derive(Default)]
-pub struct OwnWrites(std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>);
+pub struct OwnWrites(
+    std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+);
 
 /// How long a write may go unobserved before the claim is reconciled from the cache anyway.
 const OWN_WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl OwnWrites {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>>
+    {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records a write made to `claim` as it was read.
     pub fn wrote(&self, claim: &NodeClaim) {
-        if let (Some(name), Some(version)) = (&claim.metadata.name, &claim.metadata.resource_version) {
+        if let (Some(name), Some(version)) =
+            (&claim.metadata.name, &claim.metadata.resource_version)
+        {
             let mut writes = self.lock();
             // Expired entries go here too: a deleted claim is never looked up again.
             writes.retain(|_, (_, at)| at.elapsed() < OWN_WRITE_PATIENCE);
@@ -189,10 +217,17 @@ impl OwnWrites {
 
     /// Whether `claim` is the copy from before this agent's last write to it.
     pub fn is_stale(&self, claim: &NodeClaim) -> bool {
-        let Some(name) = &claim.metadata.name else { return false };
+        let Some(name) = &claim.metadata.name else {
+            return false;
+        };
         let mut writes = self.lock();
         match writes.get(name) {
-            Some((version, at)) if claim.metadata.resource_version.as_ref() == Some(version) && at.elapsed() < OWN_WRITE_PATIENCE => true,
+            Some((version, at))
+                if claim.metadata.resource_version.as_ref() == Some(version)
+                    && at.elapsed() < OWN_WRITE_PATIENCE =>
+            {
+                true
+            }
             Some(_) => {
                 writes.remove(name);
                 false
@@ -225,7 +260,10 @@ pub async fn run<P: CloudProvider + 'static>(
     settings: Settings,
     metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(), Error> {
-    start(client, provider, settings, metrics).await.wait().await;
+    start(client, provider, settings, metrics)
+        .await
+        .wait()
+        .await;
     Ok(())
 }
 
@@ -288,7 +326,13 @@ pub async fn start<P: CloudProvider + 'static>(
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
     ) -> tokio::task::JoinHandle<()>
     where
-        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
         tokio::spawn(async move {
@@ -314,27 +358,33 @@ pub async fn start<P: CloudProvider + 'static>(
     // The lifecycle controller reconciles the claims these watches name (see lifecycle::run).
     let (lifecycle_triggers, lifecycle_queue) = tokio::sync::mpsc::unbounded_channel();
     let reflectors = [
-        spawn_reflector(Api::<NodeClaim>::all(client.clone()), claims_writer, |_| {}, {
-            let recent = recent.clone();
-            let pending = pending.clone();
-            let lifecycle_triggers = lifecycle_triggers.clone();
-            move |event| match event {
-                watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
-                    recent.seen(claim);
-                    let _ = lifecycle_triggers.send(kube::runtime::reflector::ObjectRef::from_obj(claim));
+        spawn_reflector(
+            Api::<NodeClaim>::all(client.clone()),
+            claims_writer,
+            |_| {},
+            {
+                let recent = recent.clone();
+                let pending = pending.clone();
+                let lifecycle_triggers = lifecycle_triggers.clone();
+                move |event| match event {
+                    watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
+                        recent.seen(claim);
+                        let _ = lifecycle_triggers
+                            .send(kube::runtime::reflector::ObjectRef::from_obj(claim));
+                    }
+                    watcher::Event::Delete(claim) => {
+                        recent.seen(claim);
+                        // Pods planned onto a claim that is gone (its launch failed for capacity or
+                        // a node class that is not ready, its node never registered, a user deleted
+                        // it) are still pending under the same UID, so no pod event will wake the
+                        // batcher. The store already lacks the claim when this runs, so the round
+                        // that follows plans them afresh.
+                        pending.nudge();
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
                 }
-                watcher::Event::Delete(claim) => {
-                    recent.seen(claim);
-                    // Pods planned onto a claim that is gone (its launch failed for capacity or
-                    // a node class that is not ready, its node never registered, a user deleted
-                    // it) are still pending under the same UID, so no pod event will wake the
-                    // batcher. The store already lacks the claim when this runs, so the round
-                    // that follows plans them afresh.
-                    pending.nudge();
-                }
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-        }),
+            },
+        ),
         spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, {
             let claims = claims.clone();
             move |event| match event {
@@ -346,28 +396,38 @@ pub async fn start<P: CloudProvider + 'static>(
                 watcher::Event::InitApply(_) | watcher::Event::Init | watcher::Event::InitDone => {}
             }
         }),
-        spawn_reflector(Api::<NodePool>::all(client.clone()), pools_writer, |_| {}, |_| {}),
-        spawn_reflector(Api::<CachedPod>::all(client.clone()), pods_writer, {
-            let shared = pod_cache::SharedSpecs::default();
-            move |pod: &mut CachedPod| shared.share(pod)
-        }, {
-            let pod_events = pod_events.clone();
-            move |event| match event {
-                watcher::Event::Apply(pod) => {
-                    tracker.observe(pod);
-                    pod_events.observe(pod, false);
+        spawn_reflector(
+            Api::<NodePool>::all(client.clone()),
+            pools_writer,
+            |_| {},
+            |_| {},
+        ),
+        spawn_reflector(
+            Api::<CachedPod>::all(client.clone()),
+            pods_writer,
+            {
+                let shared = pod_cache::SharedSpecs::default();
+                move |pod: &mut CachedPod| shared.share(pod)
+            },
+            {
+                let pod_events = pod_events.clone();
+                move |event| match event {
+                    watcher::Event::Apply(pod) => {
+                        tracker.observe(pod);
+                        pod_events.observe(pod, false);
+                    }
+                    watcher::Event::InitApply(pod) => {
+                        tracker.observe(pod);
+                        pod_events.observe(pod, true);
+                    }
+                    watcher::Event::Delete(pod) => {
+                        tracker.forget(pod);
+                        pod_events.forget(pod);
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
                 }
-                watcher::Event::InitApply(pod) => {
-                    tracker.observe(pod);
-                    pod_events.observe(pod, true);
-                }
-                watcher::Event::Delete(pod) => {
-                    tracker.forget(pod);
-                    pod_events.forget(pod);
-                }
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-        }),
+            },
+        ),
     ];
     let ready = async {
         claims.wait_until_ready().await?;
@@ -389,13 +449,24 @@ pub async fn start<P: CloudProvider + 'static>(
     // Pods that were already pending before we started still need a round.
     pending.nudge();
 
-    let ctx = Arc::new(Context::new(client, provider, claims, nodes, pools, pods, settings, metrics));
+    let ctx = Arc::new(Context::new(
+        client, provider, claims, nodes, pools, pods, settings, metrics,
+    ));
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
     let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), lifecycle_queue));
     let mut tasks = Vec::from(reflectors);
-    tasks.push(tokio::spawn(provisioning::run(ctx.clone(), pending, recent, wake)));
+    tasks.push(tokio::spawn(provisioning::run(
+        ctx.clone(),
+        pending,
+        recent,
+        wake,
+    )));
     tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
     tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
     tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));
-    Running { ctx, lifecycle: Some(lifecycle), tasks }
+    Running {
+        ctx,
+        lifecycle: Some(lifecycle),
+        tasks,
+    }
 }

@@ -5,8 +5,8 @@ use super::{Context, Error, FIELD_MANAGER, conditions};
 use crate::apis::{NodePool, NodePoolStatus, labels};
 use crate::cloud::CloudProvider;
 use crate::resources::ResourceList;
-use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,10 +26,14 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 }
 
 /// Node count and summed capacity per pool, from the NodeClaims that exist.
-pub fn usage_by_pool<'a>(claims: impl IntoIterator<Item = &'a crate::apis::NodeClaim>) -> BTreeMap<String, (i64, ResourceList)> {
+pub fn usage_by_pool<'a>(
+    claims: impl IntoIterator<Item = &'a crate::apis::NodeClaim>,
+) -> BTreeMap<String, (i64, ResourceList)> {
     let mut usage: BTreeMap<String, (i64, ResourceList)> = BTreeMap::new();
     for claim in claims {
-        let Some(pool) = claim.labels().get(labels::NODE_POOL) else { continue };
+        let Some(pool) = claim.labels().get(labels::NODE_POOL) else {
+            continue;
+        };
         let entry = usage.entry(pool.clone()).or_default();
         entry.0 += 1;
         // Before launch the claim's requests stand in for the capacity it will have.
@@ -54,16 +58,35 @@ pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
         let (nodes, resources) = usage.get(&name).cloned().unwrap_or_default();
         let mut status = pool.status.clone().unwrap_or_default();
         let resources = resources.to_quantities();
-        let fresh = status.nodes == Some(nodes) && status.resources == resources && conditions::is_true(&status.conditions, "Ready");
+        let fresh = status.nodes == Some(nodes)
+            && status.resources == resources
+            && conditions::is_true(&status.conditions, "Ready");
         if fresh {
             continue;
         }
-        status = NodePoolStatus { nodes: Some(nodes), resources, ..status };
-        conditions::set(&mut status.conditions, "Ready", true, "Ready", "", pool.metadata.generation);
+        status = NodePoolStatus {
+            nodes: Some(nodes),
+            resources,
+            ..status
+        };
+        conditions::set(
+            &mut status.conditions,
+            "Ready",
+            true,
+            "Ready",
+            "",
+            pool.metadata.generation,
+        );
         let patch = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "status": status});
-        api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await
-            .map_err(Error::kube(format!("updating the status of NodePool {name}")))?;
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube(format!(
+            "updating the status of NodePool {name}"
+        )))?;
     }
     Ok(())
 }

@@ -66,7 +66,12 @@ impl From<WirePod> for CachedPod {
         for condition in &mut status.conditions {
             condition.message = None;
         }
-        Self { metadata, spec: Arc::new(spec), node_name, status }
+        Self {
+            metadata,
+            spec: Arc::new(spec),
+            node_name,
+            status,
+        }
     }
 }
 
@@ -91,7 +96,11 @@ fn trim_spec(spec: &mut PodSpec) {
     spec.hostname = None;
     spec.subdomain = None;
     spec.host_aliases = None;
-    for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
         container.image = None;
         container.image_pull_policy = None;
         container.termination_message_path = None;
@@ -117,7 +126,10 @@ impl From<Pod> for CachedPod {
         WirePod {
             metadata: pod.metadata,
             spec: pod.spec,
-            status: Some(CachedPodStatus { phase: status.phase, conditions: status.conditions.unwrap_or_default() }),
+            status: Some(CachedPodStatus {
+                phase: status.phase,
+                conditions: status.conditions.unwrap_or_default(),
+            }),
         }
         .into()
     }
@@ -146,7 +158,10 @@ impl CachedPod {
 
     /// The `PodScheduled` condition.
     pub fn scheduled_condition(&self) -> Option<&PodCondition> {
-        self.status.conditions.iter().find(|c| c.type_ == "PodScheduled")
+        self.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "PodScheduled")
     }
 }
 
@@ -167,15 +182,29 @@ const SWEEP_EVERY: usize = 4096;
 impl SharedSpecs {
     /// Replaces the pod's spec with an equal one already held by a pod of the same controller.
     pub fn share(&self, pod: &mut CachedPod) {
-        let Some(owner) = pod.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true)) else { return };
+        let Some(owner) = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+        else {
+            return;
+        };
         let mut by_owner = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         by_owner.calls += 1;
         if by_owner.calls.is_multiple_of(SWEEP_EVERY) {
-            by_owner.specs.retain(|_, specs| specs.iter().any(|spec| spec.strong_count() > 0));
+            by_owner
+                .specs
+                .retain(|_, specs| specs.iter().any(|spec| spec.strong_count() > 0));
         }
         let known = by_owner.specs.entry(owner.uid.clone()).or_default();
         known.retain(|spec| spec.strong_count() > 0);
-        if let Some(shared) = known.iter().filter_map(Weak::upgrade).find(|spec| **spec == *pod.spec) {
+        if let Some(shared) = known
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|spec| **spec == *pod.spec)
+        {
             pod.spec = shared;
         } else {
             known.push(Arc::downgrade(&pod.spec));
@@ -204,26 +233,51 @@ mod tests {
     fn a_cached_pod_keeps_what_the_agent_reads() {
         let pod = replica("web-1", Some("node-a"), "1");
         assert_eq!(pod.node_name.as_deref(), Some("node-a"));
-        assert_eq!(pod.spec.node_name, None, "the node name lives beside the spec, so replicas can share it");
+        assert_eq!(
+            pod.spec.node_name, None,
+            "the node name lives beside the spec, so replicas can share it"
+        );
         assert_eq!(pod.phase(), Some("Pending"));
         let scheduled = pod.scheduled_condition().expect("PodScheduled");
-        assert_eq!((scheduled.reason.as_deref(), scheduled.message.as_deref()), (Some("Unschedulable"), None));
+        assert_eq!(
+            (scheduled.reason.as_deref(), scheduled.message.as_deref()),
+            (Some("Unschedulable"), None)
+        );
         assert_eq!(pod.status.conditions.len(), 1);
-        assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            pod.metadata.owner_references.as_ref().map(Vec::len),
+            Some(1)
+        );
         assert_eq!(pod.metadata.managed_fields, None);
-        assert_eq!(pod.spec.containers[0].image, None, "what no loop reads is dropped");
-        assert!(pod.spec.containers[0].resources.is_some(), "what scheduling reads stays");
+        assert_eq!(
+            pod.spec.containers[0].image, None,
+            "what no loop reads is dropped"
+        );
+        assert!(
+            pod.spec.containers[0].resources.is_some(),
+            "what scheduling reads stays"
+        );
     }
 
     #[test]
     fn replicas_with_the_same_spec_share_it_and_others_do_not() {
         let specs = SharedSpecs::default();
-        let mut pods = [replica("web-1", None, "1"), replica("web-2", Some("node-a"), "1"), replica("web-3", None, "2")];
+        let mut pods = [
+            replica("web-1", None, "1"),
+            replica("web-2", Some("node-a"), "1"),
+            replica("web-3", None, "2"),
+        ];
         for pod in &mut pods {
             specs.share(pod);
         }
-        assert!(Arc::ptr_eq(&pods[0].spec, &pods[1].spec), "bound or not, equal specs are one");
-        assert!(!Arc::ptr_eq(&pods[0].spec, &pods[2].spec), "a different spec stays apart");
+        assert!(
+            Arc::ptr_eq(&pods[0].spec, &pods[1].spec),
+            "bound or not, equal specs are one"
+        );
+        assert!(
+            !Arc::ptr_eq(&pods[0].spec, &pods[2].spec),
+            "a different spec stays apart"
+        );
     }
 
     #[test]
@@ -237,6 +291,11 @@ mod tests {
         .expect("a pod");
         let converted = CachedPod::from(api);
         assert_eq!(converted.node_name, watched.node_name);
-        assert_eq!(converted.scheduled_condition().and_then(|c| c.message.as_deref()), None);
+        assert_eq!(
+            converted
+                .scheduled_condition()
+                .and_then(|c| c.message.as_deref()),
+            None
+        );
     }
 }

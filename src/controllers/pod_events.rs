@@ -5,9 +5,9 @@
 //! The pod watch reports each pod to [`PodEvents::observe`]; a loop writes the times, at most one
 //! write per claim per [`DEDUPE`] (upstream's 10 s), with the time of the latest event.
 
+use super::pod_cache::CachedPod;
 use super::{Context, Error, FIELD_MANAGER};
 use crate::apis::NodeClaim;
-use super::pod_cache::CachedPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -34,30 +34,50 @@ impl PodEvents {
     /// Called for every pod the watch delivers. `initial` is true for the start-up listing,
     /// which records where pods are without counting it as an event (a restart is not one).
     pub fn observe(&self, pod: &CachedPod, initial: bool) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
         let node = pod.node_name.clone();
         let terminal = pod.is_terminal();
-        let previous = self.placed.lock().unwrap_or_else(PoisonError::into_inner).insert(uid, (node.clone(), terminal));
+        let previous = self
+            .placed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uid, (node.clone(), terminal));
         if initial {
             return;
         }
         let Some(node) = node else { return };
         let event = match previous {
             None => true,
-            Some((previous_node, was_terminal)) => previous_node.as_deref() != Some(node.as_str()) || (terminal && !was_terminal),
+            Some((previous_node, was_terminal)) => {
+                previous_node.as_deref() != Some(node.as_str()) || (terminal && !was_terminal)
+            }
         };
         if event {
-            self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(node, Timestamp::now());
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(node, Timestamp::now());
         }
     }
 
     /// Called when a pod is deleted: an event on the node it was bound to.
     pub fn forget(&self, pod: &CachedPod) {
         let Some(uid) = &pod.metadata.uid else { return };
-        let removed = self.placed.lock().unwrap_or_else(PoisonError::into_inner).remove(uid);
-        let node = removed.and_then(|(node, _)| node).or_else(|| pod.node_name.clone());
+        let removed = self
+            .placed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+        let node = removed
+            .and_then(|(node, _)| node)
+            .or_else(|| pod.node_name.clone());
         if let Some(node) = node {
-            self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(node, Timestamp::now());
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(node, Timestamp::now());
         }
     }
 
@@ -94,7 +114,12 @@ pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error>
     let claims = ctx.claims.state();
     let by_node: HashMap<&str, &NodeClaim> = claims
         .iter()
-        .filter_map(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()).map(|n| (n, c.as_ref())))
+        .filter_map(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .map(|n| (n, c.as_ref()))
+        })
         .collect();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let now = Timestamp::now();
@@ -105,8 +130,14 @@ pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error>
             continue;
         }
         // Nodes no claim of ours owns (yet) have nothing to record.
-        let Some(claim) = by_node.get(node.as_str()) else { continue };
-        let last = claim.status.as_ref().and_then(|s| s.last_pod_event_time.as_ref()).map(|t| t.0);
+        let Some(claim) = by_node.get(node.as_str()) else {
+            continue;
+        };
+        let last = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref())
+            .map(|t| t.0);
         if last.is_some_and(|last| last >= at) {
             continue;
         }
@@ -115,8 +146,14 @@ pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error>
             continue;
         }
         let patch = json!({"status": {"lastPodEventTime": Time(at)}});
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        match api.patch_status(&claim.name_any(), &params, &Patch::Merge(&patch)).await {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        match api
+            .patch_status(&claim.name_any(), &params, &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => {

@@ -23,6 +23,7 @@
 //! the batcher for that pod again (its status does not change).
 
 use super::nodepool_status::usage_by_pool;
+use super::pod_cache::CachedPod;
 use super::{Context, Error};
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::{CloudProvider, InstanceType};
@@ -30,7 +31,6 @@ use crate::resources::NODES;
 use crate::scheduling::{self, ExistingNode, InFlightClaim, Input, NewClaim, PoolInput};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use super::pod_cache::CachedPod;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
@@ -45,7 +45,9 @@ use tracing::{debug, info, warn};
 
 /// Whether the kube-scheduler gave up on a pod, so it is ours to provision for.
 pub fn is_provisionable(pod: &CachedPod) -> bool {
-    let unschedulable = pod.scheduled_condition().is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+    let unschedulable = pod
+        .scheduled_condition()
+        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
     let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
     pod.node_name.is_none() && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
 }
@@ -69,13 +71,24 @@ impl PendingPods {
     /// A tracker and the receiver the batcher waits on.
     pub fn new() -> (Arc<Self>, mpsc::Receiver<Wake>) {
         let (wake, rx) = mpsc::channel(1);
-        (Arc::new(Self { first_seen: Mutex::new(HashMap::new()), wake }), rx)
+        (
+            Arc::new(Self {
+                first_seen: Mutex::new(HashMap::new()),
+                wake,
+            }),
+            rx,
+        )
     }
 
     /// Called for every pod the watch delivers.
     pub fn observe(&self, pod: &CachedPod) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
-        let mut first_seen = self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let mut first_seen = self
+            .first_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if is_provisionable(pod) {
             if let std::collections::hash_map::Entry::Vacant(entry) = first_seen.entry(uid) {
                 entry.insert(Instant::now());
@@ -91,12 +104,19 @@ impl PendingPods {
     /// Called when a pod is deleted.
     pub fn forget(&self, pod: &CachedPod) {
         if let Some(uid) = &pod.metadata.uid {
-            self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+            self.first_seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(uid);
         }
     }
 
     fn first_seen(&self, uid: &str) -> Option<Instant> {
-        self.first_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).copied()
+        self.first_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(uid)
+            .copied()
     }
 
     /// Wakes the batcher without a new pod (e.g. once after start-up).
@@ -179,8 +199,15 @@ pub async fn next_batch(
 /// Whether the kube-scheduler has yet to judge a pod: unbound, no PodScheduled condition, and
 /// meant for the default scheduler (another scheduler's pods are none of ours to wait for).
 fn awaits_verdict(pod: &CachedPod) -> bool {
-    let default_scheduler = pod.spec.scheduler_name.as_deref().is_none_or(|name| name == "default-scheduler");
-    pod.node_name.is_none() && default_scheduler && pod.scheduled_condition().is_none() && pod.metadata.deletion_timestamp.is_none()
+    let default_scheduler = pod
+        .spec
+        .scheduler_name
+        .as_deref()
+        .is_none_or(|name| name == "default-scheduler");
+    pod.node_name.is_none()
+        && default_scheduler
+        && pod.scheduled_condition().is_none()
+        && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// A controller that creates pods, as its pods' owner reference names it.
@@ -197,7 +224,10 @@ pub struct PodController {
 /// awaits the kube-scheduler's verdict, or a provisionable pod has no controller.
 pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodController, usize>> {
     let controller_of = |pod: &CachedPod| {
-        let owner = pod.owner_references().iter().find(|o| o.controller == Some(true))?;
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))?;
         Some(PodController {
             kind: owner.kind.clone(),
             namespace: pod.namespace().unwrap_or_default(),
@@ -218,7 +248,9 @@ pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodControll
         if pod.metadata.deletion_timestamp.is_some() || pod.is_terminal() {
             continue;
         }
-        if let Some(alive) = controller_of(pod).and_then(|controller| controllers.get_mut(&controller)) {
+        if let Some(alive) =
+            controller_of(pod).and_then(|controller| controllers.get_mut(&controller))
+        {
             *alive += 1;
         }
     }
@@ -231,7 +263,11 @@ pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodControll
 pub struct WantedPods(HashMap<String, Option<usize>>);
 
 impl WantedPods {
-    async fn of<P: CloudProvider>(&mut self, ctx: &Context<P>, controller: &PodController) -> Option<usize> {
+    async fn of<P: CloudProvider>(
+        &mut self,
+        ctx: &Context<P>,
+        controller: &PodController,
+    ) -> Option<usize> {
         if let Some(known) = self.0.get(&controller.uid) {
             return *known;
         }
@@ -247,7 +283,10 @@ impl WantedPods {
     }
 }
 
-async fn read_wanted_pods<P: CloudProvider>(ctx: &Context<P>, controller: &PodController) -> Result<Option<usize>, kube::Error> {
+async fn read_wanted_pods<P: CloudProvider>(
+    ctx: &Context<P>,
+    controller: &PodController,
+) -> Result<Option<usize>, kube::Error> {
     use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::ReplicationController;
@@ -255,28 +294,41 @@ async fn read_wanted_pods<P: CloudProvider>(ctx: &Context<P>, controller: &PodCo
     let (namespace, name) = (controller.namespace.as_str(), controller.name.as_str());
     let (uid, wanted) = match controller.kind.as_str() {
         "ReplicaSet" => {
-            let rs = Api::<ReplicaSet>::namespaced(ctx.client.clone(), namespace).get(name).await?;
+            let rs = Api::<ReplicaSet>::namespaced(ctx.client.clone(), namespace)
+                .get(name)
+                .await?;
             (rs.metadata.uid, count(rs.spec.and_then(|s| s.replicas)))
         }
         "ReplicationController" => {
-            let rc = Api::<ReplicationController>::namespaced(ctx.client.clone(), namespace).get(name).await?;
+            let rc = Api::<ReplicationController>::namespaced(ctx.client.clone(), namespace)
+                .get(name)
+                .await?;
             (rc.metadata.uid, count(rc.spec.and_then(|s| s.replicas)))
         }
         "StatefulSet" => {
-            let set = Api::<StatefulSet>::namespaced(ctx.client.clone(), namespace).get(name).await?;
+            let set = Api::<StatefulSet>::namespaced(ctx.client.clone(), namespace)
+                .get(name)
+                .await?;
             let spec = set.spec.unwrap_or_default();
             // OrderedReady (the default) creates the next pod only once this one is Ready:
             // nothing more comes while it is pending.
             let parallel = spec.pod_management_policy.as_deref() == Some("Parallel");
-            (set.metadata.uid, if parallel { count(spec.replicas) } else { 0 })
+            (
+                set.metadata.uid,
+                if parallel { count(spec.replicas) } else { 0 },
+            )
         }
         "Job" => {
-            let job = Api::<Job>::namespaced(ctx.client.clone(), namespace).get(name).await?;
+            let job = Api::<Job>::namespaced(ctx.client.clone(), namespace)
+                .get(name)
+                .await?;
             let spec = job.spec.unwrap_or_default();
             let parallelism = count(spec.parallelism);
             let succeeded = count(job.status.and_then(|s| s.succeeded).or(Some(0)));
             let wanted = match spec.completions {
-                Some(completions) => parallelism.min(count(Some(completions)).saturating_sub(succeeded)),
+                Some(completions) => {
+                    parallelism.min(count(Some(completions)).saturating_sub(succeeded))
+                }
                 None => parallelism,
             };
             (job.metadata.uid, wanted)
@@ -298,7 +350,10 @@ pub struct BurstComplete<'a, P> {
 impl<'a, P: CloudProvider> BurstComplete<'a, P> {
     /// A check for one batch.
     pub fn new(ctx: &'a Context<P>) -> Self {
-        Self { ctx, wanted: WantedPods::default() }
+        Self {
+            ctx,
+            wanted: WantedPods::default(),
+        }
     }
 }
 
@@ -307,7 +362,9 @@ impl<P: CloudProvider> BatchCompletion for BurstComplete<'_, P> {
         if !self.ctx.settings.batch_close_when_complete {
             return false;
         }
-        let Some(controllers) = batch_controllers(&self.ctx.pods.state()) else { return false };
+        let Some(controllers) = batch_controllers(&self.ctx.pods.state()) else {
+            return false;
+        };
         // No provisionable pod left (a requeue after every pod found room): nothing to gather.
         for (controller, alive) in &controllers {
             match self.wanted.of(self.ctx, controller).await {
@@ -330,16 +387,35 @@ pub async fn run<P: CloudProvider + 'static>(
     let mut requeue_at = None;
     loop {
         let mut completion = BurstComplete::new(&ctx);
-        let Some(closed_by) = next_batch(&mut wake, ctx.settings.batch_idle, ctx.settings.batch_max, requeue_at, &mut completion).await else {
+        let Some(closed_by) = next_batch(
+            &mut wake,
+            ctx.settings.batch_idle,
+            ctx.settings.batch_max,
+            requeue_at,
+            &mut completion,
+        )
+        .await
+        else {
             break;
         };
-        ctx.metrics.batches.get_or_create(&crate::metrics::BatchLabels { closed_by: closed_by.as_str().to_owned() }).inc();
+        ctx.metrics
+            .batches
+            .get_or_create(&crate::metrics::BatchLabels {
+                closed_by: closed_by.as_str().to_owned(),
+            })
+            .inc();
         requeue_at = None;
         let started = Instant::now();
         match provision(&ctx, &pending, &recent, &mut memory).await {
             Ok(Some(round)) => {
-                info!(pods = round.pods, nodeclaims = round.created, unschedulable = round.unschedulable,
-                    batch_closed_by = closed_by.as_str(), elapsed_ms = started.elapsed().as_millis(), "scheduling round");
+                info!(
+                    pods = round.pods,
+                    nodeclaims = round.created,
+                    unschedulable = round.unschedulable,
+                    batch_closed_by = closed_by.as_str(),
+                    elapsed_ms = started.elapsed().as_millis(),
+                    "scheduling round"
+                );
                 if round.pods > 0 {
                     requeue_at = Some(tokio::time::Instant::now() + REQUEUE_WHILE_PENDING);
                 }
@@ -373,11 +449,14 @@ const RECENT_CLAIM_MEMORY: Duration = Duration::from_secs(60);
 
 impl RecentClaims {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<NodeClaim>)>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn record(&self, claim: NodeClaim) {
-        self.lock().insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
+        self.lock()
+            .insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
     }
 
     /// Called for every NodeClaim the watch delivers, applied or deleted.
@@ -411,8 +490,17 @@ async fn claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<boo
         .list_metadata(&ListParams::default())
         .await
         .map_err(Error::kube("listing NodeClaims"))?;
-    let cached: std::collections::HashSet<String> = ctx.claims.state().iter().filter_map(|c| c.metadata.name.clone()).collect();
-    Ok(listed.items.iter().filter_map(|c| c.metadata.name.as_deref()).all(|name| cached.contains(name) || recent.contains(name)))
+    let cached: std::collections::HashSet<String> = ctx
+        .claims
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .all(|name| cached.contains(name) || recent.contains(name)))
 }
 
 /// What one round did.
@@ -428,40 +516,56 @@ pub struct Round {
 /// (requirements), stamped on its claims so drift can be detected later.
 pub fn node_pool_hash(pool: &NodePool) -> String {
     let mut template = serde_json::to_value(&pool.spec.template).unwrap_or_default();
-    if let Some(spec) = template.get_mut("spec").and_then(serde_json::Value::as_object_mut) {
+    if let Some(spec) = template
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+    {
         spec.remove("requirements");
     }
     // FNV-1a over the canonical JSON text (serde_json orders object keys).
     let text = template.to_string();
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
     hash.to_string()
 }
 
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
+    (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 /// The NodeClaim object for a planned claim.
 pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
     let mut annotations = pool.spec.template.metadata.annotations.clone();
     annotations.insert(labels::NODE_POOL_HASH.to_owned(), node_pool_hash(pool));
-    annotations.insert(labels::NODE_POOL_HASH_VERSION.to_owned(), labels::NODE_POOL_HASH_VERSION_VALUE.to_owned());
+    annotations.insert(
+        labels::NODE_POOL_HASH_VERSION.to_owned(),
+        labels::NODE_POOL_HASH_VERSION_VALUE.to_owned(),
+    );
     let pod_names: Vec<String> = plan
         .pods
         .iter()
         .filter_map(|&i| pods.get(i))
         .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
         .collect();
-    annotations.insert(labels::PROVISIONED_FOR.to_owned(), serde_json::Value::from(pod_names).to_string());
+    annotations.insert(
+        labels::PROVISIONED_FOR.to_owned(),
+        serde_json::Value::from(pod_names).to_string(),
+    );
     let options: Vec<serde_json::Value> = plan
         .instance_types
         .iter()
         .take(20)
         .map(|o| serde_json::json!({"name": o.name, "price": o.price, "zone": o.zone, "capacityType": o.capacity_type}))
         .collect();
-    annotations.insert(labels::INSTANCE_TYPE_OPTIONS.to_owned(), serde_json::Value::from(options).to_string());
+    annotations.insert(
+        labels::INSTANCE_TYPE_OPTIONS.to_owned(),
+        serde_json::Value::from(options).to_string(),
+    );
     let mut claim_labels = plan.labels.clone();
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());
     NodeClaim {
@@ -492,7 +596,11 @@ pub async fn provision<P: CloudProvider>(
     memory: &mut Memory,
 ) -> Result<Option<Round>, Error> {
     let all_pods = ctx.pods.state();
-    let pending_pods: Vec<&CachedPod> = all_pods.iter().map(AsRef::as_ref).filter(|p| is_provisionable(p)).collect();
+    let pending_pods: Vec<&CachedPod> = all_pods
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| is_provisionable(p))
+        .collect();
     if pending_pods.is_empty() {
         ctx.metrics.pods_unschedulable.set(0);
         return Ok(None);
@@ -513,7 +621,10 @@ pub async fn provision<P: CloudProvider>(
     };
     let mut claims = ctx.claims.state();
     for claim in recent.unconfirmed() {
-        if !claims.iter().any(|c| c.metadata.name == claim.metadata.name) {
+        if !claims
+            .iter()
+            .any(|c| c.metadata.name == claim.metadata.name)
+        {
             claims.push(claim);
         }
     }
@@ -521,7 +632,11 @@ pub async fn provision<P: CloudProvider>(
 
     // One catalogue per node class.
     let mut catalogues: BTreeMap<(String, String, String), Arc<[InstanceType]>> = BTreeMap::new();
-    for class in pools.iter().map(|p| &p.spec.template.spec.node_class_ref).chain(claims.iter().map(|c| &c.spec.node_class_ref)) {
+    for class in pools
+        .iter()
+        .map(|p| &p.spec.template.spec.node_class_ref)
+        .chain(claims.iter().map(|c| &c.spec.node_class_ref))
+    {
         let key = (class.group.clone(), class.kind.clone(), class.name.clone());
         if catalogues.contains_key(&key) {
             continue;
@@ -530,11 +645,16 @@ pub async fn provision<P: CloudProvider>(
             Ok(types) => {
                 catalogues.insert(key, types);
             }
-            Err(e) => warn!(node_class = %class.name, error = %e, "no instance types for node class"),
+            Err(e) => {
+                warn!(node_class = %class.name, error = %e, "no instance types for node class")
+            }
         }
     }
     let catalogue_of = |class: &crate::apis::NodeClassReference| {
-        catalogues.get(&(class.group.clone(), class.kind.clone(), class.name.clone())).map(AsRef::as_ref).unwrap_or(&[])
+        catalogues
+            .get(&(class.group.clone(), class.kind.clone(), class.name.clone()))
+            .map(AsRef::as_ref)
+            .unwrap_or(&[])
     };
 
     let mut pods_by_node: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
@@ -548,18 +668,31 @@ pub async fn provision<P: CloudProvider>(
     }
     let claim_by_provider_id: HashMap<&str, &NodeClaim> = claims
         .iter()
-        .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(|id| (id, c.as_ref())))
+        .filter_map(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .map(|id| (id, c.as_ref()))
+        })
         .collect();
 
     let mut existing = Vec::new();
     let mut registered_ids = std::collections::HashSet::new();
     // Pods already bound to the Node of a claim that still counts as in flight.
     let mut pods_of_in_flight: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
-    for node in nodes.iter().map(AsRef::as_ref).filter(|n| schedulable_node(n)) {
+    for node in nodes
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|n| schedulable_node(n))
+    {
         let name = node.name_any();
         let pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        let reports_allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref()).is_some_and(|a| !a.is_empty());
+        let reports_allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .is_some_and(|a| !a.is_empty());
         if !reports_allocatable {
             // A Node that has not reported what it holds yet (just created) would stand in for
             // its claim as an empty node; its claim keeps counting as in flight instead.
@@ -568,7 +701,9 @@ pub async fn provision<P: CloudProvider>(
             }
             continue;
         }
-        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else { continue };
+        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else {
+            continue;
+        };
         if let Some(claim) = provider_id.and_then(|id| claim_by_provider_id.get(id)) {
             if claim.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -579,31 +714,55 @@ pub async fn provision<P: CloudProvider>(
             // that already have room on the just-registered node.
             let starting = !claim.is_true("Initialized");
             candidate.taints.retain(|t| {
-                let startup = claim.spec.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect);
-                t.key != labels::UNREGISTERED_TAINT_KEY && !startup && !(starting && crate::scheduling::taints::is_known_ephemeral(t))
+                let startup = claim
+                    .spec
+                    .startup_taints
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect == t.effect);
+                t.key != labels::UNREGISTERED_TAINT_KEY
+                    && !startup
+                    && !(starting && crate::scheduling::taints::is_known_ephemeral(t))
             });
         }
         existing.push(candidate);
     }
     let mut in_flight = Vec::new();
-    for claim in claims.iter().map(AsRef::as_ref).filter(|c| c.metadata.deletion_timestamp.is_none()) {
+    for claim in claims
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
         let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
-        if provider_id.as_ref().is_some_and(|id| registered_ids.contains(id)) {
+        if provider_id
+            .as_ref()
+            .is_some_and(|id| registered_ids.contains(id))
+        {
             continue;
         }
-        let bound = provider_id.as_deref().and_then(|id| pods_of_in_flight.remove(id)).unwrap_or_default();
-        match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), bound) {
+        let bound = provider_id
+            .as_deref()
+            .and_then(|id| pods_of_in_flight.remove(id))
+            .unwrap_or_default();
+        match InFlightClaim::from_node_claim(claim, catalogue_of(&claim.spec.node_class_ref), bound)
+        {
             Ok(mut flight) => {
                 // Before launch the claim holds at least what it was sized for.
-                let launched = claim.status.as_ref().is_some_and(|s| !s.allocatable.is_empty());
+                let launched = claim
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| !s.allocatable.is_empty());
                 if !launched
-                    && let Ok(requests) = crate::resources::ResourceList::from_quantities(&claim.spec.resources.requests)
+                    && let Ok(requests) = crate::resources::ResourceList::from_quantities(
+                        &claim.spec.resources.requests,
+                    )
                 {
                     flight.allocatable = flight.allocatable.max_by_resource(&requests);
                 }
                 in_flight.push(flight);
             }
-            Err(e) => debug!(nodeclaim = %claim.name_any(), error = %e, "in-flight claim left out of the simulation"),
+            Err(e) => {
+                debug!(nodeclaim = %claim.name_any(), error = %e, "in-flight claim left out of the simulation")
+            }
         }
     }
 
@@ -611,9 +770,12 @@ pub async fn provision<P: CloudProvider>(
     let node_pools: Vec<PoolInput> = pools
         .iter()
         .map(|pool| {
-            let mut input = PoolInput::new(pool, catalogue_of(&pool.spec.template.spec.node_class_ref));
+            let mut input =
+                PoolInput::new(pool, catalogue_of(&pool.spec.template.spec.node_class_ref));
             if let Some((count, resources)) = usage.get(&pool.name_any()) {
-                input.usage = resources.clone().with(NODES, u64::try_from(*count).unwrap_or_default());
+                input.usage = resources
+                    .clone()
+                    .with(NODES, u64::try_from(*count).unwrap_or_default());
             }
             input
         })
@@ -644,12 +806,18 @@ pub async fn provision<P: CloudProvider>(
     };
     let started = Instant::now();
     let plan = scheduling::schedule(&input);
-    ctx.metrics.scheduling_seconds.observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .scheduling_seconds
+        .observe(started.elapsed().as_secs_f64());
 
     for placement in &plan.existing {
         debug!(target_kind = ?placement.target, name = %placement.name, pods = placement.pods.len(), "pods fit on existing capacity");
     }
-    let mut round = Round { pods: pending_pods.len(), unschedulable: plan.unschedulable.len(), ..Round::default() };
+    let mut round = Round {
+        pods: pending_pods.len(),
+        unschedulable: plan.unschedulable.len(),
+        ..Round::default()
+    };
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let to_create: Vec<(usize, NodeClaim)> = plan
         .new_claims
@@ -660,15 +828,18 @@ pub async fn provision<P: CloudProvider>(
             Some((i, node_claim_for(planned, pool, &pending_pods)))
         })
         .collect();
-    let results: Vec<(usize, Result<NodeClaim, kube::Error>)> = futures::stream::iter(to_create.into_iter().map(|(i, claim)| {
-        let api = api.clone();
-        async move { (i, api.create(&PostParams::default(), &claim).await) }
-    }))
-    .buffer_unordered(16)
-    .collect()
-    .await;
+    let results: Vec<(usize, Result<NodeClaim, kube::Error>)> =
+        futures::stream::iter(to_create.into_iter().map(|(i, claim)| {
+            let api = api.clone();
+            async move { (i, api.create(&PostParams::default(), &claim).await) }
+        }))
+        .buffer_unordered(16)
+        .collect()
+        .await;
     for (index, result) in results {
-        let Some(planned) = plan.new_claims.get(index) else { continue };
+        let Some(planned) = plan.new_claims.get(index) else {
+            continue;
+        };
         match result {
             Ok(claim) => {
                 round.created += 1;
@@ -676,8 +847,15 @@ pub async fn provision<P: CloudProvider>(
                 ctx.metrics.nodeclaims_created.inc();
                 let now = Instant::now();
                 for pod in planned.pods.iter().filter_map(|&i| pending_pods.get(i)) {
-                    if let Some(seen) = pod.metadata.uid.as_deref().and_then(|uid| pending.first_seen(uid)) {
-                        ctx.metrics.pod_unschedulable_to_nodeclaim_seconds.observe(now.duration_since(seen).as_secs_f64());
+                    if let Some(seen) = pod
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .and_then(|uid| pending.first_seen(uid))
+                    {
+                        ctx.metrics
+                            .pod_unschedulable_to_nodeclaim_seconds
+                            .observe(now.duration_since(seen).as_secs_f64());
                     }
                 }
                 info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
@@ -690,12 +868,22 @@ pub async fn provision<P: CloudProvider>(
         }
     }
 
-    ctx.metrics.pods_unschedulable.set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
+    ctx.metrics
+        .pods_unschedulable
+        .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
     let now = Instant::now();
-    memory.last_warned.retain(|_, at| now.duration_since(*at) < Duration::from_secs(300));
+    memory
+        .last_warned
+        .retain(|_, at| now.duration_since(*at) < Duration::from_secs(300));
     for unschedulable in &plan.unschedulable {
-        let Some(pod) = pending_pods.get(unschedulable.pod) else { continue };
-        let key = pod.metadata.uid.clone().unwrap_or_else(|| unschedulable.pod_name.clone());
+        let Some(pod) = pending_pods.get(unschedulable.pod) else {
+            continue;
+        };
+        let key = pod
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| unschedulable.pod_name.clone());
         if memory.last_warned.contains_key(&key) {
             continue;
         }
@@ -717,7 +905,11 @@ pub async fn provision<P: CloudProvider>(
 }
 
 fn schedulable_node(node: &Node) -> bool {
-    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
     let disrupted = node
         .spec
         .as_ref()
@@ -730,7 +922,10 @@ fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
-    let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let cut = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
     format!("{}…", &text[..cut])
 }
 
@@ -755,19 +950,57 @@ mod tests {
     async fn a_requeue_opens_a_batch_without_any_new_pod() {
         let (_wake, mut rx) = mpsc::channel::<Wake>(1);
         let requeue_at = tokio::time::Instant::now() + Duration::from_millis(20);
-        let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), Some(requeue_at), &mut CompleteAt(0, 0))).await;
-        assert_eq!(opened.ok(), Some(Some(BatchClose::Idle)), "the requeue should have started a round");
+        let opened = tokio::time::timeout(
+            NEVER,
+            next_batch(
+                &mut rx,
+                Duration::from_millis(10),
+                Duration::from_millis(100),
+                Some(requeue_at),
+                &mut CompleteAt(0, 0),
+            ),
+        )
+        .await;
+        assert_eq!(
+            opened.ok(),
+            Some(Some(BatchClose::Idle)),
+            "the requeue should have started a round"
+        );
     }
 
     #[tokio::test]
     async fn without_a_requeue_the_batcher_waits_for_a_pod_and_stops_when_the_watch_ends() {
         let (wake, mut rx) = mpsc::channel::<Wake>(1);
         wake.try_send(Wake::NewPod).ok();
-        let opened = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), None, &mut CompleteAt(0, 0))).await;
+        let opened = tokio::time::timeout(
+            NEVER,
+            next_batch(
+                &mut rx,
+                Duration::from_millis(10),
+                Duration::from_millis(100),
+                None,
+                &mut CompleteAt(0, 0),
+            ),
+        )
+        .await;
         assert_eq!(opened.ok(), Some(Some(BatchClose::Idle)));
         drop(wake);
-        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(10), Duration::from_millis(100), None, &mut CompleteAt(0, 0))).await;
-        assert_eq!(closed.ok(), Some(None), "a closed channel ends provisioning");
+        let closed = tokio::time::timeout(
+            NEVER,
+            next_batch(
+                &mut rx,
+                Duration::from_millis(10),
+                Duration::from_millis(100),
+                None,
+                &mut CompleteAt(0, 0),
+            ),
+        )
+        .await;
+        assert_eq!(
+            closed.ok(),
+            Some(None),
+            "a closed channel ends provisioning"
+        );
     }
 
     #[tokio::test]
@@ -780,7 +1013,11 @@ mod tests {
             wake
         });
         // Complete on the second question: after the wake-up that brought the last pod.
-        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, NEVER, NEVER, None, &mut CompleteAt(2, 0))).await;
+        let closed = tokio::time::timeout(
+            NEVER,
+            next_batch(&mut rx, NEVER, NEVER, None, &mut CompleteAt(2, 0)),
+        )
+        .await;
         assert_eq!(closed.ok(), Some(Some(BatchClose::Complete)));
         drop(sender.await);
     }
@@ -789,7 +1026,17 @@ mod tests {
     async fn a_batch_without_a_new_pod_keeps_the_idle_window() {
         let (wake, mut rx) = mpsc::channel::<Wake>(1);
         wake.try_send(Wake::Nudge).ok();
-        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(20), NEVER, None, &mut CompleteAt(1, 0))).await;
+        let closed = tokio::time::timeout(
+            NEVER,
+            next_batch(
+                &mut rx,
+                Duration::from_millis(20),
+                NEVER,
+                None,
+                &mut CompleteAt(1, 0),
+            ),
+        )
+        .await;
         assert_eq!(closed.ok(), Some(Some(BatchClose::Idle)));
         // A new pod in a batch a nudge opened lets it close as complete.
         wake.try_send(Wake::Nudge).ok();
@@ -798,7 +1045,11 @@ mod tests {
             wake.send(Wake::NewPod).await.ok();
             wake
         });
-        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, NEVER, NEVER, None, &mut CompleteAt(1, 0))).await;
+        let closed = tokio::time::timeout(
+            NEVER,
+            next_batch(&mut rx, NEVER, NEVER, None, &mut CompleteAt(1, 0)),
+        )
+        .await;
         assert_eq!(closed.ok(), Some(Some(BatchClose::Complete)));
         drop(sender.await);
     }
@@ -812,13 +1063,28 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        let closed = tokio::time::timeout(NEVER, next_batch(&mut rx, Duration::from_millis(200), Duration::from_millis(50), None, &mut CompleteAt(0, 0))).await;
+        let closed = tokio::time::timeout(
+            NEVER,
+            next_batch(
+                &mut rx,
+                Duration::from_millis(200),
+                Duration::from_millis(50),
+                None,
+                &mut CompleteAt(0, 0),
+            ),
+        )
+        .await;
         assert_eq!(closed.ok(), Some(Some(BatchClose::Max)));
         drop(rx);
         sender.await.ok();
     }
 
-    fn pod(name: &str, owner: Option<(&str, &str)>, node: Option<&str>, scheduled: Option<(&str, &str)>) -> Arc<CachedPod> {
+    fn pod(
+        name: &str,
+        owner: Option<(&str, &str)>,
+        node: Option<&str>,
+        scheduled: Option<(&str, &str)>,
+    ) -> Arc<CachedPod> {
         let owner_references: Vec<serde_json::Value> = owner
             .map(|(kind, uid)| serde_json::json!({"apiVersion": "apps/v1", "kind": kind, "name": format!("{kind}-{uid}"), "uid": uid, "controller": true}))
             .into_iter()
@@ -842,23 +1108,46 @@ mod tests {
         let pods = [
             pod("web-1", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE),
             pod("web-2", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE),
-            pod("web-3", Some(("ReplicaSet", "rs")), Some("node-a"), Some(("True", ""))),
-            pod("other", Some(("ReplicaSet", "other")), Some("node-a"), Some(("True", ""))),
+            pod(
+                "web-3",
+                Some(("ReplicaSet", "rs")),
+                Some("node-a"),
+                Some(("True", "")),
+            ),
+            pod(
+                "other",
+                Some(("ReplicaSet", "other")),
+                Some("node-a"),
+                Some(("True", "")),
+            ),
         ];
         let controllers = batch_controllers(&pods).expect("every pod judged");
-        let counts: Vec<(&str, usize)> = controllers.iter().map(|(c, n)| (c.uid.as_str(), *n)).collect();
-        assert_eq!(counts, [("rs", 3)], "only the pending pods' controllers, with all their live pods");
+        let counts: Vec<(&str, usize)> = controllers
+            .iter()
+            .map(|(c, n)| (c.uid.as_str(), *n))
+            .collect();
+        assert_eq!(
+            counts,
+            [("rs", 3)],
+            "only the pending pods' controllers, with all their live pods"
+        );
     }
 
     #[test]
     fn a_batch_is_not_complete_while_a_pod_awaits_the_schedulers_verdict() {
-        let pods = [pod("web-1", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE), pod("web-2", Some(("ReplicaSet", "rs")), None, None)];
+        let pods = [
+            pod("web-1", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE),
+            pod("web-2", Some(("ReplicaSet", "rs")), None, None),
+        ];
         assert_eq!(batch_controllers(&pods), None);
     }
 
     #[test]
     fn a_pending_pod_without_a_controller_keeps_the_idle_window() {
-        let pods = [pod("web-1", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE), pod("bare", None, None, UNSCHEDULABLE)];
+        let pods = [
+            pod("web-1", Some(("ReplicaSet", "rs")), None, UNSCHEDULABLE),
+            pod("bare", None, None, UNSCHEDULABLE),
+        ];
         assert_eq!(batch_controllers(&pods), None);
     }
 }

@@ -141,12 +141,20 @@ impl fmt::Display for PoolRejection {
             PoolReason::InvalidNodePool(m) => write!(f, "invalid NodePool: {m}"),
             PoolReason::TaintNotTolerated(t) => write!(f, "the pod does not tolerate taint {t}"),
             PoolReason::Requirements(m) => write!(f, "the pod {m}"),
-            PoolReason::NoInstanceType { requirements } => write!(f, "no instance type matches {requirements}"),
-            PoolReason::NoAvailableOffering { requirements, unavailable_types } => write!(
+            PoolReason::NoInstanceType { requirements } => {
+                write!(f, "no instance type matches {requirements}")
+            }
+            PoolReason::NoAvailableOffering {
+                requirements,
+                unavailable_types,
+            } => write!(
                 f,
                 "no instance type matching {requirements} has an available offering ({unavailable_types} matching types have offerings that are unavailable right now)"
             ),
-            PoolReason::TooLarge { shortfalls, closest } => {
+            PoolReason::TooLarge {
+                shortfalls,
+                closest,
+            } => {
                 for (i, s) in shortfalls.iter().enumerate() {
                     if i > 0 {
                         f.write_str("; ")?;
@@ -178,14 +186,23 @@ impl fmt::Display for PoolRejection {
                 }
                 Ok(())
             }
-            PoolReason::LimitReached { resource, limit, remaining, needed } => write!(
+            PoolReason::LimitReached {
+                resource,
+                limit,
+                remaining,
+                needed,
+            } => write!(
                 f,
                 "limit {resource}={} reached: {} left, the smallest fitting node adds {}",
                 resources::human(resource, *limit),
                 resources::human(resource, *remaining),
                 resources::human(resource, *needed)
             ),
-            PoolReason::MinValues { key, min_values, available } => write!(
+            PoolReason::MinValues {
+                key,
+                min_values,
+                available,
+            } => write!(
                 f,
                 "requirement {key} needs minValues {min_values} but the types that fit span only {available} values"
             ),
@@ -211,7 +228,10 @@ mod tests {
                     largest_type: "m5.24xlarge".to_owned(),
                     largest: 95_690,
                 }],
-                closest: vec![Closest { name: "m5.24xlarge".to_owned(), lacks: vec![("cpu".to_owned(), 96_000, 95_690)] }],
+                closest: vec![Closest {
+                    name: "m5.24xlarge".to_owned(),
+                    lacks: vec![("cpu".to_owned(), 96_000, 95_690)],
+                }],
             },
         };
         assert_eq!(

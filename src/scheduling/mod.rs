@@ -162,7 +162,11 @@ pub struct PoolInput<'a> {
 impl<'a> PoolInput<'a> {
     /// A pool with nothing in use yet.
     pub fn new(node_pool: &'a NodePool, instance_types: &'a [InstanceType]) -> Self {
-        Self { node_pool, instance_types, usage: ResourceList::new() }
+        Self {
+            node_pool,
+            instance_types,
+            usage: ResourceList::new(),
+        }
     }
 }
 
@@ -190,8 +194,15 @@ impl<'a, P> ExistingNode<'a, P> {
         Ok(Self {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints: node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
-            allocatable: allocatable.map(ResourceList::from_quantities).transpose()?.unwrap_or_default(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+            allocatable: allocatable
+                .map(ResourceList::from_quantities)
+                .transpose()?
+                .unwrap_or_default(),
             pods,
         })
     }
@@ -219,18 +230,32 @@ pub struct InFlightClaim<'a, P = Pod> {
 impl<'a, P> InFlightClaim<'a, P> {
     /// Reads a NodeClaim; without `status.allocatable`, assumes the smallest allocatable among
     /// the catalogue types its requirements allow.
-    pub fn from_node_claim(claim: &NodeClaim, catalogue: &[InstanceType], pods: Vec<&'a P>) -> Result<Self, RequirementError> {
+    pub fn from_node_claim(
+        claim: &NodeClaim,
+        catalogue: &[InstanceType],
+        pods: Vec<&'a P>,
+    ) -> Result<Self, RequirementError> {
         let requirements = Requirements::from_api(&claim.spec.requirements)?;
-        let status_alloc = claim.status.as_ref().map(|s| ResourceList::from_quantities(&s.allocatable));
+        let status_alloc = claim
+            .status
+            .as_ref()
+            .map(|s| ResourceList::from_quantities(&s.allocatable));
         let allocatable = match status_alloc {
             Some(Ok(a)) if !a.is_empty() => a,
             _ => {
                 let mut min: Option<ResourceList> = None;
-                for it in catalogue.iter().filter(|it| it.requirements_with_offerings().intersects(&requirements).is_ok()) {
+                for it in catalogue.iter().filter(|it| {
+                    it.requirements_with_offerings()
+                        .intersects(&requirements)
+                        .is_ok()
+                }) {
                     let a = it.allocatable();
                     min = Some(match min {
                         None => a,
-                        Some(m) => m.iter().map(|(k, v)| (k.to_owned(), v.min(a.get(k)))).collect(),
+                        Some(m) => m
+                            .iter()
+                            .map(|(k, v)| (k.to_owned(), v.min(a.get(k))))
+                            .collect(),
                     });
                 }
                 min.unwrap_or_default()
@@ -238,7 +263,13 @@ impl<'a, P> InFlightClaim<'a, P> {
         };
         Ok(Self {
             name: claim.metadata.name.clone().unwrap_or_default(),
-            node_pool: claim.metadata.labels.as_ref().and_then(|l| l.get(labels::NODE_POOL)).cloned().unwrap_or_default(),
+            node_pool: claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::NODE_POOL))
+                .cloned()
+                .unwrap_or_default(),
             requirements,
             taints: claim.spec.taints.clone(),
             allocatable,
@@ -271,7 +302,11 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_instance_types: 600, max_price_ratio: Some(1.5), preference_policy: PreferencePolicy::Respect }
+        Self {
+            max_instance_types: 600,
+            max_price_ratio: Some(1.5),
+            preference_policy: PreferencePolicy::Respect,
+        }
     }
 }
 
@@ -296,7 +331,8 @@ impl Plan {
 
     /// How many pods the plan placed somewhere.
     pub fn placed_pods(&self) -> usize {
-        self.existing.iter().map(|e| e.pods.len()).sum::<usize>() + self.new_claims.iter().map(|c| c.pods.len()).sum::<usize>()
+        self.existing.iter().map(|e| e.pods.len()).sum::<usize>()
+            + self.new_claims.iter().map(|c| c.pods.len()).sum::<usize>()
     }
 }
 
@@ -379,7 +415,9 @@ impl NewClaim {
             taints: self.taints.clone(),
             startup_taints: self.startup_taints.clone(),
             requirements: self.requirements.to_api(),
-            resources: ResourceRequirements { requests: self.requests().to_quantities() },
+            resources: ResourceRequirements {
+                requests: self.requests().to_quantities(),
+            },
             node_class_ref: template.node_class_ref.clone(),
             termination_grace_period: template.termination_grace_period.clone(),
             expire_after: template.expire_after.clone(),
@@ -414,7 +452,11 @@ fn schedule_in_order<P: PodView>(input: &Input<'_, P>, order: &[usize]) -> Plan 
     // catalogue's next size up is cheap). For small plans, also pack everything onto one new
     // node and keep that if it places as many pods for less.
     let (max_claims, max_pods) = SINGLE_NODE_CHECK;
-    if !hopeless && plan.new_claims.len() > 1 && plan.new_claims.len() <= max_claims && input.pods.len() <= max_pods {
+    if !hopeless
+        && plan.new_claims.len() > 1
+        && plan.new_claims.len() <= max_claims
+        && input.pods.len() <= max_pods
+    {
         let single = solver::Solver::new(input, order, Some(1)).run();
         if better(&single, &plan) {
             return single;
@@ -444,12 +486,27 @@ fn better(candidate: &Plan, incumbent: &Plan) -> bool {
 fn pool_orders<P>(input: &Input<'_, P>) -> Vec<Vec<usize>> {
     let pools = &input.node_pools;
     let weight = |i: usize| pools[i].node_pool.spec.weight.unwrap_or(0);
-    let name = |i: usize| pools[i].node_pool.metadata.name.as_deref().unwrap_or_default();
+    let name = |i: usize| {
+        pools[i]
+            .node_pool
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default()
+    };
     let mut base: Vec<usize> = (0..pools.len()).collect();
-    base.sort_by(|a, b| weight(*b).cmp(&weight(*a)).then_with(|| name(*a).cmp(name(*b))).then(a.cmp(b)));
+    base.sort_by(|a, b| {
+        weight(*b)
+            .cmp(&weight(*a))
+            .then_with(|| name(*a).cmp(name(*b)))
+            .then(a.cmp(b))
+    });
     let mut orders = vec![base.clone()];
     for (pos, &pool) in base.iter().enumerate() {
-        let class_start = base.iter().position(|p| weight(*p) == weight(pool)).unwrap_or(pos);
+        let class_start = base
+            .iter()
+            .position(|p| weight(*p) == weight(pool))
+            .unwrap_or(pos);
         if class_start == pos || orders.len() >= MAX_POOL_ORDERS {
             continue;
         }

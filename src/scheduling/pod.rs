@@ -62,7 +62,9 @@ pub fn pod_requests(spec: &PodSpec) -> Result<ResourceList, QuantityError> {
 }
 
 fn container_requests(c: &Container) -> Result<ResourceList, QuantityError> {
-    let Some(res) = &c.resources else { return Ok(ResourceList::new()) };
+    let Some(res) = &c.resources else {
+        return Ok(ResourceList::new());
+    };
     let empty = BTreeMap::<String, Quantity>::new();
     let requests = res.requests.as_ref().unwrap_or(&empty);
     let mut out = ResourceList::from_quantities(requests)?;
@@ -92,7 +94,9 @@ impl HostPort {
 
     /// Whether two pods binding these ports cannot share a node.
     pub fn conflicts(&self, other: &Self) -> bool {
-        self.port == other.port && self.protocol == other.protocol && (self.ip == other.ip || self.unspecified() || other.unspecified())
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || self.unspecified() || other.unspecified())
     }
 }
 
@@ -108,7 +112,11 @@ impl std::fmt::Display for HostPort {
 
 /// The host ports of a pod's containers (and restartable init containers).
 pub fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
-    let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
     let mut out: Vec<HostPort> = spec
         .containers
         .iter()
@@ -139,7 +147,11 @@ pub enum Namespaces {
 
 impl Namespaces {
     /// Whether a pod in `namespace` is in scope.
-    pub fn contains(&self, namespace: &str, namespace_labels: &BTreeMap<String, BTreeMap<String, String>>) -> bool {
+    pub fn contains(
+        &self,
+        namespace: &str,
+        namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> bool {
         match self {
             Self::Listed(names) => names.contains(namespace),
             Self::Selected(selector, names) => {
@@ -182,7 +194,12 @@ pub struct SpreadTerm {
 }
 
 /// A toleration's `(key, operator, value, effect)`.
-pub type TolerationKey = (Option<String>, Option<String>, Option<String>, Option<String>);
+pub type TolerationKey = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// Everything the scheduler reads from one pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -220,7 +237,11 @@ pub struct PodSpecInfo {
 impl PodSpecInfo {
     /// Reads a pod.
     pub fn from_pod<P: PodView + ?Sized>(pod: &P) -> Self {
-        let namespace = pod.pod_meta().namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let namespace = pod
+            .pod_meta()
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
         let labels = pod.pod_meta().labels.clone().unwrap_or_default();
         let empty = PodSpec::default();
         let spec = pod.pod_spec().unwrap_or(&empty);
@@ -233,16 +254,38 @@ impl PodSpecInfo {
         let affinity = spec.affinity.as_ref();
         let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
         let mut required_terms = Vec::new();
-        for term in node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()).iter().flat_map(|r| &r.node_selector_terms) {
-            match Requirements::from_node_selector(term.match_expressions.as_deref().unwrap_or_default()) {
+        for term in node_affinity
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .iter()
+            .flat_map(|r| &r.node_selector_terms)
+        {
+            match Requirements::from_node_selector(
+                term.match_expressions.as_deref().unwrap_or_default(),
+            ) {
                 Ok(r) => required_terms.push(r),
                 Err(e) => invalid = Some(e.to_string()),
             }
         }
         let mut preferred: Vec<(i32, usize, Requirements)> = Vec::new();
-        for (i, p) in node_affinity.and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref()).iter().flat_map(|v| v.iter()).enumerate() {
+        for (i, p) in node_affinity
+            .and_then(|n| {
+                n.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .iter()
+            .flat_map(|v| v.iter())
+            .enumerate()
+        {
             // An unparsable preference is dropped rather than failing the pod.
-            if let Ok(r) = Requirements::from_node_selector(p.preference.match_expressions.as_deref().unwrap_or_default()) {
+            if let Ok(r) = Requirements::from_node_selector(
+                p.preference
+                    .match_expressions
+                    .as_deref()
+                    .unwrap_or_default(),
+            ) {
                 preferred.push((p.weight, i, r));
             }
         }
@@ -251,7 +294,14 @@ impl PodSpecInfo {
             .tolerations
             .iter()
             .flatten()
-            .map(|t| (t.key.clone(), t.operator.clone(), t.value.clone(), t.effect.clone()))
+            .map(|t| {
+                (
+                    t.key.clone(),
+                    t.operator.clone(),
+                    t.value.clone(),
+                    t.effect.clone(),
+                )
+            })
             .collect();
         let mut hard_spread = Vec::new();
         let mut soft_spread = Vec::new();
@@ -270,15 +320,24 @@ impl PodSpecInfo {
                 selector,
                 honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
             };
-            if term.hard { hard_spread.push(term) } else { soft_spread.push(term) }
+            if term.hard {
+                hard_spread.push(term)
+            } else {
+                soft_spread.push(term)
+            }
         }
         hard_spread.extend(soft_spread);
         let term = |t: &PodAffinityTerm| PodTerm {
             key: labels::normalize(&t.topology_key).to_owned(),
             selector: Selector::from_api(t.label_selector.as_ref()),
             namespaces: match (&t.namespaces, &t.namespace_selector) {
-                (names, Some(sel)) => Namespaces::Selected(Selector::from_api(Some(sel)), names.iter().flatten().cloned().collect()),
-                (Some(names), None) if !names.is_empty() => Namespaces::Listed(names.iter().cloned().collect()),
+                (names, Some(sel)) => Namespaces::Selected(
+                    Selector::from_api(Some(sel)),
+                    names.iter().flatten().cloned().collect(),
+                ),
+                (Some(names), None) if !names.is_empty() => {
+                    Namespaces::Listed(names.iter().cloned().collect())
+                }
                 _ => Namespaces::Listed([namespace.clone()].into_iter().collect()),
             },
         };
@@ -287,8 +346,12 @@ impl PodSpecInfo {
             terms.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
             terms.into_iter().map(|(_, (_, t))| t).collect::<Vec<_>>()
         };
-        let pod_affinity = affinity.and_then(|a| a.pod_affinity.clone()).unwrap_or_default();
-        let pod_anti = affinity.and_then(|a| a.pod_anti_affinity.clone()).unwrap_or_default();
+        let pod_affinity = affinity
+            .and_then(|a| a.pod_affinity.clone())
+            .unwrap_or_default();
+        let pod_anti = affinity
+            .and_then(|a| a.pod_anti_affinity.clone())
+            .unwrap_or_default();
         Self {
             labels: labels.clone(),
             requests,
@@ -297,7 +360,12 @@ impl PodSpecInfo {
             preferred_terms: preferred.into_iter().map(|(_, _, r)| r).collect(),
             tolerations,
             spread: hard_spread,
-            affinity: pod_affinity.required_during_scheduling_ignored_during_execution.iter().flatten().map(term).collect(),
+            affinity: pod_affinity
+                .required_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .map(term)
+                .collect(),
             preferred_affinity: weighted(
                 pod_affinity
                     .preferred_during_scheduling_ignored_during_execution
@@ -306,7 +374,12 @@ impl PodSpecInfo {
                     .map(|w| (w.weight, term(&w.pod_affinity_term)))
                     .collect(),
             ),
-            anti_affinity: pod_anti.required_during_scheduling_ignored_during_execution.iter().flatten().map(term).collect(),
+            anti_affinity: pod_anti
+                .required_during_scheduling_ignored_during_execution
+                .iter()
+                .flatten()
+                .map(term)
+                .collect(),
             preferred_anti_affinity: weighted(
                 pod_anti
                     .preferred_during_scheduling_ignored_during_execution
@@ -351,7 +424,14 @@ mod tests {
         Container {
             name: "c".to_owned(),
             resources: Some(ResourceRequirements {
-                requests: Some([("cpu".to_owned(), Quantity(cpu.to_owned())), ("memory".to_owned(), Quantity(mem.to_owned()))].into_iter().collect()),
+                requests: Some(
+                    [
+                        ("cpu".to_owned(), Quantity(cpu.to_owned())),
+                        ("memory".to_owned(), Quantity(mem.to_owned())),
+                    ]
+                    .into_iter()
+                    .collect(),
+                ),
                 ..ResourceRequirements::default()
             }),
             ..Container::default()
@@ -359,12 +439,24 @@ mod tests {
     }
 
     #[test]
-    fn requests_take_the_larger_of_app_containers_and_init_containers() -> Result<(), QuantityError> {
-        let mut spec = PodSpec { containers: vec![container("1", "1Gi"), container("500m", "1Gi")], ..PodSpec::default() };
+    fn requests_take_the_larger_of_app_containers_and_init_containers() -> Result<(), QuantityError>
+    {
+        let mut spec = PodSpec {
+            containers: vec![container("1", "1Gi"), container("500m", "1Gi")],
+            ..PodSpec::default()
+        };
         spec.init_containers = Some(vec![container("4", "512Mi")]);
-        spec.overhead = Some([("cpu".to_owned(), Quantity("100m".to_owned()))].into_iter().collect());
+        spec.overhead = Some(
+            [("cpu".to_owned(), Quantity("100m".to_owned()))]
+                .into_iter()
+                .collect(),
+        );
         let r = pod_requests(&spec)?;
-        assert_eq!(r.get("cpu"), 4100, "the init container's 4 cpu dominates, plus overhead");
+        assert_eq!(
+            r.get("cpu"),
+            4100,
+            "the init container's 4 cpu dominates, plus overhead"
+        );
         assert_eq!(r.get("memory"), 2 << 30);
         assert_eq!(r.get("pods"), 1);
         Ok(())
@@ -380,7 +472,11 @@ mod tests {
             ..PodSpec::default()
         };
         let r = pod_requests(&spec)?;
-        assert_eq!(r.get("cpu"), 3500, "init container 2.5 cpu runs next to the 1 cpu sidecar");
+        assert_eq!(
+            r.get("cpu"),
+            3500,
+            "init container 2.5 cpu runs next to the 1 cpu sidecar"
+        );
         assert_eq!(r.get("memory"), 2 << 30, "app + sidecar memory");
         Ok(())
     }
@@ -390,12 +486,19 @@ mod tests {
         let c = Container {
             name: "gpu".to_owned(),
             resources: Some(ResourceRequirements {
-                limits: Some([("nvidia.com/gpu".to_owned(), Quantity("2".to_owned()))].into_iter().collect()),
+                limits: Some(
+                    [("nvidia.com/gpu".to_owned(), Quantity("2".to_owned()))]
+                        .into_iter()
+                        .collect(),
+                ),
                 ..ResourceRequirements::default()
             }),
             ..Container::default()
         };
-        let r = pod_requests(&PodSpec { containers: vec![c], ..PodSpec::default() })?;
+        let r = pod_requests(&PodSpec {
+            containers: vec![c],
+            ..PodSpec::default()
+        })?;
         assert_eq!(r.get("nvidia.com/gpu"), 2);
         Ok(())
     }
@@ -403,12 +506,36 @@ mod tests {
     #[test]
     fn host_ports_conflict_on_same_port_protocol_and_overlapping_ip() {
         let mut c = container("1", "1Gi");
-        c.ports = Some(vec![ContainerPort { container_port: 80, host_port: Some(8080), ..ContainerPort::default() }]);
-        let ports = host_ports(&PodSpec { containers: vec![c], ..PodSpec::default() });
-        assert_eq!(ports, vec![HostPort { ip: String::new(), port: 8080, protocol: "TCP".to_owned() }]);
-        let specific = HostPort { ip: "10.0.0.1".to_owned(), port: 8080, protocol: "TCP".to_owned() };
-        let other_ip = HostPort { ip: "10.0.0.2".to_owned(), ..specific.clone() };
-        let udp = HostPort { protocol: "UDP".to_owned(), ..ports[0].clone() };
+        c.ports = Some(vec![ContainerPort {
+            container_port: 80,
+            host_port: Some(8080),
+            ..ContainerPort::default()
+        }]);
+        let ports = host_ports(&PodSpec {
+            containers: vec![c],
+            ..PodSpec::default()
+        });
+        assert_eq!(
+            ports,
+            vec![HostPort {
+                ip: String::new(),
+                port: 8080,
+                protocol: "TCP".to_owned()
+            }]
+        );
+        let specific = HostPort {
+            ip: "10.0.0.1".to_owned(),
+            port: 8080,
+            protocol: "TCP".to_owned(),
+        };
+        let other_ip = HostPort {
+            ip: "10.0.0.2".to_owned(),
+            ..specific.clone()
+        };
+        let udp = HostPort {
+            protocol: "UDP".to_owned(),
+            ..ports[0].clone()
+        };
         assert!(ports[0].conflicts(&specific));
         assert!(!specific.conflicts(&other_ip));
         assert!(!ports[0].conflicts(&udp));

@@ -106,15 +106,28 @@ impl Requirement {
         let values: Vec<String> = values.into_iter().map(|v| v.as_ref().to_owned()).collect();
         let numeric = |values: &[String]| -> Result<i64, RequirementError> {
             match values {
-                [one] => one.parse::<i64>().map_err(|_| RequirementError::NotOneInteger {
+                [one] => one
+                    .parse::<i64>()
+                    .map_err(|_| RequirementError::NotOneInteger {
+                        key: key.clone(),
+                        operator,
+                        values: values.to_vec(),
+                    }),
+                _ => Err(RequirementError::NotOneInteger {
                     key: key.clone(),
                     operator,
                     values: values.to_vec(),
                 }),
-                _ => Err(RequirementError::NotOneInteger { key: key.clone(), operator, values: values.to_vec() }),
             }
         };
-        let mut req = Self { key: key.clone(), complement: true, values: BTreeSet::new(), gte: None, lte: None, min_values: None };
+        let mut req = Self {
+            key: key.clone(),
+            complement: true,
+            values: BTreeSet::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        };
         match operator {
             RequirementOperator::In => {
                 req.complement = false;
@@ -145,12 +158,22 @@ impl Requirement {
 
     /// `key Exists`.
     pub fn exists(key: &str) -> Self {
-        Self { key: labels::normalize(key).to_owned(), complement: true, values: BTreeSet::new(), gte: None, lte: None, min_values: None }
+        Self {
+            key: labels::normalize(key).to_owned(),
+            complement: true,
+            values: BTreeSet::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `key DoesNotExist`.
     pub fn does_not_exist(key: &str) -> Self {
-        Self { complement: false, ..Self::exists(key) }
+        Self {
+            complement: false,
+            ..Self::exists(key)
+        }
     }
 
     /// Sets `minValues`, builder style.
@@ -163,7 +186,12 @@ impl Requirement {
     /// Reads a NodePool or NodeClaim requirement.
     pub fn from_api(req: &NodeSelectorRequirementWithMinValues) -> Result<Self, RequirementError> {
         let min = req.min_values.and_then(|m| u32::try_from(m).ok());
-        Ok(Self::new(&req.key, req.operator, req.values.iter().map(LabelValue::as_str))?.with_min_values(min))
+        Ok(Self::new(
+            &req.key,
+            req.operator,
+            req.values.iter().map(LabelValue::as_str),
+        )?
+        .with_min_values(min))
     }
 
     /// Reads a pod's node selector requirement (operators are strings in core/v1).
@@ -178,7 +206,10 @@ impl Requirement {
             "Gte" => RequirementOperator::Gte,
             "Lte" => RequirementOperator::Lte,
             other => {
-                return Err(RequirementError::UnknownOperator { key: req.key.clone(), operator: other.to_owned() });
+                return Err(RequirementError::UnknownOperator {
+                    key: req.key.clone(),
+                    operator: other.to_owned(),
+                });
             }
         };
         Self::new(&req.key, operator, req.values.iter().flatten())
@@ -187,10 +218,11 @@ impl Requirement {
     /// Filters finite sets by the bounds, and turns empty bounds into the empty set.
     fn canonical(mut self) -> Self {
         if let (Some(gte), Some(lte)) = (self.gte, self.lte)
-            && gte > lte {
-                self.complement = false;
-                self.values.clear();
-            }
+            && gte > lte
+        {
+            self.complement = false;
+            self.values.clear();
+        }
         if !self.complement {
             let (gte, lte) = (self.gte, self.lte);
             if gte.is_some() || lte.is_some() {
@@ -253,7 +285,10 @@ impl Requirement {
 
     /// Whether a node *without* this label satisfies the requirement (`NotIn`, `DoesNotExist`).
     pub fn allows_absent(&self) -> bool {
-        matches!(self.operator(), RequirementOperator::NotIn | RequirementOperator::DoesNotExist)
+        matches!(
+            self.operator(),
+            RequirementOperator::NotIn | RequirementOperator::DoesNotExist
+        )
     }
 
     /// The values allowed by both requirements; `minValues` is the larger of the two.
@@ -283,14 +318,24 @@ impl Requirement {
         let gte = max_opt(self.gte, other.gte);
         let lte = min_opt(self.lte, other.lte);
         if let (Some(g), Some(l)) = (gte, lte)
-            && g > l {
-                return false;
-            }
+            && g > l
+        {
+            return false;
+        }
         match (self.complement, other.complement) {
             (true, true) => true,
-            (true, false) => other.values.iter().any(|v| !self.values.contains(v) && within_bounds(v, gte, lte)),
-            (false, true) => self.values.iter().any(|v| !other.values.contains(v) && within_bounds(v, gte, lte)),
-            (false, false) => self.values.iter().any(|v| other.values.contains(v) && within_bounds(v, gte, lte)),
+            (true, false) => other
+                .values
+                .iter()
+                .any(|v| !self.values.contains(v) && within_bounds(v, gte, lte)),
+            (false, true) => self
+                .values
+                .iter()
+                .any(|v| !other.values.contains(v) && within_bounds(v, gte, lte)),
+            (false, false) => self
+                .values
+                .iter()
+                .any(|v| other.values.contains(v) && within_bounds(v, gte, lte)),
         }
     }
 
@@ -300,7 +345,10 @@ impl Requirement {
             (false, _) => self.values.iter().all(|v| other.has(v)),
             (true, false) => false,
             (true, true) => {
-                other.values.iter().all(|v| self.values.contains(v) || !within_bounds(v, self.gte, self.lte))
+                other
+                    .values
+                    .iter()
+                    .all(|v| self.values.contains(v) || !within_bounds(v, self.gte, self.lte))
                     && other.gte.is_none_or(|g| self.gte.is_some_and(|s| s >= g))
                     && other.lte.is_none_or(|l| self.lte.is_some_and(|s| s <= l))
             }
@@ -316,14 +364,25 @@ impl Requirement {
             values,
             min_values,
         };
-        let listed = || self.values.iter().map(|v| LabelValue(v.clone())).collect::<Vec<_>>();
+        let listed = || {
+            self.values
+                .iter()
+                .map(|v| LabelValue(v.clone()))
+                .collect::<Vec<_>>()
+        };
         let mut out = Vec::new();
         if self.complement && (self.gte.is_some() || self.lte.is_some()) {
             if let Some(gte) = self.gte {
-                out.push(entry(RequirementOperator::Gte, vec![LabelValue(gte.to_string())]));
+                out.push(entry(
+                    RequirementOperator::Gte,
+                    vec![LabelValue(gte.to_string())],
+                ));
             }
             if let Some(lte) = self.lte {
-                out.push(entry(RequirementOperator::Lte, vec![LabelValue(lte.to_string())]));
+                out.push(entry(
+                    RequirementOperator::Lte,
+                    vec![LabelValue(lte.to_string())],
+                ));
             }
             if !self.values.is_empty() {
                 out.push(entry(RequirementOperator::NotIn, listed()));
@@ -333,7 +392,9 @@ impl Requirement {
         out.push(match self.operator() {
             RequirementOperator::NotIn => entry(RequirementOperator::NotIn, listed()),
             RequirementOperator::In => entry(RequirementOperator::In, listed()),
-            RequirementOperator::DoesNotExist => entry(RequirementOperator::DoesNotExist, Vec::new()),
+            RequirementOperator::DoesNotExist => {
+                entry(RequirementOperator::DoesNotExist, Vec::new())
+            }
             _ => entry(RequirementOperator::Exists, Vec::new()),
         });
         out
@@ -369,7 +430,8 @@ impl fmt::Display for Requirement {
                 f.write_str("]")?;
             }
         }
-        if self.complement && !self.values.is_empty() && (self.gte.is_some() || self.lte.is_some()) {
+        if self.complement && !self.values.is_empty() && (self.gte.is_some() || self.lte.is_some())
+        {
             write!(f, " NotIn {:?}", self.values)?;
         }
         if let Some(m) = self.min_values {
@@ -383,7 +445,9 @@ fn within_bounds(value: &str, gte: Option<i64>, lte: Option<i64>) -> bool {
     if gte.is_none() && lte.is_none() {
         return true;
     }
-    let Ok(v) = value.parse::<i64>() else { return false };
+    let Ok(v) = value.parse::<i64>() else {
+        return false;
+    };
     gte.is_none_or(|g| v >= g) && lte.is_none_or(|l| v <= l)
 }
 
@@ -422,7 +486,9 @@ impl Incompatibility {
     /// A one-line explanation, `existing_what` naming the other side (e.g. "NodePool default").
     pub fn describe(&self, existing_what: &str) -> String {
         match self {
-            Self::Undefined { incoming } => format!("requires {incoming}, a label {existing_what} does not set"),
+            Self::Undefined { incoming } => {
+                format!("requires {incoming}, a label {existing_what} does not set")
+            }
             Self::Disjoint { incoming, existing } => {
                 format!("requires {incoming}, but {existing_what} has {existing}")
             }
@@ -441,7 +507,9 @@ impl Requirements {
     }
 
     /// Reads NodePool or NodeClaim requirements.
-    pub fn from_api(reqs: &[NodeSelectorRequirementWithMinValues]) -> Result<Self, RequirementError> {
+    pub fn from_api(
+        reqs: &[NodeSelectorRequirementWithMinValues],
+    ) -> Result<Self, RequirementError> {
         let mut out = Self::new();
         for req in reqs {
             out.add(Requirement::from_api(req)?);
@@ -542,12 +610,18 @@ impl Requirements {
     /// (a NodePool's or NodeClaim's requirements), upstream's `Compatible` with
     /// `AllowUndefinedWellKnownLabels`: a custom label the incoming side requires to exist must
     /// be defined here; keys defined on both sides must intersect.
-    pub fn compatible(&self, incoming: &Self, well_known: impl Fn(&str) -> bool) -> Result<(), Incompatibility> {
+    pub fn compatible(
+        &self,
+        incoming: &Self,
+        well_known: impl Fn(&str) -> bool,
+    ) -> Result<(), Incompatibility> {
         for req in incoming.iter() {
             if self.has(&req.key) || well_known(&req.key) || req.allows_absent() {
                 continue;
             }
-            return Err(Incompatibility::Undefined { incoming: req.to_string() });
+            return Err(Incompatibility::Undefined {
+                incoming: req.to_string(),
+            });
         }
         self.intersects(incoming)
     }
@@ -556,11 +630,16 @@ impl Requirements {
     /// sides count as compatible: a node without the label satisfies both).
     pub fn intersects(&self, incoming: &Self) -> Result<(), Incompatibility> {
         for req in incoming.iter() {
-            let Some(existing) = self.0.get(&req.key) else { continue };
+            let Some(existing) = self.0.get(&req.key) else {
+                continue;
+            };
             if existing.has_intersection(req) || (existing.allows_absent() && req.allows_absent()) {
                 continue;
             }
-            return Err(Incompatibility::Disjoint { incoming: req.to_string(), existing: existing.to_string() });
+            return Err(Incompatibility::Disjoint {
+                incoming: req.to_string(),
+                existing: existing.to_string(),
+            });
         }
         Ok(())
     }
@@ -577,7 +656,10 @@ impl Requirements {
                     Some(value) => format!("{}={value}", req.key),
                     None => format!("no {} label", req.key),
                 };
-                return Err(Incompatibility::Disjoint { incoming: req.to_string(), existing });
+                return Err(Incompatibility::Disjoint {
+                    incoming: req.to_string(),
+                    existing,
+                });
             }
         }
         Ok(())
@@ -586,7 +668,11 @@ impl Requirements {
     /// Whether every node satisfying `self` also satisfies `incoming` (used for in-flight
     /// NodeClaims, whose requirements can no longer change). Keys `self` leaves open count as
     /// "any value" when well known and "no label" otherwise.
-    pub fn implies(&self, incoming: &Self, well_known: impl Fn(&str) -> bool) -> Result<(), Incompatibility> {
+    pub fn implies(
+        &self,
+        incoming: &Self,
+        well_known: impl Fn(&str) -> bool,
+    ) -> Result<(), Incompatibility> {
         for req in incoming.iter() {
             let ok = match self.0.get(&req.key) {
                 Some(existing) => {
@@ -596,12 +682,20 @@ impl Requirements {
                         existing.is_subset_of(req)
                     }
                 }
-                None if well_known(&req.key) => req.operator() == RequirementOperator::Exists && req.values.is_empty(),
+                None if well_known(&req.key) => {
+                    req.operator() == RequirementOperator::Exists && req.values.is_empty()
+                }
                 None => req.allows_absent(),
             };
             if !ok {
-                let existing = self.0.get(&req.key).map_or_else(|| format!("{} unset", req.key), ToString::to_string);
-                return Err(Incompatibility::Disjoint { incoming: req.to_string(), existing });
+                let existing = self
+                    .0
+                    .get(&req.key)
+                    .map_or_else(|| format!("{} unset", req.key), ToString::to_string);
+                return Err(Incompatibility::Disjoint {
+                    incoming: req.to_string(),
+                    existing,
+                });
             }
         }
         Ok(())
@@ -610,7 +704,10 @@ impl Requirements {
     /// The first requirement with `minValues` that a set of instance types (given by their
     /// requirements, e.g. the options of a NodeClaim) does not satisfy: `(key, minValues,
     /// distinct allowed values the types span)`. `None` when every `minValues` holds.
-    pub fn min_values_shortfall<'a>(&self, types: impl IntoIterator<Item = &'a Self> + Clone) -> Option<(String, u32, usize)> {
+    pub fn min_values_shortfall<'a>(
+        &self,
+        types: impl IntoIterator<Item = &'a Self> + Clone,
+    ) -> Option<(String, u32, usize)> {
         for req in self.iter() {
             let Some(min) = req.min_values else { continue };
             let mut seen: BTreeSet<&str> = BTreeSet::new();
@@ -681,7 +778,10 @@ mod tests {
         assert!(req("k", Lt, &["4"]).has("3") && !req("k", Lt, &["4"]).has("4"));
         assert!(req("k", Gte, &["4"]).has("4") && !req("k", Gte, &["4"]).has("3"));
         assert!(req("k", Lte, &["4"]).has("4") && !req("k", Lte, &["4"]).has("5"));
-        assert!(!req("k", Gt, &["4"]).has("five"), "bounds reject non-integers");
+        assert!(
+            !req("k", Gt, &["4"]).has("five"),
+            "bounds reject non-integers"
+        );
     }
 
     #[test]
@@ -700,8 +800,18 @@ mod tests {
         assert!(cpu.has("3") && cpu.has("7") && !cpu.has("8") && !cpu.has("2"));
         let filtered = req("cpu", In, &["2", "4", "16"]).intersection(&req("cpu", Lte, &["4"]));
         assert_eq!(filtered.values().collect::<Vec<_>>(), ["2", "4"]);
-        assert!(req("cpu", Gt, &["8"]).intersection(&req("cpu", Lt, &["4"])).is_empty());
-        assert_eq!(req("k", In, &["a"]).with_min_values(Some(2)).intersection(&req("k", Exists, &[])).min_values(), Some(2));
+        assert!(
+            req("cpu", Gt, &["8"])
+                .intersection(&req("cpu", Lt, &["4"]))
+                .is_empty()
+        );
+        assert_eq!(
+            req("k", In, &["a"])
+                .with_min_values(Some(2))
+                .intersection(&req("k", Exists, &[]))
+                .min_values(),
+            Some(2)
+        );
     }
 
     #[test]
@@ -716,18 +826,33 @@ mod tests {
         let wants_zone: Requirements = [req(labels::ZONE, In, &["a"])].into_iter().collect();
         assert_eq!(pool.compatible(&wants_zone, is_well_known), Ok(()));
         let wants_team: Requirements = [req("example.com/team", In, &["x"])].into_iter().collect();
-        assert!(matches!(pool.compatible(&wants_team, is_well_known), Err(Incompatibility::Undefined { .. })));
-        let avoids_team: Requirements = [req("example.com/team", NotIn, &["x"])].into_iter().collect();
+        assert!(matches!(
+            pool.compatible(&wants_team, is_well_known),
+            Err(Incompatibility::Undefined { .. })
+        ));
+        let avoids_team: Requirements = [req("example.com/team", NotIn, &["x"])]
+            .into_iter()
+            .collect();
         assert_eq!(pool.compatible(&avoids_team, is_well_known), Ok(()));
         let wants_arm: Requirements = [req(labels::ARCH, In, &["arm64"])].into_iter().collect();
         let err = pool.compatible(&wants_arm, is_well_known);
-        assert!(matches!(err, Err(Incompatibility::Disjoint { .. })), "{err:?}");
+        assert!(
+            matches!(err, Err(Incompatibility::Disjoint { .. })),
+            "{err:?}"
+        );
     }
 
     #[test]
     fn labels_satisfy_requirements_like_the_kube_scheduler() {
-        let labels: BTreeMap<String, String> = [("zone".to_owned(), "a".to_owned())].into_iter().collect();
-        let ok: Requirements = [req("zone", In, &["a"]), req("gpu", DoesNotExist, &[]), req("x", NotIn, &["y"])].into_iter().collect();
+        let labels: BTreeMap<String, String> =
+            [("zone".to_owned(), "a".to_owned())].into_iter().collect();
+        let ok: Requirements = [
+            req("zone", In, &["a"]),
+            req("gpu", DoesNotExist, &[]),
+            req("x", NotIn, &["y"]),
+        ]
+        .into_iter()
+        .collect();
         assert_eq!(ok.matches_labels(&labels), Ok(()));
         let missing: Requirements = [req("gpu", Exists, &[])].into_iter().collect();
         assert!(missing.matches_labels(&labels).is_err());
@@ -735,10 +860,20 @@ mod tests {
 
     #[test]
     fn an_in_flight_claim_implies_only_what_all_its_nodes_satisfy() {
-        let claim: Requirements = [req(labels::ZONE, In, &["a", "b"]), req(labels::ARCH, In, &["amd64"])].into_iter().collect();
+        let claim: Requirements = [
+            req(labels::ZONE, In, &["a", "b"]),
+            req(labels::ARCH, In, &["amd64"]),
+        ]
+        .into_iter()
+        .collect();
         let wants_a: Requirements = [req(labels::ZONE, In, &["a"])].into_iter().collect();
         assert!(claim.implies(&wants_a, is_well_known).is_err());
-        let wants_ab: Requirements = [req(labels::ZONE, In, &["a", "b", "c"]), req(labels::ARCH, Exists, &[])].into_iter().collect();
+        let wants_ab: Requirements = [
+            req(labels::ZONE, In, &["a", "b", "c"]),
+            req(labels::ARCH, Exists, &[]),
+        ]
+        .into_iter()
+        .collect();
         assert_eq!(claim.implies(&wants_ab, is_well_known), Ok(()));
         let wants_os: Requirements = [req(labels::OS, In, &["linux"])].into_iter().collect();
         assert!(claim.implies(&wants_os, is_well_known).is_err());
@@ -758,7 +893,10 @@ mod tests {
         let api = reqs.to_api();
         assert_eq!(api.len(), 6, "a range is written as two entries");
         assert_eq!(Requirements::from_api(&api)?, reqs);
-        assert_eq!(reqs.to_string(), "a In [x, y] minValues 2, b NotIn [z], c Exists, d DoesNotExist, e >=4 <=9");
+        assert_eq!(
+            reqs.to_string(),
+            "a In [x, y] minValues 2, b NotIn [z], c Exists, d DoesNotExist, e >=4 <=9"
+        );
         Ok(())
     }
 
@@ -771,17 +909,36 @@ mod tests {
         .into_iter()
         .collect();
         let ty = |name: &str, family: &str| -> Requirements {
-            [Requirement::in_values(labels::INSTANCE_TYPE, [name]), Requirement::in_values("family", [family])].into_iter().collect()
+            [
+                Requirement::in_values(labels::INSTANCE_TYPE, [name]),
+                Requirement::in_values("family", [family]),
+            ]
+            .into_iter()
+            .collect()
         };
-        let (a, b, c) = (ty("m5.large", "m5"), ty("m5.xlarge", "m5"), ty("c5.large", "c5"));
-        assert_eq!(pool.min_values_shortfall([&a, &b]), Some(("family".to_owned(), 2, 1)));
+        let (a, b, c) = (
+            ty("m5.large", "m5"),
+            ty("m5.xlarge", "m5"),
+            ty("c5.large", "c5"),
+        );
+        assert_eq!(
+            pool.min_values_shortfall([&a, &b]),
+            Some(("family".to_owned(), 2, 1))
+        );
         assert_eq!(pool.min_values_shortfall([&a, &c]), None);
-        let only_c5: Requirements = [req(labels::INSTANCE_TYPE, Exists, &[]).with_min_values(Some(2))].into_iter().collect();
-        assert_eq!(only_c5.min_values_shortfall([&c]), Some((labels::INSTANCE_TYPE.to_owned(), 2, 1)));
+        let only_c5: Requirements =
+            [req(labels::INSTANCE_TYPE, Exists, &[]).with_min_values(Some(2))]
+                .into_iter()
+                .collect();
+        assert_eq!(
+            only_c5.min_values_shortfall([&c]),
+            Some((labels::INSTANCE_TYPE.to_owned(), 2, 1))
+        );
     }
 
     fn arb_req() -> impl Strategy<Value = Requirement> {
-        let values = prop::collection::btree_set(prop::sample::select(vec!["1", "2", "3", "a", "b"]), 0..4);
+        let values =
+            prop::collection::btree_set(prop::sample::select(vec!["1", "2", "3", "a", "b"]), 0..4);
         (0..8_u8, values, 0_i64..5).prop_map(|(op, values, n)| {
             let values: Vec<_> = values.into_iter().collect();
             let n = n.to_string();

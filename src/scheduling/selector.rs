@@ -24,7 +24,9 @@ pub struct Selector {
 impl Selector {
     /// Compiles an API selector; `None` selects nothing.
     pub fn from_api(selector: Option<&LabelSelector>) -> Self {
-        let Some(selector) = selector else { return Self::nothing() };
+        let Some(selector) = selector else {
+            return Self::nothing();
+        };
         let mut terms = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
             terms.push((key.clone(), Op::In([value.clone()].into_iter().collect())));
@@ -42,23 +44,35 @@ impl Selector {
         }
         terms.sort();
         terms.dedup();
-        Self { nothing: false, terms }
+        Self {
+            nothing: false,
+            terms,
+        }
     }
 
     /// A selector that matches no pod.
     pub fn nothing() -> Self {
-        Self { nothing: true, terms: Vec::new() }
+        Self {
+            nothing: true,
+            terms: Vec::new(),
+        }
     }
 
     /// A selector that matches every pod.
     pub fn everything() -> Self {
-        Self { nothing: false, terms: Vec::new() }
+        Self {
+            nothing: false,
+            terms: Vec::new(),
+        }
     }
 
     /// Adds `key In [value]` (for `matchLabelKeys`).
     #[must_use]
     pub fn and_equals(mut self, key: &str, value: &str) -> Self {
-        self.terms.push((key.to_owned(), Op::In([value.to_owned()].into_iter().collect())));
+        self.terms.push((
+            key.to_owned(),
+            Op::In([value.to_owned()].into_iter().collect()),
+        ));
         self.terms.sort();
         self.terms.dedup();
         self
@@ -109,7 +123,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     #[test]
@@ -132,7 +149,13 @@ mod tests {
     #[test]
     fn missing_selectors_match_nothing_and_empty_ones_everything() {
         assert!(!Selector::from_api(None).matches(&labels(&[])));
-        assert!(Selector::from_api(Some(&LabelSelector::default())).matches(&labels(&[("a", "b")])));
-        assert!(Selector::everything().and_equals("a", "b").matches(&labels(&[("a", "b")])));
+        assert!(
+            Selector::from_api(Some(&LabelSelector::default())).matches(&labels(&[("a", "b")]))
+        );
+        assert!(
+            Selector::everything()
+                .and_equals("a", "b")
+                .matches(&labels(&[("a", "b")]))
+        );
     }
 }

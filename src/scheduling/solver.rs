@@ -12,7 +12,9 @@ use super::pod::{HostPort, PodSpecInfo, PodTerm, PodView};
 use super::requirements::{self, Requirement, Requirements};
 use super::taints::{self, DisplayTaint};
 use super::topology::{Group, GroupKey, Kind, List};
-use super::{ExistingPlacement, Input, InstanceTypeOption, NewClaim, Plan, PreferencePolicy, Target};
+use super::{
+    ExistingPlacement, Input, InstanceTypeOption, NewClaim, Plan, PreferencePolicy, Target,
+};
 use crate::apis::labels;
 use crate::cloud::InstanceType;
 use crate::resources::{self, ResourceList};
@@ -114,9 +116,20 @@ struct State {
 }
 
 enum BinKind {
-    Node { idx: usize, cap: Vec<u64>, domains: Vec<Option<u16>> },
-    InFlight { idx: usize, cap: Vec<u64>, domains: Vec<Option<u16>> },
-    Claim { state: u32, pos: usize },
+    Node {
+        idx: usize,
+        cap: Vec<u64>,
+        domains: Vec<Option<u16>>,
+    },
+    InFlight {
+        idx: usize,
+        cap: Vec<u64>,
+        domains: Vec<Option<u16>>,
+    },
+    Claim {
+        state: u32,
+        pos: usize,
+    },
 }
 
 struct Bin {
@@ -176,7 +189,15 @@ impl TopoFail {
     /// Whether every claim of a state fails the same way as a fresh claim in it (so the state
     /// can be skipped without looking at its claims).
     fn holds_for_whole_state(&self) -> bool {
-        matches!(self.why, Why::NoLabel | Why::Skew | Why::ElsewhereOnly | Why::NoDomain | Why::AllTaken | Why::OwnersEverywhere)
+        matches!(
+            self.why,
+            Why::NoLabel
+                | Why::Skew
+                | Why::ElsewhereOnly
+                | Why::NoDomain
+                | Why::AllTaken
+                | Why::OwnersEverywhere
+        )
     }
 }
 
@@ -212,7 +233,9 @@ impl Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
-            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
         }
         for b in chunks.remainder() {
             self.add(u64::from(*b));
@@ -292,20 +315,30 @@ pub(crate) struct Solver<'i, 'a, P> {
 }
 
 fn fits_add(used: &[u64], add: &[u64], cap: &[u64]) -> bool {
-    used.iter().zip(add).zip(cap).all(|((u, a), c)| u.saturating_add(*a) <= *c)
+    used.iter()
+        .zip(add)
+        .zip(cap)
+        .all(|((u, a), c)| u.saturating_add(*a) <= *c)
 }
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// A solver that tries NodePools for new claims in `pool_order` (indexes into
     /// `input.node_pools`) and opens at most `max_new_claims` claims when set.
-    pub(crate) fn new(input: &'i Input<'a, P>, pool_order: &[usize], max_new_claims: Option<usize>) -> Self {
+    pub(crate) fn new(
+        input: &'i Input<'a, P>,
+        pool_order: &[usize],
+        max_new_claims: Option<usize>,
+    ) -> Self {
         let mut s = Self {
             input,
             dims: Vec::new(),
             dim_index: FxMap::default(),
             cpu: 0,
             memory: 0,
-            well_known: requirements::WELL_KNOWN_LABELS.iter().map(|k| (*k).to_owned()).collect(),
+            well_known: requirements::WELL_KNOWN_LABELS
+                .iter()
+                .map(|k| (*k).to_owned())
+                .collect(),
             pools: Vec::new(),
             infos: Vec::new(),
             info_ids: FxMap::default(),
@@ -452,9 +485,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             .iter()
             .map(|n| &n.pods)
             .chain(input.in_flight.iter().map(|c| &c.pods))
-            .map(|pods| pods.iter().map(|p| self.intern_info(PodSpecInfo::from_pod(*p))).collect())
+            .map(|pods| {
+                pods.iter()
+                    .map(|p| self.intern_info(PodSpecInfo::from_pod(*p)))
+                    .collect()
+            })
             .collect();
-        let daemon_infos: Vec<PodSpecInfo> = input.daemon_set_pods.iter().map(|p| PodSpecInfo::from_pod(*p)).collect();
+        let daemon_infos: Vec<PodSpecInfo> = input
+            .daemon_set_pods
+            .iter()
+            .map(|p| PodSpecInfo::from_pod(*p))
+            .collect();
         let mut names: BTreeSet<String> = BTreeSet::new();
         for info in &self.infos {
             names.extend(info.spec.requests.names().map(str::to_owned));
@@ -484,28 +525,60 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
 
         self.init_pools(pool_order, &daemon_infos);
-        self.any_prefer_no_schedule = self.pools.iter().flat_map(|p| &p.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE)
-            || input.nodes.iter().flat_map(|n| &n.taints).any(|t| t.effect == taints::PREFER_NO_SCHEDULE);
+        self.any_prefer_no_schedule = self
+            .pools
+            .iter()
+            .flat_map(|p| &p.taints)
+            .any(|t| t.effect == taints::PREFER_NO_SCHEDULE)
+            || input
+                .nodes
+                .iter()
+                .flat_map(|n| &n.taints)
+                .any(|t| t.effect == taints::PREFER_NO_SCHEDULE);
 
         // Topology groups of every term of every pod, pending or bound.
         for i in 0..self.infos.len() {
             let spec = self.infos[i].spec.clone();
-            let strict = spec.required_terms.first().map_or_else(|| spec.node_selector.clone(), |t| spec.node_selector.intersection(t));
+            let strict = spec.required_terms.first().map_or_else(
+                || spec.node_selector.clone(),
+                |t| spec.node_selector.intersection(t),
+            );
             let filter = self.intern_req(strict);
             let mut spread = Vec::new();
             for term in &spec.spread {
                 spread.push(self.intern_group(GroupKey {
-                    kind: Kind::Spread { max_skew: term.max_skew, min_domains: term.min_domains },
+                    kind: Kind::Spread {
+                        max_skew: term.max_skew,
+                        min_domains: term.min_domains,
+                    },
                     key: term.key.clone(),
-                    namespaces: super::pod::Namespaces::Listed([spec.namespace.clone()].into_iter().collect()),
+                    namespaces: super::pod::Namespaces::Listed(
+                        [spec.namespace.clone()].into_iter().collect(),
+                    ),
                     selector: term.selector.clone(),
                     filter: term.honor_node_affinity.then_some(filter),
                 }));
             }
-            let affinity = spec.affinity.iter().map(|t| self.term_group(Kind::Affinity, t)).collect();
-            let pref_affinity = spec.preferred_affinity.iter().map(|t| self.term_group(Kind::Affinity, t)).collect();
-            let anti: Vec<u32> = spec.anti_affinity.iter().map(|t| self.term_group(Kind::Anti, t)).collect();
-            let pref_anti = spec.preferred_anti_affinity.iter().map(|t| self.term_group(Kind::Anti, t)).collect();
+            let affinity = spec
+                .affinity
+                .iter()
+                .map(|t| self.term_group(Kind::Affinity, t))
+                .collect();
+            let pref_affinity = spec
+                .preferred_affinity
+                .iter()
+                .map(|t| self.term_group(Kind::Affinity, t))
+                .collect();
+            let anti: Vec<u32> = spec
+                .anti_affinity
+                .iter()
+                .map(|t| self.term_group(Kind::Anti, t))
+                .collect();
+            let pref_anti = spec
+                .preferred_anti_affinity
+                .iter()
+                .map(|t| self.term_group(Kind::Anti, t))
+                .collect();
             for g in &anti {
                 self.groups[*g as usize].has_required_owners = true;
             }
@@ -526,7 +599,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let ns_labels = &input.namespace_labels;
         for info in &mut self.infos {
             for (gid, g) in self.groups.iter().enumerate() {
-                if g.ident.namespaces.contains(&info.spec.namespace, ns_labels) && g.ident.selector.matches(&info.spec.labels) {
+                if g.ident.namespaces.contains(&info.spec.namespace, ns_labels)
+                    && g.ident.selector.matches(&info.spec.labels)
+                {
                     info.selected_by.push(gid as u32);
                     if g.ident.kind == Kind::Anti && g.has_required_owners {
                         info.inverse.push(gid as u32);
@@ -539,7 +614,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         for i in pending {
             let info = &self.infos[i as usize];
             for g in &info.spread_groups {
-                let own = if info.selected_by.binary_search(g).is_ok() { List::OwnerSelf } else { List::Owner };
+                let own = if info.selected_by.binary_search(g).is_ok() {
+                    List::OwnerSelf
+                } else {
+                    List::Owner
+                };
                 self.groups[*g as usize].track[own as usize] = true;
             }
             for g in info.anti_groups.iter().chain(&info.preferred_anti_groups) {
@@ -567,10 +646,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let pool_name = np.metadata.name.clone().unwrap_or_default();
             let template = &np.spec.template;
             let mut invalid = None;
-            let mut reqs = Requirements::from_api(&template.spec.requirements).unwrap_or_else(|e| {
-                invalid = Some(e.to_string());
-                Requirements::new()
-            });
+            let mut reqs =
+                Requirements::from_api(&template.spec.requirements).unwrap_or_else(|e| {
+                    invalid = Some(e.to_string());
+                    Requirements::new()
+                });
             let mut pool_labels = template.metadata.labels.clone();
             pool_labels.insert(labels::NODE_POOL.to_owned(), pool_name.clone());
             for (k, v) in &pool_labels {
@@ -600,7 +680,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 }
                 let capacity = self.vector(&it.capacity);
                 let reserved = self.vector(&it.overhead.total().saturating_add(&overhead));
-                alloc.extend(capacity.iter().zip(&reserved).map(|(c, r)| c.saturating_sub(*r)));
+                alloc.extend(
+                    capacity
+                        .iter()
+                        .zip(&reserved)
+                        .map(|(c, r)| c.saturating_sub(*r)),
+                );
                 daemon_lists.push(overhead);
             }
             for d in daemons {
@@ -672,9 +757,19 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 let mut of_pool: BTreeSet<String> = BTreeSet::new();
                 for it in &pool.types {
                     if key == labels::ZONE {
-                        of_pool.extend(it.offerings.iter().filter(|o| o.available).map(|o| o.zone.clone()));
+                        of_pool.extend(
+                            it.offerings
+                                .iter()
+                                .filter(|o| o.available)
+                                .map(|o| o.zone.clone()),
+                        );
                     } else if key == labels::CAPACITY_TYPE {
-                        of_pool.extend(it.offerings.iter().filter(|o| o.available).map(|o| o.capacity_type.clone()));
+                        of_pool.extend(
+                            it.offerings
+                                .iter()
+                                .filter(|o| o.available)
+                                .map(|o| o.capacity_type.clone()),
+                        );
                     } else if let Some(req) = it.requirements.get(&key).filter(|r| r.is_finite()) {
                         of_pool.extend(req.values().map(str::to_owned));
                     }
@@ -688,16 +783,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
             for c in &self.input.in_flight {
                 if let Some(req) = c.requirements.get(&key)
-                    && req.len() == Some(1) {
-                        values.extend(req.values().map(str::to_owned));
-                    }
+                    && req.len() == Some(1)
+                {
+                    values.extend(req.values().map(str::to_owned));
+                }
             }
             self.universe[k] = values.into_iter().take(MAX_DOMAINS).collect();
         }
     }
 
     fn domain_id(&self, key: usize, value: &str) -> Option<u16> {
-        self.universe[key].binary_search_by(|v| v.as_str().cmp(value)).ok().map(|i| i as u16)
+        self.universe[key]
+            .binary_search_by(|v| v.as_str().cmp(value))
+            .ok()
+            .map(|i| i as u16)
     }
 
     fn init_existing(&mut self, existing_pods: &[Vec<u32>], daemons: &[PodSpecInfo]) {
@@ -705,10 +804,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let dims = self.dims.len();
         let n_nodes = input.nodes.len();
         for (i, node) in input.nodes.iter().enumerate() {
-            let domains = (0..self.keys.len()).map(|k| node.labels.get(&self.keys[k]).and_then(|v| self.domain_id(k, v))).collect();
+            let domains = (0..self.keys.len())
+                .map(|k| {
+                    node.labels
+                        .get(&self.keys[k])
+                        .and_then(|v| self.domain_id(k, v))
+                })
+                .collect();
             let cap = self.vector(&node.allocatable);
             self.bins.push(Bin {
-                kind: BinKind::Node { idx: i, cap, domains },
+                kind: BinKind::Node {
+                    idx: i,
+                    cap,
+                    domains,
+                },
                 used: vec![0; dims],
                 pods: Vec::new(),
                 ports: Vec::new(),
@@ -719,7 +828,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let domains = (0..self.keys.len())
                 .map(|k| {
                     let req = claim.requirements.get(&self.keys[k])?;
-                    if req.len() == Some(1) { req.values().next().and_then(|v| self.domain_id(k, v)) } else { None }
+                    if req.len() == Some(1) {
+                        req.values().next().and_then(|v| self.domain_id(k, v))
+                    } else {
+                        None
+                    }
                 })
                 .collect();
             let cap = self.vector(&claim.allocatable);
@@ -734,7 +847,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                     ports.extend(d.host_ports.iter().cloned());
                 }
             }
-            self.bins.push(Bin { kind: BinKind::InFlight { idx: i, cap, domains }, used, pods: Vec::new(), ports, pending: Vec::new() });
+            self.bins.push(Bin {
+                kind: BinKind::InFlight {
+                    idx: i,
+                    cap,
+                    domains,
+                },
+                used,
+                pods: Vec::new(),
+                ports,
+                pending: Vec::new(),
+            });
         }
         for (b, infos) in existing_pods.iter().enumerate() {
             for info in infos {
@@ -743,12 +866,15 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 for (u, x) in bin.used.iter_mut().zip(req.iter()) {
                     *u = u.saturating_add(*x);
                 }
-                bin.ports.extend(self.infos[*info as usize].spec.host_ports.iter().cloned());
+                bin.ports
+                    .extend(self.infos[*info as usize].spec.host_ports.iter().cloned());
                 self.record(b as u32, *info, None);
             }
         }
         for b in 0..(n_nodes + input.in_flight.len()) {
-            let free = self.bin_cap(b as u32).map_or(0, |cap| cap[self.cpu].saturating_sub(self.bins[b].used[self.cpu]));
+            let free = self.bin_cap(b as u32).map_or(0, |cap| {
+                cap[self.cpu].saturating_sub(self.bins[b].used[self.cpu])
+            });
             self.existing_index.insert((free, b as u32));
         }
     }
@@ -757,12 +883,26 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// anti-affinity term has a pending owner and at least two pending pods it selects.
     pub(crate) fn single_node_hopeless(&self) -> bool {
         self.groups.iter().enumerate().any(|(g, group)| {
-            if !group.is_hostname() || group.ident.kind != Kind::Anti || !group.has_required_owners {
+            if !group.is_hostname() || group.ident.kind != Kind::Anti || !group.has_required_owners
+            {
                 return false;
             }
             let g = g as u32;
-            let owners = self.pod_info.iter().filter(|i| self.infos[**i as usize].anti_groups.contains(&g)).count();
-            let selected = self.pod_info.iter().filter(|i| self.infos[**i as usize].selected_by.binary_search(&g).is_ok()).count();
+            let owners = self
+                .pod_info
+                .iter()
+                .filter(|i| self.infos[**i as usize].anti_groups.contains(&g))
+                .count();
+            let selected = self
+                .pod_info
+                .iter()
+                .filter(|i| {
+                    self.infos[**i as usize]
+                        .selected_by
+                        .binary_search(&g)
+                        .is_ok()
+                })
+                .count();
             owners >= 1 && selected >= 2
         })
     }
@@ -781,7 +921,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 continue;
             }
             if let Some(o) = it.cheapest_offering(&reqs) {
-                let index = it.offerings.iter().position(|x| std::ptr::eq(x, o)).unwrap_or(0) as u16;
+                let index = it
+                    .offerings
+                    .iter()
+                    .position(|x| std::ptr::eq(x, o))
+                    .unwrap_or(0) as u16;
                 entries.push((o.price, it.name.as_str(), t as u32, index));
             }
         }
@@ -824,7 +968,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
         let state = &self.states[st as usize];
         let pod_reqs = &self.reqs[req as usize];
-        let result = if state.reqs.compatible(pod_reqs, |k| self.well_known.contains(k)).is_err() {
+        let result = if state
+            .reqs
+            .compatible(pod_reqs, |k| self.well_known.contains(k))
+            .is_err()
+        {
             None
         } else {
             let merged = state.reqs.intersection(pod_reqs);
@@ -844,11 +992,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         if let Some(r) = self.narrows.get(&(st, key, domains)) {
             return *r;
         }
-        let values: Vec<&str> = bits(domains).map(|d| self.universe[key][d].as_str()).collect();
+        let values: Vec<&str> = bits(domains)
+            .map(|d| self.universe[key][d].as_str())
+            .collect();
         let mut reqs = self.states[st as usize].reqs.clone();
         reqs.add(Requirement::in_values(&self.keys[key], values));
         let pool = self.states[st as usize].pool;
-        let result = if reqs == self.states[st as usize].reqs { Some(st) } else { self.intern_state(pool, reqs) };
+        let result = if reqs == self.states[st as usize].reqs {
+            Some(st)
+        } else {
+            self.intern_state(pool, reqs)
+        };
         self.narrows.insert((st, key, domains), result);
         result
     }
@@ -891,7 +1045,14 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// The first position in `st`'s price order at or after `start` whose type holds
     /// `used + add` within the pool's limits (charging the difference from `old_type`).
-    fn find_type(&self, st: u32, start: usize, used: &[u64], add: &[u64], old_type: Option<u32>) -> Option<usize> {
+    fn find_type(
+        &self,
+        st: u32,
+        start: usize,
+        used: &[u64],
+        add: &[u64],
+        old_type: Option<u32>,
+    ) -> Option<usize> {
         let dims = self.dims.len();
         let state = &self.states[st as usize];
         let pool = &self.pools[state.pool];
@@ -932,14 +1093,27 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let sh = &self.shapes[shape as usize];
         let info = &self.infos[sh.info as usize];
         let left = u64::from(self.unplaced.get(sh.info as usize).copied().unwrap_or(0));
-        if left <= 1 || !sh.exclusive.is_empty() || !sh.host_affinity.is_empty() || !info.spec.host_ports.is_empty() {
+        if left <= 1
+            || !sh.exclusive.is_empty()
+            || !sh.host_affinity.is_empty()
+            || !info.spec.host_ports.is_empty()
+        {
             return pos;
         }
         let copies = |alloc: &[u64]| {
-            add.iter().zip(alloc).filter(|(a, _)| **a > 0).map(|(a, c)| c / a).min().unwrap_or(left).clamp(1, left)
+            add.iter()
+                .zip(alloc)
+                .filter(|(a, _)| **a > 0)
+                .map(|(a, c)| c / a)
+                .min()
+                .unwrap_or(left)
+                .clamp(1, left)
         };
         let pool = &self.pools[state.pool];
-        let mut best = (pos, price / copies(self.type_alloc(state.pool, state.order[pos])) as f64);
+        let mut best = (
+            pos,
+            price / copies(self.type_alloc(state.pool, state.order[pos])) as f64,
+        );
         let dims = self.dims.len();
         let zero = vec![0; dims];
         for i in pos + 1..state.order.len() {
@@ -975,7 +1149,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// For a state with `minValues`, the first requirement the types from position `from` on
     /// that hold `used + add` do not satisfy: (key, minValues, distinct values found).
-    fn min_values_shortfall(&self, st: u32, from: usize, used: &[u64], add: &[u64]) -> Option<(String, u32, usize)> {
+    fn min_values_shortfall(
+        &self,
+        st: u32,
+        from: usize,
+        used: &[u64],
+        add: &[u64],
+    ) -> Option<(String, u32, usize)> {
         let state = &self.states[st as usize];
         let pool = &self.pools[state.pool];
         let fitting = state.order[from..]
@@ -1008,11 +1188,23 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let hard = spec.hard_spread_count();
         let mut owned: Vec<u32> = Vec::new();
         owned.extend(&info.spread_groups[..hard]);
-        owned.extend(info.spread_groups[hard..].iter().skip(relax.soft_spread as usize));
+        owned.extend(
+            info.spread_groups[hard..]
+                .iter()
+                .skip(relax.soft_spread as usize),
+        );
         owned.extend(&info.affinity_groups);
-        owned.extend(info.preferred_affinity_groups.iter().skip(relax.preferred_affinity as usize));
+        owned.extend(
+            info.preferred_affinity_groups
+                .iter()
+                .skip(relax.preferred_affinity as usize),
+        );
         owned.extend(&info.anti_groups);
-        owned.extend(info.preferred_anti_groups.iter().skip(relax.preferred_anti as usize));
+        owned.extend(
+            info.preferred_anti_groups
+                .iter()
+                .skip(relax.preferred_anti as usize),
+        );
         owned.sort_unstable();
         owned.dedup();
         let owned_required_anti = info.anti_groups.clone();
@@ -1028,7 +1220,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 Kind::Affinity => host_affinity.push(*g),
                 Kind::Anti => exclusive.push((*g, List::Owner)),
                 Kind::Spread { .. } => {
-                    let own = if info.selected_by.binary_search(g).is_ok() { List::OwnerSelf } else { List::Owner };
+                    let own = if info.selected_by.binary_search(g).is_ok() {
+                        List::OwnerSelf
+                    } else {
+                        List::Owner
+                    };
                     exclusive.push((*g, own));
                 }
             }
@@ -1077,22 +1273,40 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     fn next_relax(&self, info: &Info, r: Relax) -> Option<Relax> {
         let spec = &info.spec;
         if (r.required_term as usize) + 1 < spec.required_terms.len() {
-            return Some(Relax { required_term: r.required_term + 1, ..r });
+            return Some(Relax {
+                required_term: r.required_term + 1,
+                ..r
+            });
         }
         if (r.preferred_affinity as usize) < info.preferred_affinity_groups.len() {
-            return Some(Relax { preferred_affinity: r.preferred_affinity + 1, ..r });
+            return Some(Relax {
+                preferred_affinity: r.preferred_affinity + 1,
+                ..r
+            });
         }
         if (r.preferred_anti as usize) < info.preferred_anti_groups.len() {
-            return Some(Relax { preferred_anti: r.preferred_anti + 1, ..r });
+            return Some(Relax {
+                preferred_anti: r.preferred_anti + 1,
+                ..r
+            });
         }
         if (r.preferred_node as usize) < spec.preferred_terms.len() {
-            return Some(Relax { preferred_node: r.preferred_node + 1, ..r });
+            return Some(Relax {
+                preferred_node: r.preferred_node + 1,
+                ..r
+            });
         }
         if (r.soft_spread as usize) < spec.spread.len() - spec.hard_spread_count() {
-            return Some(Relax { soft_spread: r.soft_spread + 1, ..r });
+            return Some(Relax {
+                soft_spread: r.soft_spread + 1,
+                ..r
+            });
         }
         if !r.tolerate_prefer_no_schedule && self.any_prefer_no_schedule {
-            return Some(Relax { tolerate_prefer_no_schedule: true, ..r });
+            return Some(Relax {
+                tolerate_prefer_no_schedule: true,
+                ..r
+            });
         }
         None
     }
@@ -1101,7 +1315,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         if let Some(ok) = self.shapes[shape as usize].tolerates_pool[pool] {
             return ok;
         }
-        let ok = taints::first_untolerated(&self.pools[pool].taints, &self.shapes[shape as usize].tolerations).is_none();
+        let ok = taints::first_untolerated(
+            &self.pools[pool].taints,
+            &self.shapes[shape as usize].tolerations,
+        )
+        .is_none();
         self.shapes[shape as usize].tolerates_pool[pool] = Some(ok);
         ok
     }
@@ -1147,7 +1365,14 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     fn pending_count(&self, bin: Option<u32>, group: u32) -> u32 {
-        bin.and_then(|b| self.bins[b as usize].pending.iter().find(|(g, _)| *g == group).map(|(_, c)| *c)).unwrap_or(0)
+        bin.and_then(|b| {
+            self.bins[b as usize]
+                .pending
+                .iter()
+                .find(|(g, _)| *g == group)
+                .map(|(_, c)| *c)
+        })
+        .unwrap_or(0)
     }
 
     fn ports_conflict(have: &[HostPort], add: &[HostPort]) -> bool {
@@ -1215,8 +1440,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 let group = &self.groups[g as usize];
                 let count = bin.map_or(0, |b| group.host_count(b));
                 let why = match group.ident.kind {
-                    Kind::Spread { max_skew, .. } => (count + u32::from(selects_self) > max_skew).then_some(Why::HostFull(count)),
-                    Kind::Affinity => (count == 0 && !(group.host_total == 0 && selects_self)).then_some(Why::NoMatchOnHost),
+                    Kind::Spread { max_skew, .. } => {
+                        (count + u32::from(selects_self) > max_skew).then_some(Why::HostFull(count))
+                    }
+                    Kind::Affinity => (count == 0 && !(group.host_total == 0 && selects_self))
+                        .then_some(Why::NoMatchOnHost),
                     Kind::Anti => (count > 0).then_some(Why::MatchOnHost),
                 };
                 if let Some(why) = why {
@@ -1230,7 +1458,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let group = &self.groups[g as usize];
             let candidates = allowed & pod_mask;
             let choice = match group.ident.kind {
-                Kind::Spread { max_skew, min_domains } => {
+                Kind::Spread {
+                    max_skew,
+                    min_domains,
+                } => {
                     let mut min = u32::MAX;
                     for d in bits(pod_mask) {
                         min = min.min(group.counts[d]);
@@ -1245,33 +1476,61 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                         .min();
                     match best {
                         Some((_, d)) => 1 << d,
-                        None => return Err(TopoFail { group: g, why: if allowed == 0 { Why::NoLabel } else { Why::Skew } }),
+                        None => {
+                            return Err(TopoFail {
+                                group: g,
+                                why: if allowed == 0 {
+                                    Why::NoLabel
+                                } else {
+                                    Why::Skew
+                                },
+                            });
+                        }
                     }
                 }
                 Kind::Affinity => {
                     if let Some(d) = bits(candidates).find(|d| group.counts[*d] > 0) {
                         1 << d
                     } else if bits(pod_mask).any(|d| group.counts[d] > 0) {
-                        return Err(TopoFail { group: g, why: Why::ElsewhereOnly });
+                        return Err(TopoFail {
+                            group: g,
+                            why: Why::ElsewhereOnly,
+                        });
                     } else if pend > 0 || selects_self {
                         match bits(candidates).next() {
                             Some(d) => 1 << d,
-                            None => return Err(TopoFail { group: g, why: Why::NoDomain }),
+                            None => {
+                                return Err(TopoFail {
+                                    group: g,
+                                    why: Why::NoDomain,
+                                });
+                            }
                         }
                     } else {
-                        return Err(TopoFail { group: g, why: Why::NoMatchingPod });
+                        return Err(TopoFail {
+                            group: g,
+                            why: Why::NoMatchingPod,
+                        });
                     }
                 }
                 Kind::Anti => {
                     if pend > 0 {
-                        return Err(TopoFail { group: g, why: Why::MatchOnHost });
+                        return Err(TopoFail {
+                            group: g,
+                            why: Why::MatchOnHost,
+                        });
                     }
                     if fixed && allowed == 0 {
                         continue;
                     }
                     match bits(candidates).find(|d| group.counts[*d] == 0) {
                         Some(d) => 1 << d,
-                        None => return Err(TopoFail { group: g, why: Why::AllTaken }),
+                        None => {
+                            return Err(TopoFail {
+                                group: g,
+                                why: Why::AllTaken,
+                            });
+                        }
                     }
                 }
             };
@@ -1281,7 +1540,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let g = self.infos[info_id].inverse[i];
             let Some(k) = self.groups[g as usize].key_id else {
                 if bin.is_some_and(|b| self.groups[g as usize].owner_host_count(b) > 0) {
-                    return Err(TopoFail { group: g, why: Why::OwnerOnHost });
+                    return Err(TopoFail {
+                        group: g,
+                        why: Why::OwnerOnHost,
+                    });
                 }
                 continue;
             };
@@ -1290,9 +1552,14 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 continue;
             }
             let group = &self.groups[g as usize];
-            let free = bits(allowed).filter(|d| group.owner_counts[*d] == 0).fold(0, |m, d| m | (1 << d));
+            let free = bits(allowed)
+                .filter(|d| group.owner_counts[*d] == 0)
+                .fold(0, |m, d| m | (1 << d));
             if free == 0 {
-                return Err(TopoFail { group: g, why: Why::OwnersEverywhere });
+                return Err(TopoFail {
+                    group: g,
+                    why: Why::OwnersEverywhere,
+                });
             }
             if free != allowed {
                 self.set_narrowed(k, free);
@@ -1312,16 +1579,32 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             Why::Skew => {
                 let counts: Vec<String> = group
                     .key_id
-                    .map(|k| self.universe[k].iter().zip(&group.counts).map(|(v, c)| format!("{v}={c}")).collect())
+                    .map(|k| {
+                        self.universe[k]
+                            .iter()
+                            .zip(&group.counts)
+                            .map(|(v, c)| format!("{v}={c}"))
+                            .collect()
+                    })
                     .unwrap_or_default();
-                format!("every allowed domain would exceed the skew (counts: {})", counts.join(", "))
+                format!(
+                    "every allowed domain would exceed the skew (counts: {})",
+                    counts.join(", ")
+                )
             }
-            Why::ElsewhereOnly => "the matching pods are in domains this node cannot be in".to_owned(),
+            Why::ElsewhereOnly => {
+                "the matching pods are in domains this node cannot be in".to_owned()
+            }
             Why::NoDomain => format!("no allowed {} domain", group.ident.key),
             Why::NoMatchingPod => "no matching pod exists or is being placed".to_owned(),
-            Why::AllTaken => format!("every allowed {} domain already has a matching pod", group.ident.key),
+            Why::AllTaken => format!(
+                "every allowed {} domain already has a matching pod",
+                group.ident.key
+            ),
             Why::OwnerOnHost => "a pod on the node has anti-affinity to this pod".to_owned(),
-            Why::OwnersEverywhere => "pods with anti-affinity to this pod occupy every allowed domain".to_owned(),
+            Why::OwnersEverywhere => {
+                "pods with anti-affinity to this pod occupy every allowed domain".to_owned()
+            }
         };
         format!("{group}: {why}")
     }
@@ -1382,19 +1665,29 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// Whether a spread group with a node filter counts pods on this bin.
     fn counts_on(&mut self, bin: u32, g: u32) -> bool {
-        let Some(filter) = self.groups[g as usize].ident.filter else { return true };
+        let Some(filter) = self.groups[g as usize].ident.filter else {
+            return true;
+        };
         if self.reqs[filter as usize].is_empty() {
             return true;
         }
         match &self.bins[bin as usize].kind {
-            BinKind::Node { idx, .. } => self.reqs[filter as usize].matches_labels(&self.input.nodes[*idx].labels).is_ok(),
-            BinKind::InFlight { idx, .. } => self.input.in_flight[*idx].requirements.intersects(&self.reqs[filter as usize]).is_ok(),
+            BinKind::Node { idx, .. } => self.reqs[filter as usize]
+                .matches_labels(&self.input.nodes[*idx].labels)
+                .is_ok(),
+            BinKind::InFlight { idx, .. } => self.input.in_flight[*idx]
+                .requirements
+                .intersects(&self.reqs[filter as usize])
+                .is_ok(),
             BinKind::Claim { state, .. } => {
                 let st = *state;
                 if let Some(ok) = self.filter_ok.get(&(st, filter)) {
                     return *ok;
                 }
-                let ok = self.states[st as usize].reqs.intersects(&self.reqs[filter as usize]).is_ok();
+                let ok = self.states[st as usize]
+                    .reqs
+                    .intersects(&self.reqs[filter as usize])
+                    .is_ok();
                 self.filter_ok.insert((st, filter), ok);
                 ok
             }
@@ -1403,7 +1696,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     fn bin_domain(&mut self, bin: u32, key: usize) -> Option<u16> {
         match &self.bins[bin as usize].kind {
-            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains.get(key).copied().flatten(),
+            BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => {
+                domains.get(key).copied().flatten()
+            }
             BinKind::Claim { state, .. } => {
                 let d = self.state_domains(*state, key);
                 (d.count_ones() == 1).then(|| d.trailing_zeros() as u16)
@@ -1419,7 +1714,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let pending = std::mem::take(&mut self.bins[bin as usize].pending);
         let mut keep = Vec::new();
         for (g, c) in pending {
-            let Some(k) = self.groups[g as usize].key_id else { continue };
+            let Some(k) = self.groups[g as usize].key_id else {
+                continue;
+            };
             match self.bin_domain(bin, k) {
                 Some(d) => self.groups[g as usize].counts[d as usize] += c,
                 None => keep.push((g, c)),
@@ -1440,30 +1737,62 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     // ------------------------------------------------------------ evaluation
 
     fn eval_claim(&mut self, bin: u32, shape: u32, add: &[u64]) -> Option<Eval> {
-        let BinKind::Claim { state: st0, pos: pos0 } = self.bins[bin as usize].kind else { return None };
+        let BinKind::Claim {
+            state: st0,
+            pos: pos0,
+        } = self.bins[bin as usize].kind
+        else {
+            return None;
+        };
         let pool = self.states[st0 as usize].pool;
         if !self.tolerates(shape, pool) {
             return None;
         }
         let info = self.shapes[shape as usize].info as usize;
-        if !self.infos[info].spec.host_ports.is_empty() && Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info].spec.host_ports) {
+        if !self.infos[info].spec.host_ports.is_empty()
+            && Self::ports_conflict(
+                &self.bins[bin as usize].ports,
+                &self.infos[info].spec.host_ports,
+            )
+        {
             return None;
         }
         let req = self.shapes[shape as usize].req;
         let st1 = self.transition(st0, req)?;
         let dims = self.dims.len();
         let start1 = if st1 == st0 { pos0 } else { 0 };
-        if !fits_add(&self.bins[bin as usize].used, add, &self.states[st1 as usize].suffix[start1 * dims..(start1 + 1) * dims]) {
+        if !fits_add(
+            &self.bins[bin as usize].used,
+            add,
+            &self.states[st1 as usize].suffix[start1 * dims..(start1 + 1) * dims],
+        ) {
             return None;
         }
-        self.topology_check(&HostView::Claim { bin: Some(bin), state: st1 }, shape).ok()?;
+        self.topology_check(
+            &HostView::Claim {
+                bin: Some(bin),
+                state: st1,
+            },
+            shape,
+        )
+        .ok()?;
         let st = self.apply_narrowing(st1)?;
         let start = if st == st0 { pos0 } else { 0 };
         let old_type = self.states[st0 as usize].order[pos0];
-        let pos = self.find_type(st, start, &self.bins[bin as usize].used, add, Some(old_type))?;
+        let pos = self.find_type(
+            st,
+            start,
+            &self.bins[bin as usize].used,
+            add,
+            Some(old_type),
+        )?;
         let price = self.states[st as usize].price[pos];
         let delta = price - self.states[st0 as usize].price[pos0];
-        Some(Eval { state: st, pos, delta })
+        Some(Eval {
+            state: st,
+            pos,
+            delta,
+        })
     }
 
     fn eval_new(&mut self, pool: usize, shape: u32, add: &[u64]) -> Option<Eval> {
@@ -1475,7 +1804,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             return None;
         }
         let info = self.shapes[shape as usize].info as usize;
-        if Self::ports_conflict(&self.pools[pool].daemon_ports, &self.infos[info].spec.host_ports) {
+        if Self::ports_conflict(
+            &self.pools[pool].daemon_ports,
+            &self.infos[info].spec.host_ports,
+        ) {
             return None;
         }
         let req = self.shapes[shape as usize].req;
@@ -1485,27 +1817,44 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         if !fits_add(&zero, add, &self.states[st1 as usize].suffix[..dims]) {
             return None;
         }
-        self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape).ok()?;
+        self.topology_check(
+            &HostView::Claim {
+                bin: None,
+                state: st1,
+            },
+            shape,
+        )
+        .ok()?;
         let st = self.apply_narrowing(st1)?;
         let pos = self.find_type(st, 0, &zero, add, None)?;
         // Whether to open the claim is decided by the price of the pod alone; its size, by the
         // copies still to come.
         let alone = self.states[st as usize].price[pos];
         let pos = self.size_for_copies(st, pos, shape, add);
-        Some(Eval { state: st, pos, delta: alone })
+        Some(Eval {
+            state: st,
+            pos,
+            delta: alone,
+        })
     }
 
     fn existing_fits(&mut self, bin: u32, shape: u32, add: &[u64]) -> bool {
         let info = self.shapes[shape as usize].info as usize;
-        let Some(cap) = self.bin_cap(bin) else { return false };
+        let Some(cap) = self.bin_cap(bin) else {
+            return false;
+        };
         if !fits_add(&self.bins[bin as usize].used, add, cap) {
             return false;
         }
-        let (taints, node_reqs): (&[Taint], Option<&Requirements>) = match &self.bins[bin as usize].kind {
-            BinKind::Node { idx, .. } => (&self.input.nodes[*idx].taints, None),
-            BinKind::InFlight { idx, .. } => (&self.input.in_flight[*idx].taints, Some(&self.input.in_flight[*idx].requirements)),
-            BinKind::Claim { .. } => return false,
-        };
+        let (taints, node_reqs): (&[Taint], Option<&Requirements>) =
+            match &self.bins[bin as usize].kind {
+                BinKind::Node { idx, .. } => (&self.input.nodes[*idx].taints, None),
+                BinKind::InFlight { idx, .. } => (
+                    &self.input.in_flight[*idx].taints,
+                    Some(&self.input.in_flight[*idx].requirements),
+                ),
+                BinKind::Claim { .. } => return false,
+            };
         if taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations).is_some() {
             return false;
         }
@@ -1515,7 +1864,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             None => {
                 let pod_reqs = &self.reqs[req as usize];
                 let ok = match (&self.bins[bin as usize].kind, node_reqs) {
-                    (BinKind::Node { idx, .. }, _) => pod_reqs.matches_labels(&self.input.nodes[*idx].labels).is_ok(),
+                    (BinKind::Node { idx, .. }, _) => pod_reqs
+                        .matches_labels(&self.input.nodes[*idx].labels)
+                        .is_ok(),
                     (_, Some(r)) => r.implies(pod_reqs, |k| self.well_known.contains(k)).is_ok(),
                     _ => false,
                 };
@@ -1523,7 +1874,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 ok
             }
         };
-        if !ok || Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info].spec.host_ports) {
+        if !ok
+            || Self::ports_conflict(
+                &self.bins[bin as usize].ports,
+                &self.infos[info].spec.host_ports,
+            )
+        {
             return false;
         }
         self.topology_check(&HostView::Fixed { bin }, shape).is_ok()
@@ -1535,8 +1891,16 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let cpu = add[self.cpu];
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        buf.extend(self.existing_index.range((cpu, 0)..).take(EXISTING_SCAN).map(|(_, b)| *b));
-        let found = buf.iter().copied().find(|b| self.existing_fits(*b, shape, add));
+        buf.extend(
+            self.existing_index
+                .range((cpu, 0)..)
+                .take(EXISTING_SCAN)
+                .map(|(_, b)| *b),
+        );
+        let found = buf
+            .iter()
+            .copied()
+            .find(|b| self.existing_fits(*b, shape, add));
         self.scratch = buf;
         found
     }
@@ -1577,26 +1941,46 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
             let st1 = self.transition(st, self.shapes[shape as usize].req);
             let Some(st1) = st1 else { continue };
-            if let Err(f) = self.topology_check(&HostView::Claim { bin: None, state: st1 }, shape)
-                && f.holds_for_whole_state() {
-                    continue;
-                }
+            if let Err(f) = self.topology_check(
+                &HostView::Claim {
+                    bin: None,
+                    state: st1,
+                },
+                shape,
+            ) && f.holds_for_whole_state()
+            {
+                continue;
+            }
             states.push(st);
         }
         // Room at no extra cost, best fit on CPU first.
         for st in &states {
             buf.clear();
-            buf.extend(self.states[*st as usize].slack.range((cpu, 0)..).take(ZERO_SCAN).map(|(_, b)| *b));
+            buf.extend(
+                self.states[*st as usize]
+                    .slack
+                    .range((cpu, 0)..)
+                    .take(ZERO_SCAN)
+                    .map(|(_, b)| *b),
+            );
             for b in &buf {
-                let Some(e) = self.eval_claim(*b, shape, add) else { continue };
+                let Some(e) = self.eval_claim(*b, shape, add) else {
+                    continue;
+                };
                 if e.delta <= PRICE_EPSILON {
                     let slack = self.claim_slack(*b);
-                    if best.as_ref().is_none_or(|(bb, _, bs)| (slack, *b) < (*bs, *bb)) {
+                    if best
+                        .as_ref()
+                        .is_none_or(|(bb, _, bs)| (slack, *b) < (*bs, *bb))
+                    {
                         best = Some((*b, e, slack));
                     }
                     break;
                 }
-                if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
+                if growth
+                    .as_ref()
+                    .is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON)
+                {
                     growth = Some((*b, e));
                 }
             }
@@ -1605,10 +1989,22 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             // Otherwise the claim whose price grows least, most slack first.
             for st in &states {
                 buf.clear();
-                buf.extend(self.states[*st as usize].slack.range(..(cpu, 0)).rev().take(GROW_SCAN).map(|(_, b)| *b));
+                buf.extend(
+                    self.states[*st as usize]
+                        .slack
+                        .range(..(cpu, 0))
+                        .rev()
+                        .take(GROW_SCAN)
+                        .map(|(_, b)| *b),
+                );
                 for b in &buf {
-                    let Some(e) = self.eval_claim(*b, shape, add) else { continue };
-                    if growth.as_ref().is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON) {
+                    let Some(e) = self.eval_claim(*b, shape, add) else {
+                        continue;
+                    };
+                    if growth
+                        .as_ref()
+                        .is_none_or(|(_, ge)| e.delta < ge.delta - PRICE_EPSILON)
+                    {
                         growth = Some((*b, e));
                     }
                 }
@@ -1619,21 +2015,35 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         best.map(|(b, e, _)| (b, e)).or(growth)
     }
 
-    fn best_of(&mut self, bins: impl Iterator<Item = u32>, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+    fn best_of(
+        &mut self,
+        bins: impl Iterator<Item = u32>,
+        shape: u32,
+        add: &[u64],
+    ) -> Option<(u32, Eval)> {
         let mut best: Option<(u32, Eval)> = None;
         for b in bins {
             if !matches!(self.bins[b as usize].kind, BinKind::Claim { .. }) {
                 continue;
             }
             if let Some(e) = self.eval_claim(b, shape, add)
-                && best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
-                    best = Some((b, e));
-                }
+                && best
+                    .as_ref()
+                    .is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON)
+            {
+                best = Some((b, e));
+            }
         }
         best
     }
 
-    fn scan_eligible(&mut self, g: u32, which: List, shape: u32, add: &[u64]) -> Option<(u32, Eval)> {
+    fn scan_eligible(
+        &mut self,
+        g: u32,
+        which: List,
+        shape: u32,
+        add: &[u64],
+    ) -> Option<(u32, Eval)> {
         let mut list = std::mem::take(&mut self.groups[g as usize].eligible[which as usize]);
         let mut best: Option<(u32, Eval)> = None;
         let (mut read, mut write, mut examined) = (0, 0, 0);
@@ -1648,7 +2058,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             examined += 1;
             if let Some(e) = self.eval_claim(b, shape, add) {
                 let zero = e.delta <= PRICE_EPSILON;
-                if best.as_ref().is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON) {
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, be)| e.delta < be.delta - PRICE_EPSILON)
+                {
                     best = Some((b, e));
                 }
                 if zero {
@@ -1674,15 +2087,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let info = self.shapes[shape as usize].info;
         let add = self.infos[info as usize].requests.clone();
         let cpu = self.cpu;
-        let old_free = self.bin_cap(bin).map_or(0, |c| c[cpu].saturating_sub(self.bins[bin as usize].used[cpu]));
+        let old_free = self.bin_cap(bin).map_or(0, |c| {
+            c[cpu].saturating_sub(self.bins[bin as usize].used[cpu])
+        });
         self.existing_index.remove(&(old_free, bin));
         let b = &mut self.bins[bin as usize];
         for (u, x) in b.used.iter_mut().zip(add.iter()) {
             *u = u.saturating_add(*x);
         }
         b.pods.push(pod as u32);
-        b.ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
-        let free = self.bin_cap(bin).map_or(0, |c| c[cpu].saturating_sub(self.bins[bin as usize].used[cpu]));
+        b.ports
+            .extend(self.infos[info as usize].spec.host_ports.iter().cloned());
+        let free = self.bin_cap(bin).map_or(0, |c| {
+            c[cpu].saturating_sub(self.bins[bin as usize].used[cpu])
+        });
         self.existing_index.insert((free, bin));
         self.record(bin, info, Some(shape));
         self.placement[pod] = Some(bin);
@@ -1694,18 +2112,28 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         for j in 0..n {
             let new = p.limit_cost[new_type as usize * n + j];
             let old = old_type.map_or(0, |o| p.limit_cost[o as usize * n + j]);
-            p.limits[j].2 = p.limits[j].2.saturating_sub(new.saturating_sub(old)).saturating_add(old.saturating_sub(new));
+            p.limits[j].2 = p.limits[j]
+                .2
+                .saturating_sub(new.saturating_sub(old))
+                .saturating_add(old.saturating_sub(new));
         }
         if old_type.is_none()
-            && let Some((_, r)) = &mut p.node_limit {
-                *r = r.saturating_sub(1);
-            }
+            && let Some((_, r)) = &mut p.node_limit
+        {
+            *r = r.saturating_sub(1);
+        }
     }
 
     fn commit_claim(&mut self, bin: u32, pod: usize, shape: u32, e: Eval) {
         let info = self.shapes[shape as usize].info;
         let add = self.infos[info as usize].requests.clone();
-        let BinKind::Claim { state: st0, pos: pos0 } = self.bins[bin as usize].kind else { return };
+        let BinKind::Claim {
+            state: st0,
+            pos: pos0,
+        } = self.bins[bin as usize].kind
+        else {
+            return;
+        };
         let slack0 = self.claim_slack(bin);
         self.states[st0 as usize].slack.remove(&(slack0, bin));
         let pool = self.states[st0 as usize].pool;
@@ -1713,12 +2141,16 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let new_type = self.states[e.state as usize].order[e.pos];
         self.charge(pool, new_type, Some(old_type));
         let b = &mut self.bins[bin as usize];
-        b.kind = BinKind::Claim { state: e.state, pos: e.pos };
+        b.kind = BinKind::Claim {
+            state: e.state,
+            pos: e.pos,
+        };
         for (u, x) in b.used.iter_mut().zip(add.iter()) {
             *u = u.saturating_add(*x);
         }
         b.pods.push(pod as u32);
-        b.ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
+        b.ports
+            .extend(self.infos[info as usize].spec.host_ports.iter().cloned());
         let slack = self.claim_slack(bin);
         self.states[e.state as usize].slack.insert((slack, bin));
         self.flush_pending(bin);
@@ -1735,7 +2167,16 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         self.charge(pool, new_type, None);
         let mut ports = self.pools[pool].daemon_ports.clone();
         ports.extend(self.infos[info as usize].spec.host_ports.iter().cloned());
-        self.bins.push(Bin { kind: BinKind::Claim { state: e.state, pos: e.pos }, used: add.to_vec(), pods: vec![pod as u32], ports, pending: Vec::new() });
+        self.bins.push(Bin {
+            kind: BinKind::Claim {
+                state: e.state,
+                pos: e.pos,
+            },
+            used: add.to_vec(),
+            pods: vec![pod as u32],
+            ports,
+            pending: Vec::new(),
+        });
         let slack = self.claim_slack(bin);
         self.states[e.state as usize].slack.insert((slack, bin));
         for i in 0..self.tracked_groups.len() {
@@ -1756,16 +2197,18 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let info = self.shapes[shape as usize].info;
         let add = self.infos[info as usize].requests.clone();
         if !self.existing_index.is_empty()
-            && let Some(bin) = self.find_existing(shape, &add) {
-                self.commit_existing(bin, pod, shape);
-                return true;
-            }
+            && let Some(bin) = self.find_existing(shape, &add)
+        {
+            self.commit_existing(bin, pod, shape);
+            return true;
+        }
         let best = self.find_claim(shape, &add);
         if let Some((bin, e)) = best
-            && e.delta <= PRICE_EPSILON {
-                self.commit_claim(bin, pod, shape, e);
-                return true;
-            }
+            && e.delta <= PRICE_EPSILON
+        {
+            self.commit_claim(bin, pod, shape, e);
+            return true;
+        }
         let fresh = self.find_new(shape, &add);
         match (best, fresh) {
             (Some((bin, e)), Some((pool, f))) => {
@@ -1819,7 +2262,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let alone: Vec<bool> = self
                 .infos
                 .iter()
-                .map(|i| i.anti_groups.iter().any(|g| self.groups[*g as usize].is_hostname()))
+                .map(|i| {
+                    i.anti_groups
+                        .iter()
+                        .any(|g| self.groups[*g as usize].is_hostname())
+                })
                 .collect();
             let infos = &self.infos;
             let pod_info = &self.pod_info;
@@ -1864,10 +2311,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
             let (target, name) = match &bin.kind {
                 BinKind::Node { idx, .. } => (Target::Node, self.input.nodes[*idx].name.clone()),
-                BinKind::InFlight { idx, .. } => (Target::InFlightClaim, self.input.in_flight[*idx].name.clone()),
+                BinKind::InFlight { idx, .. } => (
+                    Target::InFlightClaim,
+                    self.input.in_flight[*idx].name.clone(),
+                ),
                 BinKind::Claim { .. } => continue,
             };
-            plan.existing.push(ExistingPlacement { target, name, pods: bin.pods.iter().map(|p| *p as usize).collect() });
+            plan.existing.push(ExistingPlacement {
+                target,
+                name,
+                pods: bin.pods.iter().map(|p| *p as usize).collect(),
+            });
         }
         for b in n_existing..self.bins.len() {
             if let Some(claim) = self.new_claim(b) {
@@ -1886,7 +2340,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     fn new_claim(&mut self, b: usize) -> Option<NewClaim> {
-        let BinKind::Claim { state, pos } = self.bins[b].kind else { return None };
+        let BinKind::Claim { state, pos } = self.bins[b].kind else {
+            return None;
+        };
         let st = &self.states[state as usize];
         let pool = &self.pools[st.pool];
         let used = &self.bins[b].used;
@@ -1894,14 +2350,18 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         // The type the pool's limits were charged for; a claim sized for copies that went
         // elsewhere shrinks to the cheapest type that holds what it got.
         let chosen = st.order[pos];
-        let pos = self.find_type(state, 0, used, &zero, Some(chosen)).unwrap_or(pos);
+        let pos = self
+            .find_type(state, 0, used, &zero, Some(chosen))
+            .unwrap_or(pos);
         let cheapest = st.price[pos];
         let ratio = self.input.options.max_price_ratio;
         // Types that hold the pods, cheapest first, within the limits' leftover headroom.
         let mut fitting: Vec<usize> = Vec::new();
         for i in pos..st.order.len() {
             let t = st.order[i];
-            if fits_add(used, &zero, self.type_alloc(st.pool, t)) && self.within_limits(pool, t, Some(chosen)) {
+            if fits_add(used, &zero, self.type_alloc(st.pool, t))
+                && self.within_limits(pool, t, Some(chosen))
+            {
                 fitting.push(i);
             }
         }
@@ -1912,15 +2372,25 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             .collect();
         if st.min_values {
             for req in st.reqs.iter() {
-                let Some(min) = req.min_values() else { continue };
+                let Some(min) = req.min_values() else {
+                    continue;
+                };
                 let distinct = |opts: &[usize]| {
                     opts.iter()
-                        .filter_map(|i| pool.types[st.order[*i] as usize].requirements.get(req.key()))
+                        .filter_map(|i| {
+                            pool.types[st.order[*i] as usize]
+                                .requirements
+                                .get(req.key())
+                        })
                         .flat_map(|r| r.values().filter(|v| req.has(v)).map(str::to_owned))
                         .collect::<BTreeSet<_>>()
                         .len()
                 };
-                let extra: Vec<usize> = fitting.iter().copied().filter(|i| !options.contains(i)).collect();
+                let extra: Vec<usize> = fitting
+                    .iter()
+                    .copied()
+                    .filter(|i| !options.contains(i))
+                    .collect();
                 let mut extra = extra.into_iter();
                 while distinct(&options) < min as usize {
                     match extra.next() {
@@ -1938,7 +2408,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         for i in &options {
             let t = st.order[*i] as usize;
             for (j, e) in extra_charge.iter_mut().enumerate() {
-                *e = (*e).max(pool.limit_cost[t * n + j].saturating_sub(pool.limit_cost[chosen as usize * n + j]));
+                *e = (*e).max(
+                    pool.limit_cost[t * n + j]
+                        .saturating_sub(pool.limit_cost[chosen as usize * n + j]),
+                );
             }
         }
         let instance_types: Vec<InstanceTypeOption> = options
@@ -1947,13 +2420,27 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 let it = pool.types[st.order[*i] as usize];
                 let offering = &it.offerings[st.offering[*i] as usize];
                 let (zone, capacity_type) = (offering.zone.clone(), offering.capacity_type.clone());
-                InstanceTypeOption { name: it.name.clone(), price: st.price[*i], zone, capacity_type, allocatable: it.allocatable() }
+                InstanceTypeOption {
+                    name: it.name.clone(),
+                    price: st.price[*i],
+                    zone,
+                    capacity_type,
+                    allocatable: it.allocatable(),
+                }
             })
             .collect();
         let mut requirements = st.reqs.clone();
-        requirements.add(Requirement::in_values(labels::INSTANCE_TYPE, instance_types.iter().map(|o| o.name.as_str())));
-        let pod_requests: ResourceList =
-            self.dims.iter().zip(used.iter()).filter(|(_, v)| **v > 0).map(|(n, v)| (n.clone(), *v)).collect();
+        requirements.add(Requirement::in_values(
+            labels::INSTANCE_TYPE,
+            instance_types.iter().map(|o| o.name.as_str()),
+        ));
+        let pod_requests: ResourceList = self
+            .dims
+            .iter()
+            .zip(used.iter())
+            .filter(|(_, v)| **v > 0)
+            .map(|(n, v)| (n.clone(), *v))
+            .collect();
         let claim = NewClaim {
             node_pool: pool.name.clone(),
             requirements,
@@ -1975,7 +2462,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     fn pod_name(&self, pod: usize) -> String {
         let meta = self.input.pods[pod].pod_meta();
-        format!("{}/{}", meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or("")
+        )
     }
 
     fn explain(&mut self, pod: usize) -> Unschedulable {
@@ -2011,9 +2502,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         out.existing = existing.into_iter().collect();
         for p in 0..self.pools.len() {
             let reason = self.pool_reason(p, shape, &add);
-            out.node_pools.push(PoolRejection { node_pool: self.pools[p].name.clone(), reason });
+            out.node_pools.push(PoolRejection {
+                node_pool: self.pools[p].name.clone(),
+                reason,
+            });
         }
-        self.explained.insert(shape, (out.existing.clone(), out.node_pools.clone()));
+        self.explained
+            .insert(shape, (out.existing.clone(), out.node_pools.clone()));
         out
     }
 
@@ -2021,15 +2516,26 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let (taints, labels_ok) = match &self.bins[bin as usize].kind {
             BinKind::Node { idx, .. } => {
                 let node = &self.input.nodes[*idx];
-                (&node.taints, self.reqs[self.shapes[shape as usize].req as usize].matches_labels(&node.labels))
+                (
+                    &node.taints,
+                    self.reqs[self.shapes[shape as usize].req as usize]
+                        .matches_labels(&node.labels),
+                )
             }
             BinKind::InFlight { idx, .. } => {
                 let c = &self.input.in_flight[*idx];
-                (&c.taints, c.requirements.implies(&self.reqs[self.shapes[shape as usize].req as usize], |k| self.well_known.contains(k)))
+                (
+                    &c.taints,
+                    c.requirements
+                        .implies(&self.reqs[self.shapes[shape as usize].req as usize], |k| {
+                            self.well_known.contains(k)
+                        }),
+                )
             }
             BinKind::Claim { .. } => return String::new(),
         };
-        if let Some(t) = taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations) {
+        if let Some(t) = taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations)
+        {
             return format!("have taint {} the pod does not tolerate", DisplayTaint(t));
         }
         if let Err(e) = labels_ok {
@@ -2037,12 +2543,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
         if let Some(cap) = self.bin_cap(bin) {
             let used = &self.bins[bin as usize].used;
-            if let Some(d) = (0..self.dims.len()).find(|d| used[*d].saturating_add(add[*d]) > cap[*d]) {
+            if let Some(d) =
+                (0..self.dims.len()).find(|d| used[*d].saturating_add(add[*d]) > cap[*d])
+            {
                 return format!("lack {}", self.dims[d]);
             }
         }
         let info = self.shapes[shape as usize].info;
-        if Self::ports_conflict(&self.bins[bin as usize].ports, &self.infos[info as usize].spec.host_ports) {
+        if Self::ports_conflict(
+            &self.bins[bin as usize].ports,
+            &self.infos[info as usize].spec.host_ports,
+        ) {
             return "have a conflicting host port".to_owned();
         }
         match self.topology_check(&HostView::Fixed { bin }, shape) {
@@ -2056,11 +2567,16 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             return PoolReason::InvalidNodePool(m.clone());
         }
         let pool = &self.pools[p];
-        if let Some(t) = taints::first_untolerated(&pool.taints, &self.shapes[shape as usize].tolerations) {
+        if let Some(t) =
+            taints::first_untolerated(&pool.taints, &self.shapes[shape as usize].tolerations)
+        {
             return PoolReason::TaintNotTolerated(DisplayTaint(t).to_string());
         }
         let pod_reqs = self.reqs[self.shapes[shape as usize].req as usize].clone();
-        if let Err(e) = pool.reqs.compatible(&pod_reqs, |k| self.well_known.contains(k)) {
+        if let Err(e) = pool
+            .reqs
+            .compatible(&pod_reqs, |k| self.well_known.contains(k))
+        {
             return PoolReason::Requirements(e.describe(&format!("NodePool {}", pool.name)));
         }
         let combined = pool.reqs.intersection(&pod_reqs);
@@ -2069,26 +2585,50 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             r.remove(labels::NODE_POOL);
             r.to_string()
         };
-        let matching: Vec<usize> = (0..pool.types.len()).filter(|t| pool.types[*t].requirements.intersects(&combined).is_ok()).collect();
+        let matching: Vec<usize> = (0..pool.types.len())
+            .filter(|t| pool.types[*t].requirements.intersects(&combined).is_ok())
+            .collect();
         if matching.is_empty() {
-            return PoolReason::NoInstanceType { requirements: shown };
+            return PoolReason::NoInstanceType {
+                requirements: shown,
+            };
         }
-        let offered: Vec<usize> = matching.iter().copied().filter(|t| pool.types[*t].cheapest_offering(&combined).is_some()).collect();
+        let offered: Vec<usize> = matching
+            .iter()
+            .copied()
+            .filter(|t| pool.types[*t].cheapest_offering(&combined).is_some())
+            .collect();
         if offered.is_empty() {
             let unavailable = matching
                 .iter()
-                .filter(|t| pool.types[**t].offerings.iter().any(|o| !o.available && o.allowed_by(&combined)))
+                .filter(|t| {
+                    pool.types[**t]
+                        .offerings
+                        .iter()
+                        .any(|o| !o.available && o.allowed_by(&combined))
+                })
                 .count();
-            return PoolReason::NoAvailableOffering { requirements: shown, unavailable_types: unavailable };
+            return PoolReason::NoAvailableOffering {
+                requirements: shown,
+                unavailable_types: unavailable,
+            };
         }
         let dims = self.dims.len();
         let alloc = |t: usize| &pool.alloc[t * dims..(t + 1) * dims];
         let zero = vec![0; dims];
-        let fitting: Vec<usize> = offered.iter().copied().filter(|t| fits_add(&zero, add, alloc(*t))).collect();
+        let fitting: Vec<usize> = offered
+            .iter()
+            .copied()
+            .filter(|t| fits_add(&zero, add, alloc(*t)))
+            .collect();
         if fitting.is_empty() {
             let mut shortfalls = Vec::new();
             for (d, requested) in add.iter().copied().enumerate().filter(|(_, r)| *r > 0) {
-                let Some(best) = offered.iter().copied().max_by_key(|t| (alloc(*t)[d], std::cmp::Reverse(pool.types[*t].name.clone()))) else {
+                let Some(best) = offered
+                    .iter()
+                    .copied()
+                    .max_by_key(|t| (alloc(*t)[d], std::cmp::Reverse(pool.types[*t].name.clone())))
+                else {
                     continue;
                 };
                 if alloc(best)[d] < requested {
@@ -2106,54 +2646,107 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .iter()
                 .map(|t| {
                     let a = alloc(*t);
-                    let lacks: Vec<(String, u64, u64)> =
-                        (0..dims).filter(|d| add[*d] > a[*d]).map(|d| (self.dims[d].clone(), add[d], a[d])).collect();
+                    let lacks: Vec<(String, u64, u64)> = (0..dims)
+                        .filter(|d| add[*d] > a[*d])
+                        .map(|d| (self.dims[d].clone(), add[d], a[d]))
+                        .collect();
                     // Shortfall as parts per million of the request, summed over resources.
                     let score = (0..dims)
                         .filter(|d| add[*d] > a[*d])
-                        .map(|d| ((add[d] - a[d]) as u128 * 1_000_000 / u128::from(add[d].max(1))) as u64)
+                        .map(|d| {
+                            ((add[d] - a[d]) as u128 * 1_000_000 / u128::from(add[d].max(1))) as u64
+                        })
                         .sum();
                     (score, pool.types[*t].name.clone(), lacks)
                 })
                 .collect();
             ranked.sort();
-            let closest = ranked.into_iter().take(3).map(|(_, name, lacks)| Closest { name, lacks }).collect();
-            return PoolReason::TooLarge { shortfalls, closest };
+            let closest = ranked
+                .into_iter()
+                .take(3)
+                .map(|(_, name, lacks)| Closest { name, lacks })
+                .collect();
+            return PoolReason::TooLarge {
+                shortfalls,
+                closest,
+            };
         }
         if let Some((limit, 0)) = pool.node_limit {
-            return PoolReason::LimitReached { resource: resources::NODES.to_owned(), limit, remaining: 0, needed: 1 };
+            return PoolReason::LimitReached {
+                resource: resources::NODES.to_owned(),
+                limit,
+                remaining: 0,
+                needed: 1,
+            };
         }
-        if !fitting.iter().any(|t| self.within_limits(pool, *t as u32, None)) {
+        if !fitting
+            .iter()
+            .any(|t| self.within_limits(pool, *t as u32, None))
+        {
             let cheapest = fitting
                 .iter()
                 .copied()
                 .min_by(|a, b| {
-                    let pa = pool.types[*a].cheapest_offering(&combined).map_or(f64::MAX, |o| o.price);
-                    let pb = pool.types[*b].cheapest_offering(&combined).map_or(f64::MAX, |o| o.price);
+                    let pa = pool.types[*a]
+                        .cheapest_offering(&combined)
+                        .map_or(f64::MAX, |o| o.price);
+                    let pb = pool.types[*b]
+                        .cheapest_offering(&combined)
+                        .map_or(f64::MAX, |o| o.price);
                     pa.total_cmp(&pb)
                 })
                 .unwrap_or(fitting[0]);
             let n = pool.limits.len();
-            if let Some(j) = (0..n).find(|j| pool.limit_cost[cheapest * n + j] > pool.limits[*j].2) {
+            if let Some(j) = (0..n).find(|j| pool.limit_cost[cheapest * n + j] > pool.limits[*j].2)
+            {
                 let (name, limit, remaining) = pool.limits[j].clone();
-                return PoolReason::LimitReached { resource: name, limit, remaining, needed: pool.limit_cost[cheapest * n + j] };
+                return PoolReason::LimitReached {
+                    resource: name,
+                    limit,
+                    remaining,
+                    needed: pool.limit_cost[cheapest * n + j],
+                };
             }
         }
         let info = self.shapes[shape as usize].info;
-        if let Some(port) = self.infos[info as usize].spec.host_ports.iter().find(|hp| pool.daemon_ports.iter().any(|d| d.conflicts(hp))) {
+        if let Some(port) = self.infos[info as usize]
+            .spec
+            .host_ports
+            .iter()
+            .find(|hp| pool.daemon_ports.iter().any(|d| d.conflicts(hp)))
+        {
             return PoolReason::HostPort(port.to_string());
         }
-        let Some(base) = pool.base else { return PoolReason::NoInstanceType { requirements: shown } };
+        let Some(base) = pool.base else {
+            return PoolReason::NoInstanceType {
+                requirements: shown,
+            };
+        };
         let Some(st) = self.transition(base, self.shapes[shape as usize].req) else {
-            return PoolReason::NoInstanceType { requirements: shown };
+            return PoolReason::NoInstanceType {
+                requirements: shown,
+            };
         };
         if self.states[st as usize].min_values
-            && let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add) {
-                return PoolReason::MinValues { key, min_values, available };
-            }
-        match self.topology_check(&HostView::Claim { bin: None, state: st }, shape) {
+            && let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add)
+        {
+            return PoolReason::MinValues {
+                key,
+                min_values,
+                available,
+            };
+        }
+        match self.topology_check(
+            &HostView::Claim {
+                bin: None,
+                state: st,
+            },
+            shape,
+        ) {
             Err(f) => PoolReason::Topology(self.describe(&f)),
-            Ok(_) => PoolReason::Topology("the pod's constraints conflict with pods placed earlier in this round".to_owned()),
+            Ok(_) => PoolReason::Topology(
+                "the pod's constraints conflict with pods placed earlier in this round".to_owned(),
+            ),
         }
     }
 }

@@ -21,8 +21,11 @@ pub const NO_EXECUTE: &str = "NoExecute";
 /// that has not finished initializing is planned as if they were gone, as they soon will be.
 pub fn is_known_ephemeral(taint: &Taint) -> bool {
     match (taint.key.as_str(), taint.effect.as_str()) {
-        ("node.kubernetes.io/not-ready", NO_SCHEDULE | NO_EXECUTE) | ("node.kubernetes.io/unreachable", NO_SCHEDULE) => true,
-        ("node.cloudprovider.kubernetes.io/uninitialized", NO_SCHEDULE) => taint.value.as_deref() == Some("true"),
+        ("node.kubernetes.io/not-ready", NO_SCHEDULE | NO_EXECUTE)
+        | ("node.kubernetes.io/unreachable", NO_SCHEDULE) => true,
+        ("node.cloudprovider.kubernetes.io/uninitialized", NO_SCHEDULE) => {
+            taint.value.as_deref() == Some("true")
+        }
         (key, NO_EXECUTE) => key == crate::apis::labels::UNREGISTERED_TAINT_KEY,
         _ => false,
     }
@@ -31,21 +34,27 @@ pub fn is_known_ephemeral(taint: &Taint) -> bool {
 /// Whether one toleration matches one taint.
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect {
-            return false;
-        }
+        && effect != taint.effect
+    {
+        return false;
+    }
     let key = toleration.key.as_deref().unwrap_or("");
     match toleration.operator.as_deref().unwrap_or("Equal") {
         // An empty key with Exists tolerates everything.
         "Exists" => key.is_empty() || key == taint.key,
-        "Equal" | "" => key == taint.key && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Equal" | "" => {
+            key == taint.key
+                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         _ => false,
     }
 }
 
 /// The first taint none of the tolerations match.
 pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
-    taints.iter().find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+    taints
+        .iter()
+        .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
 }
 
 /// A toleration for every `PreferNoSchedule` taint, what relaxing preferences adds.
@@ -76,10 +85,20 @@ mod tests {
     use super::*;
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
-        Taint { key: key.to_owned(), value: value.map(str::to_owned), effect: effect.to_owned(), time_added: None }
+        Taint {
+            key: key.to_owned(),
+            value: value.map(str::to_owned),
+            effect: effect.to_owned(),
+            time_added: None,
+        }
     }
 
-    fn toleration(key: Option<&str>, op: &str, value: Option<&str>, effect: Option<&str>) -> Toleration {
+    fn toleration(
+        key: Option<&str>,
+        op: &str,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Toleration {
         Toleration {
             key: key.map(str::to_owned),
             operator: Some(op.to_owned()),
@@ -92,31 +111,91 @@ mod tests {
     #[test]
     fn tolerations_match_like_the_kube_scheduler() {
         let gpu = taint("nvidia.com/gpu", Some("true"), NO_SCHEDULE);
-        assert!(tolerates(&toleration(Some("nvidia.com/gpu"), "Equal", Some("true"), None), &gpu));
-        assert!(tolerates(&toleration(Some("nvidia.com/gpu"), "Exists", None, Some(NO_SCHEDULE)), &gpu));
-        assert!(tolerates(&toleration(None, "Exists", None, None), &gpu), "empty key + Exists tolerates all");
-        assert!(!tolerates(&toleration(Some("nvidia.com/gpu"), "Equal", Some("false"), None), &gpu));
-        assert!(!tolerates(&toleration(Some("nvidia.com/gpu"), "Exists", None, Some(NO_EXECUTE)), &gpu));
-        assert!(!tolerates(&toleration(Some("other"), "Exists", None, None), &gpu));
+        assert!(tolerates(
+            &toleration(Some("nvidia.com/gpu"), "Equal", Some("true"), None),
+            &gpu
+        ));
+        assert!(tolerates(
+            &toleration(Some("nvidia.com/gpu"), "Exists", None, Some(NO_SCHEDULE)),
+            &gpu
+        ));
+        assert!(
+            tolerates(&toleration(None, "Exists", None, None), &gpu),
+            "empty key + Exists tolerates all"
+        );
+        assert!(!tolerates(
+            &toleration(Some("nvidia.com/gpu"), "Equal", Some("false"), None),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &toleration(Some("nvidia.com/gpu"), "Exists", None, Some(NO_EXECUTE)),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &toleration(Some("other"), "Exists", None, None),
+            &gpu
+        ));
     }
 
     #[test]
     fn the_first_untolerated_taint_is_reported() {
-        let taints = [taint("a", None, NO_SCHEDULE), taint("b", Some("x"), PREFER_NO_SCHEDULE)];
+        let taints = [
+            taint("a", None, NO_SCHEDULE),
+            taint("b", Some("x"), PREFER_NO_SCHEDULE),
+        ];
         let tols = [toleration(Some("a"), "Exists", None, None)];
-        assert_eq!(first_untolerated(&taints, &tols).map(|t| t.key.as_str()), Some("b"));
-        assert_eq!(first_untolerated(&taints, &[toleration(Some("a"), "Exists", None, None), tolerate_prefer_no_schedule()]), None);
+        assert_eq!(
+            first_untolerated(&taints, &tols).map(|t| t.key.as_str()),
+            Some("b")
+        );
+        assert_eq!(
+            first_untolerated(
+                &taints,
+                &[
+                    toleration(Some("a"), "Exists", None, None),
+                    tolerate_prefer_no_schedule()
+                ]
+            ),
+            None
+        );
         assert_eq!(DisplayTaint(&taints[1]).to_string(), "b=x:PreferNoSchedule");
     }
 
     #[test]
     fn only_the_taints_of_a_starting_node_are_known_ephemeral() {
-        assert!(is_known_ephemeral(&taint("node.kubernetes.io/not-ready", None, NO_SCHEDULE)));
-        assert!(is_known_ephemeral(&taint("node.kubernetes.io/not-ready", None, NO_EXECUTE)));
-        assert!(is_known_ephemeral(&taint("node.kubernetes.io/unreachable", None, NO_SCHEDULE)));
-        assert!(is_known_ephemeral(&taint("node.cloudprovider.kubernetes.io/uninitialized", Some("true"), NO_SCHEDULE)));
-        assert!(is_known_ephemeral(&taint("karpenter.sh/unregistered", None, NO_EXECUTE)));
-        assert!(!is_known_ephemeral(&taint("node.kubernetes.io/unreachable", None, NO_EXECUTE)), "a lost node's eviction taint stays");
-        assert!(!is_known_ephemeral(&taint("nvidia.com/gpu", Some("true"), NO_SCHEDULE)));
+        assert!(is_known_ephemeral(&taint(
+            "node.kubernetes.io/not-ready",
+            None,
+            NO_SCHEDULE
+        )));
+        assert!(is_known_ephemeral(&taint(
+            "node.kubernetes.io/not-ready",
+            None,
+            NO_EXECUTE
+        )));
+        assert!(is_known_ephemeral(&taint(
+            "node.kubernetes.io/unreachable",
+            None,
+            NO_SCHEDULE
+        )));
+        assert!(is_known_ephemeral(&taint(
+            "node.cloudprovider.kubernetes.io/uninitialized",
+            Some("true"),
+            NO_SCHEDULE
+        )));
+        assert!(is_known_ephemeral(&taint(
+            "karpenter.sh/unregistered",
+            None,
+            NO_EXECUTE
+        )));
+        assert!(
+            !is_known_ephemeral(&taint("node.kubernetes.io/unreachable", None, NO_EXECUTE)),
+            "a lost node's eviction taint stays"
+        );
+        assert!(!is_known_ephemeral(&taint(
+            "nvidia.com/gpu",
+            Some("true"),
+            NO_SCHEDULE
+        )));
     }
 }

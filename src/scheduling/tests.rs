@@ -17,7 +17,10 @@ fn node_pool(name: &str, spec: Value) -> NodePool {
         "requirements": [],
         "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
     });
-    if let (Some(t), Some(extra)) = (template_spec.as_object_mut(), spec.get("template").and_then(Value::as_object)) {
+    if let (Some(t), Some(extra)) = (
+        template_spec.as_object_mut(),
+        spec.get("template").and_then(Value::as_object),
+    ) {
         for (k, v) in extra {
             t.insert(k.clone(), v.clone());
         }
@@ -42,11 +45,18 @@ fn node_pool(name: &str, spec: Value) -> NodePool {
 
 /// A type with `cpu` vCPUs and `mem_gib` GiB, 100m/100Mi overhead, on-demand in every zone.
 fn instance_type(name: &str, cpu: u64, mem_gib: u64, price: f64) -> InstanceType {
-    let capacity = ResourceList::new().with(CPU, cpu * 1000).with(MEMORY, mem_gib << 30).with(PODS, 110);
+    let capacity = ResourceList::new()
+        .with(CPU, cpu * 1000)
+        .with(MEMORY, mem_gib << 30)
+        .with(PODS, 110);
     let mut it = InstanceType::new(name, capacity);
     it.overhead.kube_reserved = ResourceList::new().with(CPU, 100).with(MEMORY, 100 << 20);
-    it.requirements.add(Requirement::in_values(labels::ARCH, ["amd64"]));
-    it.offerings = ZONES.iter().map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price)).collect();
+    it.requirements
+        .add(Requirement::in_values(labels::ARCH, ["amd64"]));
+    it.offerings = ZONES
+        .iter()
+        .map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price))
+        .collect();
     it
 }
 
@@ -58,7 +68,10 @@ fn gpu_type(name: &str, cpu: u64, mem_gib: u64, gpus: u64, price: f64) -> Instan
 
 /// 1, 2, 4, 8, 16, 32 and 64 vCPU types with 4 GiB per vCPU at $0.05 per vCPU-hour.
 fn general_catalogue() -> Vec<InstanceType> {
-    [1, 2, 4, 8, 16, 32, 64].iter().map(|c| instance_type(&format!("g.{c}x"), *c, c * 4, 0.05 * *c as f64)).collect()
+    [1, 2, 4, 8, 16, 32, 64]
+        .iter()
+        .map(|c| instance_type(&format!("g.{c}x"), *c, c * 4, 0.05 * *c as f64))
+        .collect()
 }
 
 fn pod(name: &str, cpu: &str, mem: &str, extra: Value) -> Pod {
@@ -89,7 +102,9 @@ fn claim_of(plan: &Plan, pod: usize) -> Option<&NewClaim> {
 
 fn zone_of(claim: &NewClaim) -> Option<String> {
     let req = claim.requirements.get(labels::ZONE)?;
-    (req.len() == Some(1)).then(|| req.values().next().map(str::to_owned)).flatten()
+    (req.len() == Some(1))
+        .then(|| req.values().next().map(str::to_owned))
+        .flatten()
 }
 
 #[test]
@@ -97,14 +112,28 @@ fn a_two_vcpu_pod_gets_the_cheapest_type_that_fits_not_a_large_one() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
     let p = pod("web", "1800m", "2Gi", json!({}));
-    let input = Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let input = Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     assert_eq!(plan.new_claims.len(), 1);
     let claim = &plan.new_claims[0];
     assert_eq!(claim.instance_types[0].name, "g.2x");
-    assert!(claim.instance_types.iter().all(|o| o.price <= 0.1 * 1.5 + 1e-9), "no oversized options: {:?}", claim.instance_types);
-    let allowed = claim.requirements.get(labels::INSTANCE_TYPE).map(|r| r.values().collect::<Vec<_>>());
+    assert!(
+        claim
+            .instance_types
+            .iter()
+            .all(|o| o.price <= 0.1 * 1.5 + 1e-9),
+        "no oversized options: {:?}",
+        claim.instance_types
+    );
+    let allowed = claim
+        .requirements
+        .get(labels::INSTANCE_TYPE)
+        .map(|r| r.values().collect::<Vec<_>>());
     assert_eq!(allowed, Some(vec!["g.2x"]));
     assert!((plan.total_price() - 0.1).abs() < 1e-9);
 }
@@ -115,8 +144,14 @@ fn three_pods_with_hostname_anti_affinity_get_three_claims() {
     let catalogue = general_catalogue();
     let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
-    let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("db-{i}"), "100m", "128Mi", anti.clone())).collect();
-    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| pod(&format!("db-{i}"), "100m", "128Mi", anti.clone()))
+        .collect();
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.unschedulable.is_empty());
     assert_eq!(plan.new_claims.len(), 3);
@@ -130,17 +165,31 @@ fn zone_spread_puts_pods_evenly_over_three_zones() {
     let spread = json!({"labels": {"app": "web"}, "spec": {"topologySpreadConstraints": [{
         "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "web"}}}]}});
-    let pods: Vec<Pod> = (0..6).map(|i| pod(&format!("web-{i}"), "500m", "512Mi", spread.clone())).collect();
-    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let pods: Vec<Pod> = (0..6)
+        .map(|i| pod(&format!("web-{i}"), "500m", "512Mi", spread.clone()))
+        .collect();
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.unschedulable.is_empty());
     let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
     for c in &plan.new_claims {
         let zone = zone_of(c);
-        assert!(zone.is_some(), "every claim with spread pods is pinned to a zone: {}", c.requirements);
+        assert!(
+            zone.is_some(),
+            "every claim with spread pods is pinned to a zone: {}",
+            c.requirements
+        );
         *per_zone.entry(zone.unwrap_or_default()).or_insert(0) += c.pods.len();
     }
-    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{per_zone:?}");
+    assert_eq!(
+        per_zone.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{per_zone:?}"
+    );
     assert_eq!(plan.new_claims.len(), 3, "one node per zone is enough");
 }
 
@@ -150,12 +199,26 @@ fn a_gpu_pod_lands_only_on_gpu_types() {
     let mut catalogue = general_catalogue();
     catalogue.push(gpu_type("p.4x", 4, 16, 1, 1.0));
     catalogue.push(gpu_type("p.8x", 8, 32, 4, 3.0));
-    let gpu = pod("train", "1", "4Gi", json!({"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "2"}}));
+    let gpu = pod(
+        "train",
+        "1",
+        "4Gi",
+        json!({"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "2"}}),
+    );
     let web = pod("web", "1", "1Gi", json!({}));
-    let input = Input { pods: vec![&gpu, &web], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let input = Input {
+        pods: vec![&gpu, &web],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.unschedulable.is_empty());
-    let claim = claim_of(&plan, 0).map(|c| c.instance_types.iter().map(|o| o.name.as_str()).collect::<Vec<_>>());
+    let claim = claim_of(&plan, 0).map(|c| {
+        c.instance_types
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect::<Vec<_>>()
+    });
     assert_eq!(claim, Some(vec!["p.8x"]), "only the 4-GPU type has 2 GPUs");
 }
 
@@ -164,13 +227,20 @@ fn a_pod_too_big_for_every_type_is_told_the_resource_and_the_largest_type() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
     let big = pod("huge", "96", "8Gi", json!({}));
-    let input = Input { pods: vec![&big], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let input = Input {
+        pods: vec![&big],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.new_claims.is_empty());
     assert_eq!(plan.unschedulable.len(), 1);
     let u = &plan.unschedulable[0];
     match &u.node_pools[0].reason {
-        PoolReason::TooLarge { shortfalls, closest } => {
+        PoolReason::TooLarge {
+            shortfalls,
+            closest,
+        } => {
             assert_eq!(shortfalls.len(), 1);
             assert_eq!(shortfalls[0].resource, "cpu");
             assert_eq!(shortfalls[0].largest_type, "g.64x");
@@ -191,16 +261,33 @@ fn a_node_pool_at_its_limit_is_skipped_with_a_reason() {
     let p = pod("web", "1", "1Gi", json!({}));
     let mut full = PoolInput::new(&limited, &catalogue);
     full.usage = ResourceList::new().with(CPU, 8000);
-    let input = Input { pods: vec![&p], node_pools: vec![full.clone(), PoolInput::new(&fallback, &catalogue)], ..Input::default() };
+    let input = Input {
+        pods: vec![&p],
+        node_pools: vec![full.clone(), PoolInput::new(&fallback, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert_eq!(plan.new_claims.len(), 1);
     assert_eq!(plan.new_claims[0].node_pool, "fallback");
 
-    let only = Input { pods: vec![&p], node_pools: vec![full], ..Input::default() };
+    let only = Input {
+        pods: vec![&p],
+        node_pools: vec![full],
+        ..Input::default()
+    };
     let plan = schedule(&only);
     let reason = &plan.unschedulable[0].node_pools[0].reason;
-    assert!(matches!(reason, PoolReason::LimitReached { resource, remaining: 0, .. } if resource == "cpu"), "{reason:?}");
-    assert!(plan.unschedulable[0].to_string().contains("limit cpu=8 reached"), "{}", plan.unschedulable[0]);
+    assert!(
+        matches!(reason, PoolReason::LimitReached { resource, remaining: 0, .. } if resource == "cpu"),
+        "{reason:?}"
+    );
+    assert!(
+        plan.unschedulable[0]
+            .to_string()
+            .contains("limit cpu=8 reached"),
+        "{}",
+        plan.unschedulable[0]
+    );
 }
 
 #[test]
@@ -209,10 +296,20 @@ fn limits_count_new_claims_against_the_pool() {
     let catalogue = general_catalogue();
     let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
-    let pods: Vec<Pod> = (0..4).map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone())).collect();
-    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&limited, &catalogue)], ..Input::default() };
+    let pods: Vec<Pod> = (0..4)
+        .map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone()))
+        .collect();
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&limited, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
-    assert_eq!(plan.new_claims.len(), 2, "two 2-vCPU nodes use the 4 vCPU limit");
+    assert_eq!(
+        plan.new_claims.len(),
+        2,
+        "two 2-vCPU nodes use the 4 vCPU limit"
+    );
     assert_eq!(plan.unschedulable.len(), 2);
 }
 
@@ -223,31 +320,64 @@ fn weights_pick_the_heavier_pool() {
     let unweighted = node_pool("a-unweighted", json!({}));
     let catalogue = general_catalogue();
     let p = pod("web", "1", "1Gi", json!({}));
-    let pools = vec![PoolInput::new(&light, &catalogue), PoolInput::new(&unweighted, &catalogue), PoolInput::new(&heavy, &catalogue)];
-    let input = Input { pods: vec![&p], node_pools: pools, ..Input::default() };
+    let pools = vec![
+        PoolInput::new(&light, &catalogue),
+        PoolInput::new(&unweighted, &catalogue),
+        PoolInput::new(&heavy, &catalogue),
+    ];
+    let input = Input {
+        pods: vec![&p],
+        node_pools: pools,
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert_eq!(plan.new_claims[0].node_pool, "heavy");
 }
 
 #[test]
 fn taints_without_tolerations_skip_a_pool_with_a_reason_but_startup_taints_never_block() {
-    let tainted = node_pool("gpu", json!({"weight": 10, "template": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}));
-    let startup = node_pool("cilium", json!({"template": {"startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoSchedule"}]}}));
+    let tainted = node_pool(
+        "gpu",
+        json!({"weight": 10, "template": {"taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]}}),
+    );
+    let startup = node_pool(
+        "cilium",
+        json!({"template": {"startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoSchedule"}]}}),
+    );
     let catalogue = general_catalogue();
     let p = pod("web", "1", "1Gi", json!({}));
     let plan = schedule(&Input {
         pods: vec![&p],
-        node_pools: vec![PoolInput::new(&tainted, &catalogue), PoolInput::new(&startup, &catalogue)],
+        node_pools: vec![
+            PoolInput::new(&tainted, &catalogue),
+            PoolInput::new(&startup, &catalogue),
+        ],
         ..Input::default()
     });
     assert_eq!(plan.new_claims[0].node_pool, "cilium");
     assert_eq!(plan.new_claims[0].startup_taints.len(), 1);
 
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&tainted, &catalogue)], ..Input::default() });
-    assert_eq!(plan.unschedulable[0].node_pools[0].reason, PoolReason::TaintNotTolerated("nvidia.com/gpu=true:NoSchedule".to_owned()));
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&tainted, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(
+        plan.unschedulable[0].node_pools[0].reason,
+        PoolReason::TaintNotTolerated("nvidia.com/gpu=true:NoSchedule".to_owned())
+    );
 
-    let tolerant = pod("cuda", "1", "1Gi", json!({"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}));
-    let plan = schedule(&Input { pods: vec![&tolerant], node_pools: vec![PoolInput::new(&tainted, &catalogue)], ..Input::default() });
+    let tolerant = pod(
+        "cuda",
+        "1",
+        "1Gi",
+        json!({"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&tolerant],
+        node_pools: vec![PoolInput::new(&tainted, &catalogue)],
+        ..Input::default()
+    });
     assert_eq!(plan.new_claims.len(), 1);
 }
 
@@ -258,8 +388,13 @@ fn existing_nodes_with_room_are_used_before_new_claims() {
     let running = pod("running", "3", "4Gi", json!({}));
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into_iter().collect(),
-        allocatable: ResourceList::new().with(CPU, 3900).with(MEMORY, 15 << 30).with(PODS, 110),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())]
+            .into_iter()
+            .collect(),
+        allocatable: ResourceList::new()
+            .with(CPU, 3900)
+            .with(MEMORY, 15 << 30)
+            .with(PODS, 110),
         pods: vec![&running],
         ..ExistingNode::default()
     };
@@ -271,7 +406,14 @@ fn existing_nodes_with_room_are_used_before_new_claims() {
         nodes: vec![node],
         ..Input::default()
     });
-    assert_eq!(plan.existing, vec![ExistingPlacement { target: Target::Node, name: "node-1".to_owned(), pods: vec![0] }]);
+    assert_eq!(
+        plan.existing,
+        vec![ExistingPlacement {
+            target: Target::Node,
+            name: "node-1".to_owned(),
+            pods: vec![0]
+        }]
+    );
     assert_eq!(plan.new_claims.len(), 1);
     assert_eq!(plan.new_claims[0].pods, vec![1]);
 }
@@ -283,12 +425,22 @@ fn in_flight_claims_take_pods_their_every_possible_node_satisfies() {
     let claim = InFlightClaim {
         name: "default-abc".to_owned(),
         node_pool: "default".to_owned(),
-        requirements: [Requirement::in_values(labels::ZONE, ["zone-a", "zone-b"])].into_iter().collect(),
-        allocatable: ResourceList::new().with(CPU, 1900).with(MEMORY, 7 << 30).with(PODS, 110),
+        requirements: [Requirement::in_values(labels::ZONE, ["zone-a", "zone-b"])]
+            .into_iter()
+            .collect(),
+        allocatable: ResourceList::new()
+            .with(CPU, 1900)
+            .with(MEMORY, 7 << 30)
+            .with(PODS, 110),
         ..InFlightClaim::default()
     };
     let anywhere = pod("anywhere", "1", "1Gi", json!({}));
-    let zone_a = pod("zone-a", "500m", "1Gi", json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}));
+    let zone_a = pod(
+        "zone-a",
+        "500m",
+        "1Gi",
+        json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}),
+    );
     let plan = schedule(&Input {
         pods: vec![&anywhere, &zone_a],
         node_pools: vec![PoolInput::new(&np, &catalogue)],
@@ -298,7 +450,11 @@ fn in_flight_claims_take_pods_their_every_possible_node_satisfies() {
     assert_eq!(plan.existing.len(), 1);
     assert_eq!(plan.existing[0].target, Target::InFlightClaim);
     assert_eq!(plan.existing[0].pods, vec![0]);
-    assert_eq!(claim_of(&plan, 1).and_then(zone_of), Some("zone-a".to_owned()), "the claim might land in zone-b");
+    assert_eq!(
+        claim_of(&plan, 1).and_then(zone_of),
+        Some("zone-a".to_owned()),
+        "the claim might land in zone-b"
+    );
 }
 
 #[test]
@@ -314,7 +470,10 @@ fn daemon_set_overhead_is_reserved_on_new_nodes() {
         ..Input::default()
     });
     let claim = &plan.new_claims[0];
-    assert_eq!(claim.instance_types[0].name, "g.4x", "1.5 + 0.5 cpu does not fit the 1.9 allocatable of g.2x");
+    assert_eq!(
+        claim.instance_types[0].name, "g.4x",
+        "1.5 + 0.5 cpu does not fit the 1.9 allocatable of g.2x"
+    );
     assert_eq!(claim.daemon_requests.get(CPU), 500);
     assert_eq!(claim.requests().get(CPU), 2000);
 }
@@ -325,57 +484,152 @@ fn node_affinity_operators_narrow_the_types() {
     let mut catalogue = general_catalogue();
     for it in &mut catalogue {
         let cpus = it.capacity.get(CPU) / 1000;
-        it.requirements.add(Requirement::in_values("example.com/cpus", [cpus.to_string()]));
-        it.requirements.add(Requirement::in_values("example.com/family", ["g"]));
+        it.requirements.add(Requirement::in_values(
+            "example.com/cpus",
+            [cpus.to_string()],
+        ));
+        it.requirements
+            .add(Requirement::in_values("example.com/family", ["g"]));
     }
-    let wants = |ops: Value| pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": ops}]}}}}}));
+    let wants = |ops: Value| {
+        pod(
+            "p",
+            "100m",
+            "100Mi",
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": ops}]}}}}}),
+        )
+    };
     let cases = [
-        (json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["4"]}]), "g.8x"),
-        (json!([{"key": "example.com/cpus", "operator": "Gte", "values": ["4"]}]), "g.4x"),
-        (json!([{"key": "example.com/cpus", "operator": "Lt", "values": ["2"]}]), "g.1x"),
-        (json!([{"key": "example.com/cpus", "operator": "Lte", "values": ["2"]}]), "g.1x"),
-        (json!([{"key": "example.com/cpus", "operator": "In", "values": ["16", "32"]}]), "g.16x"),
-        (json!([{"key": "example.com/cpus", "operator": "NotIn", "values": ["1", "2"]}]), "g.4x"),
-        (json!([{"key": "example.com/family", "operator": "Exists"}]), "g.1x"),
-        (json!([{"key": "example.com/gpu", "operator": "DoesNotExist"}]), "g.1x"),
+        (
+            json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["4"]}]),
+            "g.8x",
+        ),
+        (
+            json!([{"key": "example.com/cpus", "operator": "Gte", "values": ["4"]}]),
+            "g.4x",
+        ),
+        (
+            json!([{"key": "example.com/cpus", "operator": "Lt", "values": ["2"]}]),
+            "g.1x",
+        ),
+        (
+            json!([{"key": "example.com/cpus", "operator": "Lte", "values": ["2"]}]),
+            "g.1x",
+        ),
+        (
+            json!([{"key": "example.com/cpus", "operator": "In", "values": ["16", "32"]}]),
+            "g.16x",
+        ),
+        (
+            json!([{"key": "example.com/cpus", "operator": "NotIn", "values": ["1", "2"]}]),
+            "g.4x",
+        ),
+        (
+            json!([{"key": "example.com/family", "operator": "Exists"}]),
+            "g.1x",
+        ),
+        (
+            json!([{"key": "example.com/gpu", "operator": "DoesNotExist"}]),
+            "g.1x",
+        ),
     ];
     for (ops, want) in cases {
         let p = wants(ops.clone());
-        let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-        assert_eq!(plan.new_claims.first().map(|c| c.instance_types[0].name.as_str()), Some(want), "{ops}");
+        let plan = schedule(&Input {
+            pods: vec![&p],
+            node_pools: vec![PoolInput::new(&np, &catalogue)],
+            ..Input::default()
+        });
+        assert_eq!(
+            plan.new_claims
+                .first()
+                .map(|c| c.instance_types[0].name.as_str()),
+            Some(want),
+            "{ops}"
+        );
     }
-    let impossible = wants(json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["64"]}]));
-    let plan = schedule(&Input { pods: vec![&impossible], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::NoInstanceType { .. }), "{:?}", plan.unschedulable);
+    let impossible =
+        wants(json!([{"key": "example.com/cpus", "operator": "Gt", "values": ["64"]}]));
+    let plan = schedule(&Input {
+        pods: vec![&impossible],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert!(
+        matches!(
+            plan.unschedulable[0].node_pools[0].reason,
+            PoolReason::NoInstanceType { .. }
+        ),
+        "{:?}",
+        plan.unschedulable
+    );
 }
 
 #[test]
 fn preferred_affinity_is_respected_and_relaxed_only_when_needed() {
-    let np = node_pool("default", json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-b"]}]}}));
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a", "zone-b"]}]}}),
+    );
     let catalogue = general_catalogue();
     let prefers = |zone: &str| {
-        pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}]}}}}))
+        pod(
+            "p",
+            "100m",
+            "100Mi",
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}}]}}}}),
+        )
     };
     let b = prefers("zone-b");
-    let plan = schedule(&Input { pods: vec![&b], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert_eq!(plan.new_claims.first().and_then(zone_of), Some("zone-b".to_owned()));
+    let plan = schedule(&Input {
+        pods: vec![&b],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(
+        plan.new_claims.first().and_then(zone_of),
+        Some("zone-b".to_owned())
+    );
     assert!(plan.relaxed.is_empty());
     let c = prefers("zone-c");
-    let plan = schedule(&Input { pods: vec![&c], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert_eq!(plan.new_claims.len(), 1, "the impossible preference is dropped");
+    let plan = schedule(&Input {
+        pods: vec![&c],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(
+        plan.new_claims.len(),
+        1,
+        "the impossible preference is dropped"
+    );
     assert_eq!(plan.relaxed, vec![0]);
 }
 
 #[test]
 fn required_node_affinity_terms_are_ored() {
-    let np = node_pool("default", json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}}));
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}}),
+    );
     let catalogue = general_catalogue();
-    let p = pod("p", "100m", "100Mi", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    let p = pod(
+        "p",
+        "100m",
+        "100Mi",
+        json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]},
-        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}}));
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert_eq!(plan.new_claims.first().and_then(zone_of), Some("zone-b".to_owned()));
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}}),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(
+        plan.new_claims.first().and_then(zone_of),
+        Some("zone-b".to_owned())
+    );
 }
 
 #[test]
@@ -383,8 +637,14 @@ fn pods_sharing_a_host_port_never_share_a_node() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
     let port = json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}], "resources": {"requests": {"cpu": "100m"}}}]}});
-    let pods: Vec<Pod> = (0..2).map(|i| pod(&format!("p{i}"), "100m", "100Mi", port.clone())).collect();
-    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let pods: Vec<Pod> = (0..2)
+        .map(|i| pod(&format!("p{i}"), "100m", "100Mi", port.clone()))
+        .collect();
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     assert_eq!(plan.new_claims.len(), 2);
 }
 
@@ -394,8 +654,14 @@ fn zonal_pod_affinity_follows_the_first_pod() {
     let catalogue = general_catalogue();
     let affinity = json!({"labels": {"app": "cache"}, "spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}});
-    let pods: Vec<Pod> = (0..5).map(|i| pod(&format!("cache-{i}"), "20", "8Gi", affinity.clone())).collect();
-    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let pods: Vec<Pod> = (0..5)
+        .map(|i| pod(&format!("cache-{i}"), "20", "8Gi", affinity.clone()))
+        .collect();
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     assert!(plan.unschedulable.is_empty());
     let zones: BTreeSet<Option<String>> = plan.new_claims.iter().map(zone_of).collect();
     assert_eq!(zones.len(), 1, "{zones:?}");
@@ -411,51 +677,133 @@ fn unavailable_offerings_are_avoided_and_explained() {
             o.available = o.zone != "zone-a" || it.name == "g.64x";
         }
     }
-    let a = pod("a", "1", "1Gi", json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}));
-    let plan = schedule(&Input { pods: vec![&a], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert_eq!(plan.new_claims[0].instance_types[0].name, "g.64x", "only g.64x is available in zone-a");
+    let a = pod(
+        "a",
+        "1",
+        "1Gi",
+        json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "zone-a"}}}),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&a],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert_eq!(
+        plan.new_claims[0].instance_types[0].name, "g.64x",
+        "only g.64x is available in zone-a"
+    );
     for it in &mut catalogue {
         for o in &mut it.offerings {
             o.available = o.zone != "zone-a";
         }
     }
-    let plan = schedule(&Input { pods: vec![&a], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::NoAvailableOffering { unavailable_types: 7, .. }), "{:?}", plan.unschedulable);
+    let plan = schedule(&Input {
+        pods: vec![&a],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    assert!(
+        matches!(
+            plan.unschedulable[0].node_pools[0].reason,
+            PoolReason::NoAvailableOffering {
+                unavailable_types: 7,
+                ..
+            }
+        ),
+        "{:?}",
+        plan.unschedulable
+    );
 }
 
 #[test]
 fn min_values_keep_enough_instance_types_in_the_options() {
-    let np = node_pool("default", json!({"template": {"requirements": [
-        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}));
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}),
+    );
     let catalogue = general_catalogue();
     let p = pod("p", "100m", "100Mi", json!({}));
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    let names: Vec<&str> = plan.new_claims[0].instance_types.iter().map(|o| o.name.as_str()).collect();
-    assert_eq!(names, ["g.1x", "g.2x", "g.4x"], "price ratio alone would keep one");
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    let names: Vec<&str> = plan.new_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| o.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["g.1x", "g.2x", "g.4x"],
+        "price ratio alone would keep one"
+    );
     let spec = plan.new_claims[0].to_node_claim_spec(&np);
-    let it = spec.requirements.iter().find(|r| r.key == labels::INSTANCE_TYPE);
+    let it = spec
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::INSTANCE_TYPE);
     assert_eq!(it.and_then(|r| r.min_values), Some(3));
 
-    let strict = node_pool("strict", json!({"template": {"requirements": [
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g.1x", "g.2x"], "minValues": 2}]}}));
+    let strict = node_pool(
+        "strict",
+        json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g.1x", "g.2x"], "minValues": 2}]}}),
+    );
     let big = pod("big", "1500m", "1Gi", json!({}));
-    let plan = schedule(&Input { pods: vec![&big], node_pools: vec![PoolInput::new(&strict, &catalogue)], ..Input::default() });
-    assert!(matches!(plan.unschedulable[0].node_pools[0].reason, PoolReason::MinValues { min_values: 2, available: 1, .. }), "{:?}", plan.unschedulable);
+    let plan = schedule(&Input {
+        pods: vec![&big],
+        node_pools: vec![PoolInput::new(&strict, &catalogue)],
+        ..Input::default()
+    });
+    assert!(
+        matches!(
+            plan.unschedulable[0].node_pools[0].reason,
+            PoolReason::MinValues {
+                min_values: 2,
+                available: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        plan.unschedulable
+    );
 }
 
 #[test]
 fn a_new_claim_becomes_a_node_claim_spec() {
-    let np = node_pool("default", json!({"labels": {"team": "web"}, "template": {"taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]}}));
+    let np = node_pool(
+        "default",
+        json!({"labels": {"team": "web"}, "template": {"taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]}}),
+    );
     let catalogue = general_catalogue();
-    let p = pod("p", "1", "1Gi", json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web"}]}}));
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let p = pod(
+        "p",
+        "1",
+        "1Gi",
+        json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web"}]}}),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     let claim = &plan.new_claims[0];
     let spec = claim.to_node_claim_spec(&np);
     assert_eq!(spec.taints.len(), 1);
     assert_eq!(spec.node_class_ref.kind, "KWOKNodeClass");
-    assert_eq!(spec.resources.requests.get("cpu").map(|q| q.0.as_str()), Some("1"));
+    assert_eq!(
+        spec.resources.requests.get("cpu").map(|q| q.0.as_str()),
+        Some("1")
+    );
     let keys: Vec<&str> = spec.requirements.iter().map(|r| r.key.as_str()).collect();
-    assert!(keys.contains(&labels::NODE_POOL) && keys.contains(&"team") && keys.contains(&labels::INSTANCE_TYPE), "{keys:?}");
+    assert!(
+        keys.contains(&labels::NODE_POOL)
+            && keys.contains(&"team")
+            && keys.contains(&labels::INSTANCE_TYPE),
+        "{keys:?}"
+    );
     assert_eq!(claim.labels.get("team").map(String::as_str), Some("web"));
 }
 
@@ -466,20 +814,39 @@ fn pods_fill_the_slack_of_nodes_already_paid_for() {
     let catalogue = general_catalogue();
     let anti = json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}}});
-    let mut pods: Vec<Pod> = (0..4).map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone())).collect();
+    let mut pods: Vec<Pod> = (0..4)
+        .map(|i| pod(&format!("db-{i}"), "1500m", "1Gi", anti.clone()))
+        .collect();
     pods.extend((0..4).map(|i| pod(&format!("side-{i}"), "250m", "256Mi", json!({}))));
-    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     assert_eq!(plan.new_claims.len(), 4);
-    assert!((plan.total_price() - 0.4).abs() < 1e-9, "4 × g.2x, nothing bigger: {}", plan.total_price());
+    assert!(
+        (plan.total_price() - 0.4).abs() < 1e-9,
+        "4 × g.2x, nothing bigger: {}",
+        plan.total_price()
+    );
 }
 
 #[test]
 fn pod_affinity_to_pods_that_do_not_exist_is_explained() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
-    let p = pod("web", "1", "1Gi", json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}}));
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let p = pod(
+        "web",
+        "1",
+        "1Gi",
+        json!({"spec": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}}}),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     let text = plan.unschedulable[0].to_string();
     assert!(
         text.contains("pod affinity on topology.kubernetes.io/zone to pods app=db: no matching pod exists or is being placed"),
@@ -491,12 +858,22 @@ fn pod_affinity_to_pods_that_do_not_exist_is_explained() {
 fn existing_pods_with_anti_affinity_keep_the_pods_they_select_away() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
-    let db = pod("db", "100m", "128Mi", json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}}}));
+    let db = pod(
+        "db",
+        "100m",
+        "128Mi",
+        json!({"labels": {"app": "db"}, "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}}}),
+    );
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: [(labels::HOSTNAME.to_owned(), "node-1".to_owned())].into_iter().collect(),
-        allocatable: ResourceList::new().with(CPU, 8000).with(MEMORY, 32 << 30).with(PODS, 110),
+        labels: [(labels::HOSTNAME.to_owned(), "node-1".to_owned())]
+            .into_iter()
+            .collect(),
+        allocatable: ResourceList::new()
+            .with(CPU, 8000)
+            .with(MEMORY, 32 << 30)
+            .with(PODS, 110),
         pods: vec![&db],
         ..ExistingNode::default()
     };
@@ -508,21 +885,40 @@ fn existing_pods_with_anti_affinity_keep_the_pods_they_select_away() {
         nodes: vec![node],
         ..Input::default()
     });
-    assert_eq!(plan.existing.first().map(|e| e.pods.clone()), Some(vec![1]), "api may join the db pod");
-    assert_eq!(claim_of(&plan, 0).map(|c| c.pods.clone()), Some(vec![0]), "web may not");
+    assert_eq!(
+        plan.existing.first().map(|e| e.pods.clone()),
+        Some(vec![1]),
+        "api may join the db pod"
+    );
+    assert_eq!(
+        claim_of(&plan, 0).map(|c| c.pods.clone()),
+        Some(vec![0]),
+        "web may not"
+    );
 }
 
 #[test]
 fn unschedulable_pods_say_why_existing_nodes_refused_them() {
-    let np = node_pool("gpu", json!({"template": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}));
+    let np = node_pool(
+        "gpu",
+        json!({"template": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}}),
+    );
     let catalogue = general_catalogue();
     let full = ExistingNode {
         name: "full".to_owned(),
-        allocatable: ResourceList::new().with(CPU, 500).with(MEMORY, 1 << 30).with(PODS, 110),
+        allocatable: ResourceList::new()
+            .with(CPU, 500)
+            .with(MEMORY, 1 << 30)
+            .with(PODS, 110),
         ..ExistingNode::default()
     };
     let p = pod("web", "1", "1Gi", json!({}));
-    let plan = schedule(&Input { pods: vec![&p], node_pools: vec![PoolInput::new(&np, &catalogue)], nodes: vec![full], ..Input::default() });
+    let plan = schedule(&Input {
+        pods: vec![&p],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        nodes: vec![full],
+        ..Input::default()
+    });
     let u = &plan.unschedulable[0];
     assert_eq!(u.existing, vec![("lack cpu".to_owned(), 1)]);
     assert_eq!(
@@ -544,13 +940,36 @@ struct PodCase {
 }
 
 fn pod_case() -> impl Strategy<Value = PodCase> {
-    (1_u64..40, 1_u64..64, prop::bool::weighted(0.1), prop::option::weighted(0.2, 0..3_usize), prop::bool::weighted(0.2), prop::bool::weighted(0.2))
-        .prop_map(|(cpu, mem, gpu, zone, anti, spread)| PodCase { cpu_m: cpu * 100, mem_mi: mem * 128, gpu: u64::from(gpu), zone, anti, spread })
+    (
+        1_u64..40,
+        1_u64..64,
+        prop::bool::weighted(0.1),
+        prop::option::weighted(0.2, 0..3_usize),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(cpu, mem, gpu, zone, anti, spread)| PodCase {
+            cpu_m: cpu * 100,
+            mem_mi: mem * 128,
+            gpu: u64::from(gpu),
+            zone,
+            anti,
+            spread,
+        })
 }
 
 fn catalogue_case() -> impl Strategy<Value = Vec<(u64, u64, u64, u32, u8)>> {
     // (vcpu, GiB, gpus, price in cents, zone availability bitmask)
-    prop::collection::vec((1_u64..17, 1_u64..65, prop::bool::weighted(0.2).prop_map(u64::from), 1_u32..400, 1_u8..8), 1..8)
+    prop::collection::vec(
+        (
+            1_u64..17,
+            1_u64..65,
+            prop::bool::weighted(0.2).prop_map(u64::from),
+            1_u32..400,
+            1_u8..8,
+        ),
+        1..8,
+    )
 }
 
 fn build_pods(cases: &[PodCase]) -> Vec<Pod> {
@@ -590,7 +1009,13 @@ fn build_catalogue(types: &[(u64, u64, u64, u32, u8)]) -> Vec<InstanceType> {
         .enumerate()
         .map(|(i, (cpu, mem, gpu, cents, zones))| {
             let mut it = if *gpu > 0 {
-                gpu_type(&format!("t{i}"), *cpu, *mem, *gpu, f64::from(*cents) / 100.0)
+                gpu_type(
+                    &format!("t{i}"),
+                    *cpu,
+                    *mem,
+                    *gpu,
+                    f64::from(*cents) / 100.0,
+                )
             } else {
                 instance_type(&format!("t{i}"), *cpu, *mem, f64::from(*cents) / 100.0)
             };
@@ -602,7 +1027,13 @@ fn build_catalogue(types: &[(u64, u64, u64, u32, u8)]) -> Vec<InstanceType> {
         .collect()
 }
 
-fn check_plan(plan: &Plan, pods: &[Pod], cases: &[PodCase], catalogue: &[InstanceType], nodes: &[ExistingNode]) -> Result<(), TestCaseError> {
+fn check_plan(
+    plan: &Plan,
+    pods: &[Pod],
+    cases: &[PodCase],
+    catalogue: &[InstanceType],
+    nodes: &[ExistingNode],
+) -> Result<(), TestCaseError> {
     // Every pod accounted for exactly once.
     let mut seen = vec![0_u32; pods.len()];
     for c in &plan.new_claims {
@@ -626,19 +1057,36 @@ fn check_plan(plan: &Plan, pods: &[Pod], cases: &[PodCase], catalogue: &[Instanc
             let it = catalogue.iter().find(|it| it.name == o.name);
             prop_assert!(it.is_some());
             let alloc = it.map(InstanceType::allocatable).unwrap_or_default();
-            prop_assert!(c.requests().fits_in(&alloc), "{} does not fit {} on {}", c.requests(), alloc, o.name);
-            prop_assert!(c.requirements.allows(labels::ZONE, &o.zone), "option offering zone must be allowed");
+            prop_assert!(
+                c.requests().fits_in(&alloc),
+                "{} does not fit {} on {}",
+                c.requests(),
+                alloc,
+                o.name
+            );
+            prop_assert!(
+                c.requirements.allows(labels::ZONE, &o.zone),
+                "option offering zone must be allowed"
+            );
         }
         let mut sum = ResourceList::new();
         for p in &c.pods {
-            sum = sum.saturating_add(&pod_requests(pods[*p].spec.as_ref().unwrap_or(&Default::default())).unwrap_or_default());
+            sum = sum.saturating_add(
+                &pod_requests(pods[*p].spec.as_ref().unwrap_or(&Default::default()))
+                    .unwrap_or_default(),
+            );
         }
         prop_assert_eq!(&sum, &c.pod_requests);
         // Node selectors and anti-affinity.
         let mut db = 0;
         for p in &c.pods {
             if let Some(z) = cases[*p].zone {
-                prop_assert!(zone_of(c).as_deref() == Some(ZONES[z]) || c.requirements.get(labels::ZONE).is_some_and(|r| r.len() == Some(1) && r.has(ZONES[z])));
+                prop_assert!(
+                    zone_of(c).as_deref() == Some(ZONES[z])
+                        || c.requirements
+                            .get(labels::ZONE)
+                            .is_some_and(|r| r.len() == Some(1) && r.has(ZONES[z]))
+                );
             }
             if cases[*p].anti {
                 db += 1;
@@ -650,7 +1098,11 @@ fn check_plan(plan: &Plan, pods: &[Pod], cases: &[PodCase], catalogue: &[Instanc
     // among zones the spread pods could use.
     let mut per_zone: BTreeMap<String, i64> = BTreeMap::new();
     for c in &plan.new_claims {
-        let n = c.pods.iter().filter(|p| cases[**p].spread && !cases[**p].anti).count() as i64;
+        let n = c
+            .pods
+            .iter()
+            .filter(|p| cases[**p].spread && !cases[**p].anti)
+            .count() as i64;
         if n > 0 {
             let z = zone_of(c);
             prop_assert!(z.is_some());
@@ -658,21 +1110,44 @@ fn check_plan(plan: &Plan, pods: &[Pod], cases: &[PodCase], catalogue: &[Instanc
         }
     }
     for e in &plan.existing {
-        let n = e.pods.iter().filter(|p| cases[**p].spread && !cases[**p].anti).count() as i64;
-        let zone = nodes.iter().find(|node| node.name == e.name).and_then(|node| node.labels.get(labels::ZONE));
+        let n = e
+            .pods
+            .iter()
+            .filter(|p| cases[**p].spread && !cases[**p].anti)
+            .count() as i64;
+        let zone = nodes
+            .iter()
+            .find(|node| node.name == e.name)
+            .and_then(|node| node.labels.get(labels::ZONE));
         if let (true, Some(z)) = (n > 0, zone) {
             *per_zone.entry(z.clone()).or_insert(0) += n;
         }
     }
-    let unconstrained = cases.iter().filter(|c| c.spread && !c.anti).all(|c| c.zone.is_none());
+    let unconstrained = cases
+        .iter()
+        .filter(|c| c.spread && !c.anti)
+        .all(|c| c.zone.is_none());
     if unconstrained && !per_zone.is_empty() {
         let usable: Vec<&str> = ZONES
             .iter()
             .copied()
-            .filter(|z| catalogue.iter().any(|it| it.offerings.iter().any(|o| o.available && o.zone == *z)) || nodes.iter().any(|n| n.labels.get(labels::ZONE).is_some_and(|l| l == z)))
+            .filter(|z| {
+                catalogue
+                    .iter()
+                    .any(|it| it.offerings.iter().any(|o| o.available && o.zone == *z))
+                    || nodes
+                        .iter()
+                        .any(|n| n.labels.get(labels::ZONE).is_some_and(|l| l == z))
+            })
             .collect();
-        let counts: Vec<i64> = usable.iter().map(|z| per_zone.get(*z).copied().unwrap_or(0)).collect();
-        let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+        let counts: Vec<i64> = usable
+            .iter()
+            .map(|z| per_zone.get(*z).copied().unwrap_or(0))
+            .collect();
+        let (min, max) = (
+            counts.iter().min().copied().unwrap_or(0),
+            counts.iter().max().copied().unwrap_or(0),
+        );
         prop_assert!(max - min <= 1, "zone skew {:?}", per_zone);
     }
     Ok(())
@@ -751,10 +1226,11 @@ proptest! {
 /// The kwok example NodePool (examples/kwok/nodepool.yaml), renamed, with `extra` requirements
 /// and a weight.
 fn kwok_example_pool(name: &str, extra: Value, weight: Option<i32>) -> NodePool {
-    let mut np: NodePool = match serde_saphyr::from_str(include_str!("../../examples/kwok/nodepool.yaml")) {
-        Ok(np) => np,
-        Err(e) => panic!("examples/kwok/nodepool.yaml: {e}"),
-    };
+    let mut np: NodePool =
+        match serde_saphyr::from_str(include_str!("../../examples/kwok/nodepool.yaml")) {
+            Ok(np) => np,
+            Err(e) => panic!("examples/kwok/nodepool.yaml: {e}"),
+        };
     np.metadata.name = Some(name.to_owned());
     np.spec.weight = weight;
     match serde_json::from_value::<Vec<crate::apis::NodeSelectorRequirementWithMinValues>>(extra) {
@@ -770,7 +1246,16 @@ fn region(value: &str) -> Value {
 
 /// The demo's workload: `inflate` scaled to 15 pods of 1 CPU.
 fn inflate(n: usize) -> Vec<Pod> {
-    (0..n).map(|i| pod(&format!("inflate-{i}"), "1", "0", json!({"labels": {"app": "inflate"}}))).collect()
+    (0..n)
+        .map(|i| {
+            pod(
+                &format!("inflate-{i}"),
+                "1",
+                "0",
+                json!({"labels": {"app": "inflate"}}),
+            )
+        })
+        .collect()
 }
 
 fn summary(plan: &Plan) -> Vec<(String, String, String, usize)> {
@@ -778,7 +1263,12 @@ fn summary(plan: &Plan) -> Vec<(String, String, String, usize)> {
         .iter()
         .map(|c| {
             let o = &c.instance_types[0];
-            (c.node_pool.clone(), o.name.clone(), o.capacity_type.clone(), c.pods.len())
+            (
+                c.node_pool.clone(),
+                o.name.clone(),
+                o.capacity_type.clone(),
+                c.pods.len(),
+            )
         })
         .collect()
 }
@@ -788,10 +1278,26 @@ fn the_demo_nodepool_puts_fifteen_one_cpu_pods_on_one_spot_e2_standard_16() {
     let np = kwok_example_pool("default", json!([]), None);
     let catalogue = crate::cloud::kwok::catalogue::catalogue();
     let pods = inflate(15);
-    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() };
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
-    assert_eq!(summary(&plan), vec![("default".to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
-    assert!((plan.total_price() - 0.1608).abs() < 1e-9, "{}", plan.total_price());
+    assert_eq!(
+        summary(&plan),
+        vec![(
+            "default".to_owned(),
+            "e2-standard-16".to_owned(),
+            "spot".to_owned(),
+            15
+        )]
+    );
+    assert!(
+        (plan.total_price() - 0.1608).abs() < 1e-9,
+        "{}",
+        plan.total_price()
+    );
 }
 
 #[test]
@@ -805,11 +1311,30 @@ fn equally_weighted_pools_give_the_cheapest_plan_not_the_first_pools_cheapest_no
         let aws = kwok_example_pool(aws_name, region("us-west-2"), None);
         let gcp = kwok_example_pool(gcp_name, region("us-central1"), None);
         let pods = inflate(15);
-        let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
-        let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+        let pools = vec![
+            PoolInput::new(&aws, &catalogue),
+            PoolInput::new(&gcp, &catalogue),
+        ];
+        let input = Input {
+            pods: pods.iter().collect(),
+            node_pools: pools,
+            ..Input::default()
+        };
         let plan = schedule(&input);
-        assert_eq!(summary(&plan), vec![(gcp_name.to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
-        assert!((plan.total_price() - 0.1608).abs() < 1e-9, "{}", plan.total_price());
+        assert_eq!(
+            summary(&plan),
+            vec![(
+                gcp_name.to_owned(),
+                "e2-standard-16".to_owned(),
+                "spot".to_owned(),
+                15
+            )]
+        );
+        assert!(
+            (plan.total_price() - 0.1608).abs() < 1e-9,
+            "{}",
+            plan.total_price()
+        );
         assert_eq!(schedule(&input), plan, "deterministic");
     }
 }
@@ -820,27 +1345,62 @@ fn a_round_mixing_pods_pinned_to_each_pool_with_flexible_pods_takes_the_cheapest
     let catalogue = crate::cloud::kwok::catalogue::catalogue();
     let aws = kwok_example_pool("aws", region("us-west-2"), None);
     let gcp = kwok_example_pool("gcp", region("us-central1"), None);
-    let pinned = |name: &str, pool: &str| pod(name, "1", "0", json!({"spec": {"nodeSelector": {labels::NODE_POOL: pool}}}));
-    let mut pods = vec![pinned("on-aws-0", "aws"), pinned("on-aws-1", "aws"), pinned("on-gcp-0", "gcp")];
+    let pinned = |name: &str, pool: &str| {
+        pod(
+            name,
+            "1",
+            "0",
+            json!({"spec": {"nodeSelector": {labels::NODE_POOL: pool}}}),
+        )
+    };
+    let mut pods = vec![
+        pinned("on-aws-0", "aws"),
+        pinned("on-aws-1", "aws"),
+        pinned("on-gcp-0", "gcp"),
+    ];
     pods.extend(inflate(12));
-    let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
-    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+    let pools = vec![
+        PoolInput::new(&aws, &catalogue),
+        PoolInput::new(&gcp, &catalogue),
+    ];
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: pools,
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     let got = summary(&plan);
     for (i, claim) in plan.new_claims.iter().enumerate() {
         for p in &claim.pods {
             let name = pods[*p].metadata.name.as_deref().unwrap_or_default();
-            assert!(!name.starts_with("on-aws") || claim.node_pool == "aws", "{name} in {:?}", got[i]);
-            assert!(!name.starts_with("on-gcp") || claim.node_pool == "gcp", "{name} in {:?}", got[i]);
+            assert!(
+                !name.starts_with("on-aws") || claim.node_pool == "aws",
+                "{name} in {:?}",
+                got[i]
+            );
+            assert!(
+                !name.starts_with("on-gcp") || claim.node_pool == "gcp",
+                "{name} in {:?}",
+                got[i]
+            );
         }
     }
     // Trying "aws" first buys a t3.medium per flexible pod ($0.1951/h in all). Keeping the 13
     // pods that may go to GCP there costs $0.1608 for GCP plus two t3.medium: $0.1858/h. (The
     // optimum, $0.1804/h, puts 7 pods on an e2-standard-8 and 6 on t3.medium; the greedy
     // packing does not find that split.)
-    assert!(plan.total_price() <= 0.1608 + 2.0 * 0.0125 + 1e-9, "{} {got:?}", plan.total_price());
-    assert!(got.iter().filter(|c| c.0 == "aws").all(|c| c.1 == "t3.medium"), "{got:?}");
+    assert!(
+        plan.total_price() <= 0.1608 + 2.0 * 0.0125 + 1e-9,
+        "{} {got:?}",
+        plan.total_price()
+    );
+    assert!(
+        got.iter()
+            .filter(|c| c.0 == "aws")
+            .all(|c| c.1 == "t3.medium"),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -850,19 +1410,51 @@ fn a_heavier_pool_takes_the_pods_even_when_a_lighter_one_is_cheaper() {
     let aws = kwok_example_pool("aws", region("us-west-2"), Some(50));
     let gcp = kwok_example_pool("gcp", region("us-central1"), Some(10));
     let pods = inflate(15);
-    let pools = vec![PoolInput::new(&gcp, &catalogue), PoolInput::new(&aws, &catalogue)];
-    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
+    let pools = vec![
+        PoolInput::new(&gcp, &catalogue),
+        PoolInput::new(&aws, &catalogue),
+    ];
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: pools,
+        ..Input::default()
+    };
     let plan = schedule(&input);
     assert_eq!(plan.new_claims.len(), 15);
-    assert!(summary(&plan).iter().all(|(pool, ty, ct, n)| pool == "aws" && ty == "t3.medium" && ct == "spot" && *n == 1), "{:?}", summary(&plan));
-    assert!((plan.total_price() - 15.0 * 0.0125).abs() < 1e-9, "{}", plan.total_price());
+    assert!(
+        summary(&plan)
+            .iter()
+            .all(|(pool, ty, ct, n)| pool == "aws" && ty == "t3.medium" && ct == "spot" && *n == 1),
+        "{:?}",
+        summary(&plan)
+    );
+    assert!(
+        (plan.total_price() - 15.0 * 0.0125).abs() < 1e-9,
+        "{}",
+        plan.total_price()
+    );
 
     // And the other way round: the heavier GCP pool wins without any comparison.
     let aws = kwok_example_pool("aws", region("us-west-2"), Some(10));
     let gcp = kwok_example_pool("gcp", region("us-central1"), Some(50));
-    let pools = vec![PoolInput::new(&aws, &catalogue), PoolInput::new(&gcp, &catalogue)];
-    let input = Input { pods: pods.iter().collect(), node_pools: pools, ..Input::default() };
-    assert_eq!(summary(&schedule(&input)), vec![("gcp".to_owned(), "e2-standard-16".to_owned(), "spot".to_owned(), 15)]);
+    let pools = vec![
+        PoolInput::new(&aws, &catalogue),
+        PoolInput::new(&gcp, &catalogue),
+    ];
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: pools,
+        ..Input::default()
+    };
+    assert_eq!(
+        summary(&schedule(&input)),
+        vec![(
+            "gcp".to_owned(),
+            "e2-standard-16".to_owned(),
+            "spot".to_owned(),
+            15
+        )]
+    );
 }
 
 proptest! {
@@ -932,12 +1524,33 @@ fn copies_of_a_pod_open_a_node_sized_for_them() {
     // than another g.2x; sized for the copies, seven share a g.8x and three a g.4x.
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();
-    let pods: Vec<Pod> = (0..10).map(|i| pod(&format!("web-{i}"), "1", "1Gi", json!({"labels": {"app": "web"}}))).collect();
-    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
-    let mut got: Vec<(String, usize)> = plan.new_claims.iter().map(|c| (c.instance_types[0].name.clone(), c.pods.len())).collect();
+    let pods: Vec<Pod> = (0..10)
+        .map(|i| {
+            pod(
+                &format!("web-{i}"),
+                "1",
+                "1Gi",
+                json!({"labels": {"app": "web"}}),
+            )
+        })
+        .collect();
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
+    let mut got: Vec<(String, usize)> = plan
+        .new_claims
+        .iter()
+        .map(|c| (c.instance_types[0].name.clone(), c.pods.len()))
+        .collect();
     got.sort();
     assert_eq!(got, vec![("g.4x".to_owned(), 3), ("g.8x".to_owned(), 7)]);
-    assert!((plan.total_price() - 0.6).abs() < 1e-9, "{}", plan.total_price());
+    assert!(
+        (plan.total_price() - 0.6).abs() < 1e-9,
+        "{}",
+        plan.total_price()
+    );
 }
 
 #[test]
@@ -957,24 +1570,58 @@ fn a_daemon_set_host_port_keeps_pods_wanting_that_port_off_new_nodes() {
         daemon_set_pods: vec![&exporter],
         ..Input::default()
     });
-    assert_eq!(plan.unschedulable.iter().map(|u| u.pod).collect::<Vec<_>>(), vec![0], "{:?}", plan.unschedulable);
+    assert_eq!(
+        plan.unschedulable.iter().map(|u| u.pod).collect::<Vec<_>>(),
+        vec![0],
+        "{:?}",
+        plan.unschedulable
+    );
     assert_eq!(plan.new_claims.len(), 1);
     assert_eq!(plan.new_claims[0].pods, vec![1]);
 }
 
 #[test]
 fn min_values_hold_while_a_claim_grows() {
-    let np = node_pool("default", json!({"template": {"requirements": [
-        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}));
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}),
+    );
     let catalogue = general_catalogue();
-    let pods: Vec<Pod> = (0..6).map(|i| pod(&format!("p{i}"), &format!("{}m", 300 + 200 * i), "1Gi", json!({}))).collect();
-    let plan = schedule(&Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(&np, &catalogue)], ..Input::default() });
+    let pods: Vec<Pod> = (0..6)
+        .map(|i| {
+            pod(
+                &format!("p{i}"),
+                &format!("{}m", 300 + 200 * i),
+                "1Gi",
+                json!({}),
+            )
+        })
+        .collect();
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        ..Input::default()
+    });
     assert!(plan.unschedulable.is_empty());
     for claim in &plan.new_claims {
-        assert!(claim.instance_types.len() >= 3, "{:?}", claim.instance_types);
+        assert!(
+            claim.instance_types.len() >= 3,
+            "{:?}",
+            claim.instance_types
+        );
         for o in &claim.instance_types {
-            let it = catalogue.iter().find(|it| it.name == o.name).map(InstanceType::allocatable).unwrap_or_default();
-            assert!(claim.requests().fits_in(&it), "{} on {}", claim.requests(), o.name);
+            let it = catalogue
+                .iter()
+                .find(|it| it.name == o.name)
+                .map(InstanceType::allocatable)
+                .unwrap_or_default();
+            assert!(
+                claim.requests().fits_in(&it),
+                "{} on {}",
+                claim.requests(),
+                o.name
+            );
         }
     }
 }

@@ -15,7 +15,10 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     /// Topology spread.
-    Spread { max_skew: u32, min_domains: Option<u32> },
+    Spread {
+        max_skew: u32,
+        min_domains: Option<u32>,
+    },
     /// Pod affinity: go where selected pods are.
     Affinity,
     /// Pod anti-affinity: avoid where selected pods are.
@@ -113,7 +116,10 @@ impl fmt::Display for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let key = &self.ident.key;
         match self.ident.kind {
-            Kind::Spread { max_skew, min_domains } => {
+            Kind::Spread {
+                max_skew,
+                min_domains,
+            } => {
                 write!(f, "topology spread on {key} (maxSkew {max_skew}")?;
                 if let Some(m) = min_domains {
                     write!(f, ", minDomains {m}")?;
@@ -121,7 +127,11 @@ impl fmt::Display for Group {
                 write!(f, ") over pods {}", self.ident.selector)
             }
             Kind::Affinity => write!(f, "pod affinity on {key} to pods {}", self.ident.selector),
-            Kind::Anti => write!(f, "pod anti-affinity on {key} to pods {}", self.ident.selector),
+            Kind::Anti => write!(
+                f,
+                "pod anti-affinity on {key} to pods {}",
+                self.ident.selector
+            ),
         }
     }
 }

@@ -63,7 +63,10 @@ impl AwsOptions {
             auth: Auth::Irsa,
             namespace: "karpenter".to_owned(),
             service_account: "karpenter".to_owned(),
-            image: format!("ghcr.io/kubectl-karpenter/karpenter-agent:v{}", env!("CARGO_PKG_VERSION")),
+            image: format!(
+                "ghcr.io/kubectl-karpenter/karpenter-agent:v{}",
+                env!("CARGO_PKG_VERSION")
+            ),
             endpoint_url: None,
             kube: None,
             scaffold_node_pool: true,
@@ -89,8 +92,12 @@ impl AwsOptions {
 }
 
 /// The node role's AWS-managed policies.
-pub const NODE_POLICIES: [&str; 4] =
-    ["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"];
+pub const NODE_POLICIES: [&str; 4] = [
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonSSMManagedInstanceCore",
+];
 /// The inline policy on the controller role.
 pub const CONTROLLER_POLICY_NAME: &str = "KarpenterControllerPolicy";
 
@@ -141,7 +148,13 @@ struct Ctx {
     account: tokio::sync::OnceCell<String>,
 }
 
-const DENIED: [&str; 5] = ["AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess", "AuthFailure"];
+const DENIED: [&str; 5] = [
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "UnauthorizedAccess",
+    "AuthFailure",
+];
 
 /// Maps an SDK error: permission denied names the IAM action and resource.
 fn aws_error<E>(action: &str, resource: &str, error: E) -> SetupError
@@ -149,14 +162,22 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     if error.code().is_some_and(|c| DENIED.contains(&c)) {
-        return SetupError::PermissionDenied { action: action.to_owned(), resource: resource.to_owned(), source: Box::new(error) };
+        return SetupError::PermissionDenied {
+            action: action.to_owned(),
+            resource: resource.to_owned(),
+            source: Box::new(error),
+        };
     }
     let detail = match (error.code(), error.message()) {
         (Some(code), Some(message)) => format!("{code}: {message}"),
         (Some(code), None) => code.to_owned(),
         _ => format!("{}", aws_sdk_ec2::error::DisplayErrorContext(&error)),
     };
-    SetupError::Cloud { action: format!("{action} on {resource}"), detail, source: Box::new(error) }
+    SetupError::Cloud {
+        action: format!("{action} on {resource}"),
+        detail,
+        source: Box::new(error),
+    }
 }
 
 fn code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
@@ -165,7 +186,9 @@ fn code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
 
 /// IAM returns policy documents URL-encoded; moto sometimes does not.
 fn decode_policy(text: &str) -> Option<Value> {
-    serde_json::from_str(text).ok().or_else(|| serde_json::from_str(&percent_decode(text)).ok())
+    serde_json::from_str(text)
+        .ok()
+        .or_else(|| serde_json::from_str(&percent_decode(text)).ok())
 }
 
 fn percent_decode(text: &str) -> String {
@@ -175,7 +198,10 @@ fn percent_decode(text: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
                     Ok(b) => {
                         out.push(b);
                         i += 3;
@@ -208,22 +234,35 @@ impl Ctx {
                 let out = match self.eks.describe_cluster().name(name).send().await {
                     Ok(out) => out,
                     Err(e) if code(&e) == Some("ResourceNotFoundException") => {
-                        return Err(SetupError::Missing { resource, hint: "check --cluster and --region, or create the cluster first".to_owned() });
+                        return Err(SetupError::Missing {
+                            resource,
+                            hint: "check --cluster and --region, or create the cluster first"
+                                .to_owned(),
+                        });
                     }
                     Err(e) => return Err(aws_error("eks:DescribeCluster", &resource, e)),
                 };
                 let cluster = out.cluster();
                 let vpc = cluster.and_then(|c| c.resources_vpc_config());
-                let mut security_group_ids: Vec<String> = vpc.map(|v| v.security_group_ids().to_vec()).unwrap_or_default();
+                let mut security_group_ids: Vec<String> = vpc
+                    .map(|v| v.security_group_ids().to_vec())
+                    .unwrap_or_default();
                 if let Some(sg) = vpc.and_then(|v| v.cluster_security_group_id()) {
                     security_group_ids.insert(0, sg.to_owned());
                 }
                 Ok(ClusterInfo {
-                    version: cluster.and_then(|c| c.version()).unwrap_or_default().to_owned(),
+                    version: cluster
+                        .and_then(|c| c.version())
+                        .unwrap_or_default()
+                        .to_owned(),
                     vpc_id: vpc.and_then(|v| v.vpc_id()).unwrap_or_default().to_owned(),
                     subnet_ids: vpc.map(|v| v.subnet_ids().to_vec()).unwrap_or_default(),
                     security_group_ids,
-                    oidc_issuer: cluster.and_then(|c| c.identity()).and_then(|i| i.oidc()).and_then(|o| o.issuer()).map(str::to_owned),
+                    oidc_issuer: cluster
+                        .and_then(|c| c.identity())
+                        .and_then(|i| i.oidc())
+                        .and_then(|o| o.issuer())
+                        .map(str::to_owned),
                     authentication_mode: cluster
                         .and_then(|c| c.access_config())
                         .and_then(|a| a.authentication_mode())
@@ -236,7 +275,12 @@ impl Ctx {
     async fn account(&self) -> Result<&str, SetupError> {
         self.account
             .get_or_try_init(|| async {
-                let out = self.sts.get_caller_identity().send().await.map_err(|e| aws_error("sts:GetCallerIdentity", "the caller", e))?;
+                let out = self
+                    .sts
+                    .get_caller_identity()
+                    .send()
+                    .await
+                    .map_err(|e| aws_error("sts:GetCallerIdentity", "the caller", e))?;
                 Ok::<_, SetupError>(out.account().unwrap_or_default().to_owned())
             })
             .await
@@ -254,17 +298,33 @@ impl Ctx {
     }
 
     async fn role_arn(&self, name: &str) -> Result<String, SetupError> {
-        Ok(format!("arn:{}:iam::{}:role/{name}", self.partition(), self.account().await?))
+        Ok(format!(
+            "arn:{}:iam::{}:role/{name}",
+            self.partition(),
+            self.account().await?
+        ))
     }
 
     async fn queue_arn(&self) -> Result<String, SetupError> {
-        Ok(format!("arn:{}:sqs:{}:{}:{}", self.partition(), self.options.region, self.account().await?, self.options.queue_name()))
+        Ok(format!(
+            "arn:{}:sqs:{}:{}:{}",
+            self.partition(),
+            self.options.region,
+            self.account().await?,
+            self.options.queue_name()
+        ))
     }
 
     async fn oidc_provider_arn(&self) -> Result<Option<(String, String)>, SetupError> {
-        let Some(issuer) = self.cluster().await?.oidc_issuer.clone() else { return Ok(None) };
+        let Some(issuer) = self.cluster().await?.oidc_issuer.clone() else {
+            return Ok(None);
+        };
         let host = issuer.trim_start_matches("https://").to_owned();
-        let arn = format!("arn:{}:iam::{}:oidc-provider/{host}", self.partition(), self.account().await?);
+        let arn = format!(
+            "arn:{}:iam::{}:oidc-provider/{host}",
+            self.partition(),
+            self.account().await?
+        );
         Ok(Some((arn, host)))
     }
 
@@ -295,10 +355,20 @@ impl Ctx {
 
     /// The controller's least-privilege policy (upstream's, less pricing and zonal shift).
     async fn controller_policy(&self) -> Result<Value, SetupError> {
-        let (p, r, a, c) = (self.partition(), self.options.region.as_str(), self.account().await?, self.options.cluster_name.as_str());
+        let (p, r, a, c) = (
+            self.partition(),
+            self.options.region.as_str(),
+            self.account().await?,
+            self.options.cluster_name.as_str(),
+        );
         let cluster_tag = format!("aws:RequestTag/kubernetes.io/cluster/{c}");
         let resource_cluster_tag = format!("aws:ResourceTag/kubernetes.io/cluster/{c}");
-        let launched = |kinds: &[&str]| kinds.iter().map(|k| format!("arn:{p}:ec2:{r}:*:{k}/*")).collect::<Vec<_>>();
+        let launched = |kinds: &[&str]| {
+            kinds
+                .iter()
+                .map(|k| format!("arn:{p}:ec2:{r}:*:{k}/*"))
+                .collect::<Vec<_>>()
+        };
         Ok(json!({"Version": "2012-10-17", "Statement": [
             {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
              "Resource": [format!("arn:{p}:ec2:{r}::image/*"), format!("arn:{p}:ec2:{r}::snapshot/*"), format!("arn:{p}:ec2:{r}:*:security-group/*"),
@@ -357,7 +427,11 @@ fn check_cluster(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
         Ok(Status::InPlace(format!(
             "Kubernetes {}, {}, {} subnets, OIDC issuer {}",
             c.version,
-            if c.vpc_id.is_empty() { "VPC not reported" } else { c.vpc_id.as_str() },
+            if c.vpc_id.is_empty() {
+                "VPC not reported"
+            } else {
+                c.vpc_id.as_str()
+            },
             c.subnet_ids.len(),
             c.oidc_issuer.as_deref().unwrap_or("none")
         )))
@@ -368,7 +442,10 @@ fn apply_nothing(_: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async { Ok(()) })
 }
 
-async fn role_exists(ctx: &Ctx, name: &str) -> Result<Option<aws_sdk_iam::types::Role>, SetupError> {
+async fn role_exists(
+    ctx: &Ctx,
+    name: &str,
+) -> Result<Option<aws_sdk_iam::types::Role>, SetupError> {
     match ctx.iam.get_role().role_name(name).send().await {
         Ok(out) => Ok(out.role().cloned()),
         Err(e) if code(&e) == Some("NoSuchEntity") => Ok(None),
@@ -384,17 +461,28 @@ async fn attached_policies(ctx: &Ctx, role: &str) -> Result<Vec<String>, SetupEr
         .send()
         .await
         .map_err(|e| aws_error("iam:ListAttachedRolePolicies", &format!("role {role}"), e))?;
-    Ok(out.attached_policies().iter().filter_map(|p| p.policy_name().map(str::to_owned)).collect())
+    Ok(out
+        .attached_policies()
+        .iter()
+        .filter_map(|p| p.policy_name().map(str::to_owned))
+        .collect())
 }
 
 fn check_node_role(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let name = ctx.options.node_role();
         if role_exists(ctx, &name).await?.is_none() {
-            return Ok(Status::Needed(format!("create role {name} and attach {}", NODE_POLICIES.join(", "))));
+            return Ok(Status::Needed(format!(
+                "create role {name} and attach {}",
+                NODE_POLICIES.join(", ")
+            )));
         }
         let attached = attached_policies(ctx, &name).await?;
-        let missing: Vec<&str> = NODE_POLICIES.iter().copied().filter(|p| !attached.iter().any(|a| a == p)).collect();
+        let missing: Vec<&str> = NODE_POLICIES
+            .iter()
+            .copied()
+            .filter(|p| !attached.iter().any(|a| a == p))
+            .collect();
         Ok(if missing.is_empty() {
             Status::InPlace(format!("role {name} with {} policies", NODE_POLICIES.len()))
         } else {
@@ -412,13 +500,19 @@ fn apply_node_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
                 .create_role()
                 .role_name(&name)
                 .assume_role_policy_document(trust.to_string())
-                .description(format!("Nodes launched by kubectl-karpenter in EKS cluster {}", ctx.options.cluster_name))
+                .description(format!(
+                    "Nodes launched by kubectl-karpenter in EKS cluster {}",
+                    ctx.options.cluster_name
+                ))
                 .send()
                 .await
                 .map_err(|e| aws_error("iam:CreateRole", &format!("role {name}"), e))?;
         }
         let attached = attached_policies(ctx, &name).await?;
-        for policy in NODE_POLICIES.iter().filter(|p| !attached.iter().any(|a| a == *p)) {
+        for policy in NODE_POLICIES
+            .iter()
+            .filter(|p| !attached.iter().any(|a| a == *p))
+        {
             let arn = format!("arn:{}:iam::aws:policy/{policy}", ctx.partition());
             ctx.iam
                 .attach_role_policy()
@@ -426,7 +520,9 @@ fn apply_node_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
                 .policy_arn(&arn)
                 .send()
                 .await
-                .map_err(|e| aws_error("iam:AttachRolePolicy", &format!("{arn} on role {name}"), e))?;
+                .map_err(|e| {
+                    aws_error("iam:AttachRolePolicy", &format!("{arn} on role {name}"), e)
+                })?;
         }
         Ok(())
     })
@@ -435,17 +531,31 @@ fn apply_node_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 fn check_node_instance_profile(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let (profile, role) = (ctx.options.node_instance_profile(), ctx.options.node_role());
-        match ctx.iam.get_instance_profile().instance_profile_name(&profile).send().await {
+        match ctx
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+        {
             Ok(out) => {
-                let has_role = out.instance_profile().is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role));
+                let has_role = out
+                    .instance_profile()
+                    .is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role));
                 Ok(if has_role {
                     Status::InPlace(format!("instance profile {profile} holds {role}"))
                 } else {
                     Status::Needed(format!("add role {role} to instance profile {profile}"))
                 })
             }
-            Err(e) if code(&e) == Some("NoSuchEntity") => Ok(Status::Needed(format!("create instance profile {profile} with role {role}"))),
-            Err(e) => Err(aws_error("iam:GetInstanceProfile", &format!("instance profile {profile}"), e)),
+            Err(e) if code(&e) == Some("NoSuchEntity") => Ok(Status::Needed(format!(
+                "create instance profile {profile} with role {role}"
+            ))),
+            Err(e) => Err(aws_error(
+                "iam:GetInstanceProfile",
+                &format!("instance profile {profile}"),
+                e,
+            )),
         }
     })
 }
@@ -454,13 +564,24 @@ fn apply_node_instance_profile(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError
     Box::pin(async move {
         let (profile, role) = (ctx.options.node_instance_profile(), ctx.options.node_role());
         let resource = format!("instance profile {profile}");
-        let existing = match ctx.iam.get_instance_profile().instance_profile_name(&profile).send().await {
+        let existing = match ctx
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+        {
             Ok(out) => out.instance_profile().cloned(),
             Err(e) if code(&e) == Some("NoSuchEntity") => None,
             Err(e) => return Err(aws_error("iam:GetInstanceProfile", &resource, e)),
         };
         if existing.is_none() {
-            ctx.iam.create_instance_profile().instance_profile_name(&profile).send().await.map_err(|e| aws_error("iam:CreateInstanceProfile", &resource, e))?;
+            ctx.iam
+                .create_instance_profile()
+                .instance_profile_name(&profile)
+                .send()
+                .await
+                .map_err(|e| aws_error("iam:CreateInstanceProfile", &resource, e))?;
         }
         if !existing.is_some_and(|p| p.roles().iter().any(|r| r.role_name() == role)) {
             ctx.iam
@@ -490,16 +611,29 @@ fn check_spot_role(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
             .map_err(|e| aws_error("iam:ListRoles", SPOT_ROLE, e))?;
         Ok(match out.roles().first() {
             Some(role) => Status::InPlace(format!("{} exists", role.role_name())),
-            None => Status::Needed(format!("create the service-linked role {SPOT_ROLE} (spot.amazonaws.com)")),
+            None => Status::Needed(format!(
+                "create the service-linked role {SPOT_ROLE} (spot.amazonaws.com)"
+            )),
         })
     })
 }
 
 fn apply_spot_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
-        match ctx.iam.create_service_linked_role().aws_service_name("spot.amazonaws.com").send().await {
+        match ctx
+            .iam
+            .create_service_linked_role()
+            .aws_service_name("spot.amazonaws.com")
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(e) if code(&e) == Some("InvalidInput") && e.message().is_some_and(|m| m.contains("taken")) => Ok(()),
+            Err(e)
+                if code(&e) == Some("InvalidInput")
+                    && e.message().is_some_and(|m| m.contains("taken")) =>
+            {
+                Ok(())
+            }
             Err(e) if code(&e) == Some("EntityAlreadyExists") => Ok(()),
             Err(e) => Err(aws_error("iam:CreateServiceLinkedRole", SPOT_ROLE, e)),
         }
@@ -507,9 +641,20 @@ fn apply_spot_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 }
 
 async fn oidc_provider_exists(ctx: &Ctx) -> Result<Option<bool>, SetupError> {
-    let Some((arn, _)) = ctx.oidc_provider_arn().await? else { return Ok(None) };
-    let out = ctx.iam.list_open_id_connect_providers().send().await.map_err(|e| aws_error("iam:ListOpenIDConnectProviders", "the account", e))?;
-    Ok(Some(out.open_id_connect_provider_list().iter().any(|p| p.arn() == Some(arn.as_str()))))
+    let Some((arn, _)) = ctx.oidc_provider_arn().await? else {
+        return Ok(None);
+    };
+    let out = ctx
+        .iam
+        .list_open_id_connect_providers()
+        .send()
+        .await
+        .map_err(|e| aws_error("iam:ListOpenIDConnectProviders", "the account", e))?;
+    Ok(Some(
+        out.open_id_connect_provider_list()
+            .iter()
+            .any(|p| p.arn() == Some(arn.as_str())),
+    ))
 }
 
 fn check_oidc_provider(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
@@ -519,8 +664,13 @@ fn check_oidc_provider(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
                 resource: format!("the OIDC issuer of cluster {}", ctx.options.cluster_name),
                 hint: "IRSA needs one; use --auth pod-identity".to_owned(),
             }),
-            Some(true) => Ok(Status::InPlace("the cluster's OIDC provider is registered in IAM".to_owned())),
-            Some(false) => Ok(Status::Needed(format!("register {} as an IAM OIDC provider", ctx.cluster().await?.oidc_issuer.clone().unwrap_or_default()))),
+            Some(true) => Ok(Status::InPlace(
+                "the cluster's OIDC provider is registered in IAM".to_owned(),
+            )),
+            Some(false) => Ok(Status::Needed(format!(
+                "register {} as an IAM OIDC provider",
+                ctx.cluster().await?.oidc_issuer.clone().unwrap_or_default()
+            ))),
         }
     })
 }
@@ -528,7 +678,14 @@ fn check_oidc_provider(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
 fn apply_oidc_provider(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
         let issuer = ctx.cluster().await?.oidc_issuer.clone().unwrap_or_default();
-        match ctx.iam.create_open_id_connect_provider().url(&issuer).client_id_list("sts.amazonaws.com").send().await {
+        match ctx
+            .iam
+            .create_open_id_connect_provider()
+            .url(&issuer)
+            .client_id_list("sts.amazonaws.com")
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if code(&e) == Some("EntityAlreadyExists") => Ok(()),
             Err(e) => Err(aws_error("iam:CreateOpenIDConnectProvider", &issuer, e)),
@@ -540,7 +697,10 @@ fn check_controller_role(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>>
     Box::pin(async move {
         let name = ctx.options.controller_role();
         let Some(role) = role_exists(ctx, &name).await? else {
-            return Ok(Status::Needed(format!("create role {name} trusted by {:?}", ctx.options.auth)));
+            return Ok(Status::Needed(format!(
+                "create role {name} trusted by {:?}",
+                ctx.options.auth
+            )));
         };
         let want = ctx.trust_policy().await?;
         let have = role.assume_role_policy_document().and_then(decode_policy);
@@ -561,7 +721,10 @@ fn apply_controller_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
                 .create_role()
                 .role_name(&name)
                 .assume_role_policy_document(trust)
-                .description(format!("The kubectl-karpenter agent of EKS cluster {}", ctx.options.cluster_name))
+                .description(format!(
+                    "The kubectl-karpenter agent of EKS cluster {}",
+                    ctx.options.cluster_name
+                ))
                 .send()
                 .await
                 .map_err(|e| aws_error("iam:CreateRole", &format!("role {name}"), e))?;
@@ -582,7 +745,14 @@ fn check_controller_policy(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError
     Box::pin(async move {
         let role = ctx.options.controller_role();
         let want = ctx.controller_policy().await?;
-        let have = match ctx.iam.get_role_policy().role_name(&role).policy_name(CONTROLLER_POLICY_NAME).send().await {
+        let have = match ctx
+            .iam
+            .get_role_policy()
+            .role_name(&role)
+            .policy_name(CONTROLLER_POLICY_NAME)
+            .send()
+            .await
+        {
             Ok(out) => decode_policy(out.policy_document()),
             Err(e) if code(&e) == Some("NoSuchEntity") => None,
             Err(e) => return Err(aws_error("iam:GetRolePolicy", &format!("role {role}"), e)),
@@ -624,11 +794,25 @@ fn check_pod_identity(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
             .service_account(&o.service_account)
             .send()
             .await
-            .map_err(|e| aws_error("eks:ListPodIdentityAssociations", &format!("cluster {}", o.cluster_name), e))?;
+            .map_err(|e| {
+                aws_error(
+                    "eks:ListPodIdentityAssociations",
+                    &format!("cluster {}", o.cluster_name),
+                    e,
+                )
+            })?;
         Ok(if out.associations().is_empty() {
-            Status::Needed(format!("associate {}/{} with role {}", o.namespace, o.service_account, o.controller_role()))
+            Status::Needed(format!(
+                "associate {}/{} with role {}",
+                o.namespace,
+                o.service_account,
+                o.controller_role()
+            ))
         } else {
-            Status::InPlace(format!("{}/{} is associated", o.namespace, o.service_account))
+            Status::InPlace(format!(
+                "{}/{} is associated",
+                o.namespace, o.service_account
+            ))
         })
     })
 }
@@ -645,7 +829,13 @@ fn apply_pod_identity(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
             .role_arn(role_arn)
             .send()
             .await
-            .map_err(|e| aws_error("eks:CreatePodIdentityAssociation", &format!("cluster {}", o.cluster_name), e))?;
+            .map_err(|e| {
+                aws_error(
+                    "eks:CreatePodIdentityAssociation",
+                    &format!("cluster {}", o.cluster_name),
+                    e,
+                )
+            })?;
         Ok(())
     })
 }
@@ -655,7 +845,10 @@ async fn untagged(ctx: &Ctx) -> Result<Vec<String>, SetupError> {
     let cluster = ctx.cluster().await?;
     let mut missing = Vec::new();
     let has_tag = |tags: &[aws_sdk_ec2::types::Tag]| {
-        tags.iter().any(|t| t.key() == Some(labels::DISCOVERY_TAG) && t.value() == Some(ctx.options.cluster_name.as_str()))
+        tags.iter().any(|t| {
+            t.key() == Some(labels::DISCOVERY_TAG)
+                && t.value() == Some(ctx.options.cluster_name.as_str())
+        })
     };
     if !cluster.subnet_ids.is_empty() {
         let out = ctx
@@ -678,7 +871,13 @@ async fn untagged(ctx: &Ctx) -> Result<Vec<String>, SetupError> {
             .set_group_ids(Some(cluster.security_group_ids.clone()))
             .send()
             .await
-            .map_err(|e| aws_error("ec2:DescribeSecurityGroups", "the cluster's security groups", e))?;
+            .map_err(|e| {
+                aws_error(
+                    "ec2:DescribeSecurityGroups",
+                    "the cluster's security groups",
+                    e,
+                )
+            })?;
         for g in out.security_groups() {
             if !has_tag(g.tags()) {
                 missing.extend(g.group_id().map(str::to_owned));
@@ -693,7 +892,9 @@ fn check_discovery_tags(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> 
         let missing = untagged(ctx).await?;
         let tag = format!("{}={}", labels::DISCOVERY_TAG, ctx.options.cluster_name);
         Ok(if missing.is_empty() {
-            Status::InPlace(format!("the cluster's subnets and security groups carry {tag}"))
+            Status::InPlace(format!(
+                "the cluster's subnets and security groups carry {tag}"
+            ))
         } else {
             Status::Needed(format!("tag {} with {tag}", missing.join(", ")))
         })
@@ -709,7 +910,12 @@ fn apply_discovery_tags(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
         ctx.ec2
             .create_tags()
             .set_resources(Some(missing.clone()))
-            .tags(aws_sdk_ec2::types::Tag::builder().key(labels::DISCOVERY_TAG).value(&ctx.options.cluster_name).build())
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(labels::DISCOVERY_TAG)
+                    .value(&ctx.options.cluster_name)
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| aws_error("ec2:CreateTags", &missing.join(", "), e))?;
@@ -721,17 +927,25 @@ async fn queue_url(ctx: &Ctx) -> Result<Option<String>, SetupError> {
     let name = ctx.options.queue_name();
     match ctx.sqs.get_queue_url().queue_name(&name).send().await {
         Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(e) if code(&e).is_some_and(|c| c.contains("NonExistentQueue") || c.contains("QueueDoesNotExist")) => Ok(None),
+        Err(e)
+            if code(&e).is_some_and(|c| {
+                c.contains("NonExistentQueue") || c.contains("QueueDoesNotExist")
+            }) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(aws_error("sqs:GetQueueUrl", &format!("queue {name}"), e)),
     }
 }
 
 async fn queue_policy(ctx: &Ctx) -> Result<Value, SetupError> {
     let arn = ctx.queue_arn().await?;
-    Ok(json!({"Version": "2012-10-17", "Id": "EC2InterruptionPolicy", "Statement": [
-        {"Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]}, "Action": "sqs:SendMessage", "Resource": arn},
-        {"Sid": "DenyHTTP", "Effect": "Deny", "Action": "sqs:*", "Resource": arn, "Condition": {"Bool": {"aws:SecureTransport": false}}, "Principal": "*"},
-    ]}))
+    Ok(
+        json!({"Version": "2012-10-17", "Id": "EC2InterruptionPolicy", "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]}, "Action": "sqs:SendMessage", "Resource": arn},
+            {"Sid": "DenyHTTP", "Effect": "Deny", "Action": "sqs:*", "Resource": arn, "Condition": {"Bool": {"aws:SecureTransport": false}}, "Principal": "*"},
+        ]}),
+    )
 }
 
 fn check_queue(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
@@ -749,13 +963,19 @@ fn check_queue(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
             .await
             .map_err(|e| aws_error("sqs:GetQueueAttributes", &format!("queue {name}"), e))?;
         let attributes = out.attributes().cloned().unwrap_or_default();
-        let retention = attributes.get(&aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod).map(String::as_str);
-        let policy = attributes.get(&aws_sdk_sqs::types::QueueAttributeName::Policy).and_then(|p| serde_json::from_str::<Value>(p).ok());
-        Ok(if retention == Some("300") && policy == Some(queue_policy(ctx).await?) {
-            Status::InPlace(format!("queue {name}"))
-        } else {
-            Status::Needed(format!("set retention and policy of queue {name}"))
-        })
+        let retention = attributes
+            .get(&aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod)
+            .map(String::as_str);
+        let policy = attributes
+            .get(&aws_sdk_sqs::types::QueueAttributeName::Policy)
+            .and_then(|p| serde_json::from_str::<Value>(p).ok());
+        Ok(
+            if retention == Some("300") && policy == Some(queue_policy(ctx).await?) {
+                Status::InPlace(format!("queue {name}"))
+            } else {
+                Status::Needed(format!("set retention and policy of queue {name}"))
+            },
+        )
     })
 }
 
@@ -822,7 +1042,11 @@ async fn rules_missing(ctx: &Ctx) -> Result<Vec<String>, SetupError> {
             Err(e) if code(&e) == Some("ResourceNotFoundException") => None,
             Err(e) => return Err(aws_error("events:DescribeRule", &format!("rule {name}"), e)),
         };
-        let pattern_ok = rule.as_ref().and_then(|r| r.event_pattern()).and_then(|p| serde_json::from_str::<Value>(p).ok()) == Some(pattern);
+        let pattern_ok = rule
+            .as_ref()
+            .and_then(|r| r.event_pattern())
+            .and_then(|p| serde_json::from_str::<Value>(p).ok())
+            == Some(pattern);
         let target_ok = if pattern_ok {
             let targets = ctx
                 .events
@@ -857,18 +1081,30 @@ fn apply_rules(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
         let queue_arn = ctx.queue_arn().await?;
         let missing = rules_missing(ctx).await?;
-        for (name, pattern) in rules(&ctx.options.cluster_name).into_iter().filter(|(n, _)| missing.contains(n)) {
+        for (name, pattern) in rules(&ctx.options.cluster_name)
+            .into_iter()
+            .filter(|(n, _)| missing.contains(n))
+        {
             ctx.events
                 .put_rule()
                 .name(&name)
                 .event_pattern(pattern.to_string())
-                .description(format!("kubectl-karpenter interruption events for cluster {}", ctx.options.cluster_name))
+                .description(format!(
+                    "kubectl-karpenter interruption events for cluster {}",
+                    ctx.options.cluster_name
+                ))
                 .send()
                 .await
                 .map_err(|e| aws_error("events:PutRule", &format!("rule {name}"), e))?;
-            let target = aws_sdk_eventbridge::types::Target::builder().id("KarpenterInterruptionQueueTarget").arn(&queue_arn).build().map_err(|e| {
-                SetupError::Cloud { action: format!("building the target of rule {name}"), detail: e.to_string(), source: Box::new(e) }
-            })?;
+            let target = aws_sdk_eventbridge::types::Target::builder()
+                .id("KarpenterInterruptionQueueTarget")
+                .arn(&queue_arn)
+                .build()
+                .map_err(|e| SetupError::Cloud {
+                    action: format!("building the target of rule {name}"),
+                    detail: e.to_string(),
+                    source: Box::new(e),
+                })?;
             ctx.events
                 .put_targets()
                 .rule(&name)
@@ -906,13 +1142,21 @@ pub fn map_node_role(map_roles: &str, role_arn: &str) -> Result<Option<String>, 
     let mut entries: Vec<Value> = if map_roles.trim().is_empty() {
         Vec::new()
     } else {
-        serde_saphyr::from_str::<Option<Vec<Value>>>(map_roles).map_err(|e| MapRolesError(e.to_string()))?.unwrap_or_default()
+        serde_saphyr::from_str::<Option<Vec<Value>>>(map_roles)
+            .map_err(|e| MapRolesError(e.to_string()))?
+            .unwrap_or_default()
     };
     let has_groups = |entry: &Value| {
-        let groups: Vec<&str> = entry["groups"].as_array().map(|g| g.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let groups: Vec<&str> = entry["groups"]
+            .as_array()
+            .map(|g| g.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
         NODE_GROUPS.iter().all(|g| groups.contains(g))
     };
-    match entries.iter_mut().find(|e| e["rolearn"].as_str() == Some(role_arn)) {
+    match entries
+        .iter_mut()
+        .find(|e| e["rolearn"].as_str() == Some(role_arn))
+    {
         Some(entry) if has_groups(entry) => Ok(None),
         Some(entry) => {
             let mut groups: Vec<Value> = entry["groups"].as_array().cloned().unwrap_or_default();
@@ -922,12 +1166,20 @@ pub fn map_node_role(map_roles: &str, role_arn: &str) -> Result<Option<String>, 
                 }
             }
             entry["groups"] = Value::Array(groups);
-            serde_saphyr::to_string(&entries).map(Some).map_err(|e| MapRolesError(e.to_string()))
+            serde_saphyr::to_string(&entries)
+                .map(Some)
+                .map_err(|e| MapRolesError(e.to_string()))
         }
         None => {
-            let addition = format!("- rolearn: {role_arn}\n  username: {NODE_USERNAME}\n  groups:\n  - {}\n  - {}\n", NODE_GROUPS[0], NODE_GROUPS[1]);
+            let addition = format!(
+                "- rolearn: {role_arn}\n  username: {NODE_USERNAME}\n  groups:\n  - {}\n  - {}\n",
+                NODE_GROUPS[0], NODE_GROUPS[1]
+            );
             // The first line that is not blank or a comment says whether the list is block style.
-            let first = map_roles.lines().map(str::trim_start).find(|l| !l.is_empty() && !l.starts_with('#'));
+            let first = map_roles
+                .lines()
+                .map(str::trim_start)
+                .find(|l| !l.is_empty() && !l.starts_with('#'));
             if first.is_none_or(|l| l.starts_with("- ")) {
                 let mut text = map_roles.to_owned();
                 if !text.ends_with('\n') {
@@ -936,8 +1188,12 @@ pub fn map_node_role(map_roles: &str, role_arn: &str) -> Result<Option<String>, 
                 text.push_str(&addition);
                 Ok(Some(text))
             } else {
-                entries.push(json!({"rolearn": role_arn, "username": NODE_USERNAME, "groups": NODE_GROUPS}));
-                serde_saphyr::to_string(&entries).map(Some).map_err(|e| MapRolesError(e.to_string()))
+                entries.push(
+                    json!({"rolearn": role_arn, "username": NODE_USERNAME, "groups": NODE_GROUPS}),
+                );
+                serde_saphyr::to_string(&entries)
+                    .map(Some)
+                    .map_err(|e| MapRolesError(e.to_string()))
             }
         }
     }
@@ -955,7 +1211,9 @@ const AWS_AUTH_ATTEMPTS: usize = 5;
 
 impl NodeAccessStep {
     async fn mode(&self) -> Result<NodeAccess, SetupError> {
-        Ok(NodeAccess::for_mode(self.ctx.cluster().await?.authentication_mode.as_deref()))
+        Ok(NodeAccess::for_mode(
+            self.ctx.cluster().await?.authentication_mode.as_deref(),
+        ))
     }
 
     fn config_maps(&self) -> Result<kube::Api<k8s_openapi::api::core::v1::ConfigMap>, SetupError> {
@@ -963,20 +1221,38 @@ impl NodeAccessStep {
             Some(client) => Ok(kube::Api::namespaced(client.clone(), AWS_AUTH_NAMESPACE)),
             None => Err(SetupError::Missing {
                 resource: "a Kubernetes client".to_owned(),
-                hint: format!("the cluster reads only ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}, which init edits through the Kubernetes API"),
+                hint: format!(
+                    "the cluster reads only ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}, which init edits through the Kubernetes API"
+                ),
             }),
         }
     }
 
     /// The ConfigMap (if any) and `mapRoles` as it should be (`None`: already right).
-    async fn aws_auth(&self) -> Result<(Option<k8s_openapi::api::core::v1::ConfigMap>, Option<String>), SetupError> {
+    async fn aws_auth(
+        &self,
+    ) -> Result<
+        (
+            Option<k8s_openapi::api::core::v1::ConfigMap>,
+            Option<String>,
+        ),
+        SetupError,
+    > {
         let role_arn = self.ctx.role_arn(&self.ctx.options.node_role()).await?;
         let existing = self
             .config_maps()?
             .get_opt(AWS_AUTH_NAME)
             .await
-            .map_err(|source| SetupError::Kube { action: format!("reading ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}"), source })?;
-        let map_roles = existing.as_ref().and_then(|c| c.data.as_ref()).and_then(|d| d.get("mapRoles")).cloned().unwrap_or_default();
+            .map_err(|source| SetupError::Kube {
+                action: format!("reading ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}"),
+                source,
+            })?;
+        let map_roles = existing
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("mapRoles"))
+            .cloned()
+            .unwrap_or_default();
         let wanted = map_node_role(&map_roles, &role_arn).map_err(|e| SetupError::Missing {
             resource: format!("a readable ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}"),
             hint: format!("{e}; fix it by hand, then re-run"),
@@ -987,10 +1263,27 @@ impl NodeAccessStep {
     async fn access_entry(&self) -> Result<Option<String>, SetupError> {
         let o = &self.ctx.options;
         let role_arn = self.ctx.role_arn(&o.node_role()).await?;
-        match self.ctx.eks.describe_access_entry().cluster_name(&o.cluster_name).principal_arn(&role_arn).send().await {
-            Ok(out) => Ok(Some(out.access_entry().and_then(|e| e.r#type()).unwrap_or("STANDARD").to_owned())),
+        match self
+            .ctx
+            .eks
+            .describe_access_entry()
+            .cluster_name(&o.cluster_name)
+            .principal_arn(&role_arn)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(
+                out.access_entry()
+                    .and_then(|e| e.r#type())
+                    .unwrap_or("STANDARD")
+                    .to_owned(),
+            )),
             Err(e) if code(&e) == Some("ResourceNotFoundException") => Ok(None),
-            Err(e) => Err(aws_error("eks:DescribeAccessEntry", &format!("cluster {}", o.cluster_name), e)),
+            Err(e) => Err(aws_error(
+                "eks:DescribeAccessEntry",
+                &format!("cluster {}", o.cluster_name),
+                e,
+            )),
         }
     }
 }
@@ -1012,7 +1305,9 @@ impl Step for NodeAccessStep {
             let role = self.ctx.options.node_role();
             match self.mode().await? {
                 NodeAccess::AccessEntry => match self.access_entry().await? {
-                    Some(kind) if kind == "EC2_LINUX" => Ok(Status::InPlace(format!("EC2_LINUX access entry for {role}"))),
+                    Some(kind) if kind == "EC2_LINUX" => Ok(Status::InPlace(format!(
+                        "EC2_LINUX access entry for {role}"
+                    ))),
                     Some(kind) => Err(SetupError::Missing {
                         resource: format!("an EC2_LINUX access entry for role {role}"),
                         hint: format!(
@@ -1020,12 +1315,21 @@ impl Step for NodeAccessStep {
                             self.ctx.options.cluster_name
                         ),
                     }),
-                    None => Ok(Status::Needed(format!("create an EC2_LINUX access entry for {role}"))),
+                    None => Ok(Status::Needed(format!(
+                        "create an EC2_LINUX access entry for {role}"
+                    ))),
                 },
                 NodeAccess::AwsAuthConfigMap => Ok(match self.aws_auth().await? {
-                    (_, None) => Status::InPlace(format!("{AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME} maps {role} to {}", NODE_GROUPS.join(", "))),
-                    (None, Some(_)) => Status::Needed(format!("create ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME} mapping {role} as a node")),
-                    (Some(_), Some(_)) => Status::Needed(format!("map {role} as a node in {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}, keeping its other entries")),
+                    (_, None) => Status::InPlace(format!(
+                        "{AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME} maps {role} to {}",
+                        NODE_GROUPS.join(", ")
+                    )),
+                    (None, Some(_)) => Status::Needed(format!(
+                        "create ConfigMap {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME} mapping {role} as a node"
+                    )),
+                    (Some(_), Some(_)) => Status::Needed(format!(
+                        "map {role} as a node in {AWS_AUTH_NAMESPACE}/{AWS_AUTH_NAME}, keeping its other entries"
+                    )),
                 }),
             }
         })
@@ -1047,7 +1351,13 @@ impl Step for NodeAccessStep {
                     .r#type("EC2_LINUX")
                     .send()
                     .await
-                    .map_err(|e| aws_error("eks:CreateAccessEntry", &format!("cluster {}", o.cluster_name), e))?;
+                    .map_err(|e| {
+                        aws_error(
+                            "eks:CreateAccessEntry",
+                            &format!("cluster {}", o.cluster_name),
+                            e,
+                        )
+                    })?;
                 return Ok(());
             }
             let api = self.config_maps()?;
@@ -1055,27 +1365,54 @@ impl Step for NodeAccessStep {
             // Read-modify-write with the resourceVersion: a concurrent edit (eksctl, another
             // node group) makes the write conflict, and the entry is added to the new version.
             for attempt in 1..=AWS_AUTH_ATTEMPTS {
-                let (existing, Some(map_roles)) = self.aws_auth().await? else { return Ok(()) };
+                let (existing, Some(map_roles)) = self.aws_auth().await? else {
+                    return Ok(());
+                };
                 let result = match existing {
                     Some(mut config_map) => {
-                        config_map.data.get_or_insert_with(Default::default).insert("mapRoles".to_owned(), map_roles);
-                        api.replace(AWS_AUTH_NAME, &kube::api::PostParams::default(), &config_map).await.map(drop)
+                        config_map
+                            .data
+                            .get_or_insert_with(Default::default)
+                            .insert("mapRoles".to_owned(), map_roles);
+                        api.replace(
+                            AWS_AUTH_NAME,
+                            &kube::api::PostParams::default(),
+                            &config_map,
+                        )
+                        .await
+                        .map(drop)
                     }
                     None => {
                         let config_map = k8s_openapi::api::core::v1::ConfigMap {
-                            metadata: kube::api::ObjectMeta { name: Some(AWS_AUTH_NAME.to_owned()), namespace: Some(AWS_AUTH_NAMESPACE.to_owned()), ..Default::default() },
+                            metadata: kube::api::ObjectMeta {
+                                name: Some(AWS_AUTH_NAME.to_owned()),
+                                namespace: Some(AWS_AUTH_NAMESPACE.to_owned()),
+                                ..Default::default()
+                            },
                             data: Some([("mapRoles".to_owned(), map_roles)].into()),
                             ..Default::default()
                         };
-                        api.create(&kube::api::PostParams::default(), &config_map).await.map(drop)
+                        api.create(&kube::api::PostParams::default(), &config_map)
+                            .await
+                            .map(drop)
                     }
                 };
                 match result {
                     Ok(()) => return Ok(()),
-                    Err(kube::Error::Api(status)) if (status.code == 409) && attempt < AWS_AUTH_ATTEMPTS => {
-                        tracing::warn!(attempt, "aws-auth changed while it was edited; reading it again");
+                    Err(kube::Error::Api(status))
+                        if (status.code == 409) && attempt < AWS_AUTH_ATTEMPTS =>
+                    {
+                        tracing::warn!(
+                            attempt,
+                            "aws-auth changed while it was edited; reading it again"
+                        );
                     }
-                    Err(source) => return Err(SetupError::Kube { action: format!("writing {id}"), source }),
+                    Err(source) => {
+                        return Err(SetupError::Kube {
+                            action: format!("writing {id}"),
+                            source,
+                        });
+                    }
                 }
             }
             Ok(())
@@ -1086,7 +1423,10 @@ impl Step for NodeAccessStep {
 /// The agent's objects for AWS: its Deployment runs `karpenter-agent run --provider aws`.
 pub fn agent_manifests(options: &AwsOptions, controller_role_arn: &str) -> Vec<Manifest> {
     let annotations = match options.auth {
-        Auth::Irsa => vec![("eks.amazonaws.com/role-arn".to_owned(), controller_role_arn.to_owned())],
+        Auth::Irsa => vec![(
+            "eks.amazonaws.com/role-arn".to_owned(),
+            controller_role_arn.to_owned(),
+        )],
         Auth::PodIdentity => Vec::new(),
     };
     let mut objects = manifests::crds();
@@ -1150,7 +1490,8 @@ impl Plan {
     /// The `init aws` plan, with clients from the default credential chain (and
     /// `options.endpoint_url`).
     pub async fn for_aws(options: AwsOptions) -> Plan {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).region(aws_config::Region::new(options.region.clone()));
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(options.region.clone()));
         if let Some(url) = &options.endpoint_url {
             loader = loader.endpoint_url(url);
         }
@@ -1173,42 +1514,125 @@ impl Plan {
         });
         let o = &options;
         let mut steps = vec![
-            step(&ctx, "eks-cluster", format!("read EKS cluster {} in {}", o.cluster_name, o.region), check_cluster, apply_nothing),
-            step(&ctx, "node-role", format!("IAM role {} with {}", o.node_role(), NODE_POLICIES.join(", ")), check_node_role, apply_node_role),
-            step(&ctx, "node-instance-profile", format!("instance profile {} holding the node role", o.node_instance_profile()), check_node_instance_profile, apply_node_instance_profile),
-            step(&ctx, "spot-service-linked-role", format!("service-linked role {SPOT_ROLE} so spot instances can launch"), check_spot_role, apply_spot_role),
+            step(
+                &ctx,
+                "eks-cluster",
+                format!("read EKS cluster {} in {}", o.cluster_name, o.region),
+                check_cluster,
+                apply_nothing,
+            ),
+            step(
+                &ctx,
+                "node-role",
+                format!(
+                    "IAM role {} with {}",
+                    o.node_role(),
+                    NODE_POLICIES.join(", ")
+                ),
+                check_node_role,
+                apply_node_role,
+            ),
+            step(
+                &ctx,
+                "node-instance-profile",
+                format!(
+                    "instance profile {} holding the node role",
+                    o.node_instance_profile()
+                ),
+                check_node_instance_profile,
+                apply_node_instance_profile,
+            ),
+            step(
+                &ctx,
+                "spot-service-linked-role",
+                format!("service-linked role {SPOT_ROLE} so spot instances can launch"),
+                check_spot_role,
+                apply_spot_role,
+            ),
         ];
         if o.auth == Auth::Irsa {
-            steps.push(step(&ctx, "oidc-provider", "the cluster's OIDC issuer registered as an IAM OIDC provider (IRSA)".to_owned(), check_oidc_provider, apply_oidc_provider));
+            steps.push(step(
+                &ctx,
+                "oidc-provider",
+                "the cluster's OIDC issuer registered as an IAM OIDC provider (IRSA)".to_owned(),
+                check_oidc_provider,
+                apply_oidc_provider,
+            ));
         }
         let trusted_by = match o.auth {
-            Auth::Irsa => format!("trusted by service account {}/{} through IRSA", o.namespace, o.service_account),
+            Auth::Irsa => format!(
+                "trusted by service account {}/{} through IRSA",
+                o.namespace, o.service_account
+            ),
             Auth::PodIdentity => "trusted by EKS Pod Identity".to_owned(),
         };
-        steps.push(step(&ctx, "controller-role", format!("IAM role {} {trusted_by}", o.controller_role()), check_controller_role, apply_controller_role));
+        steps.push(step(
+            &ctx,
+            "controller-role",
+            format!("IAM role {} {trusted_by}", o.controller_role()),
+            check_controller_role,
+            apply_controller_role,
+        ));
         steps.push(step(&ctx, "controller-policy", format!("least-privilege inline policy {CONTROLLER_POLICY_NAME}, scoped by the cluster's tags"), check_controller_policy, apply_controller_policy));
         if o.auth == Auth::PodIdentity {
-            steps.push(step(&ctx, "pod-identity-association", format!("EKS Pod Identity association {}/{} → {}", o.namespace, o.service_account, o.controller_role()), check_pod_identity, apply_pod_identity));
+            steps.push(step(
+                &ctx,
+                "pod-identity-association",
+                format!(
+                    "EKS Pod Identity association {}/{} → {}",
+                    o.namespace,
+                    o.service_account,
+                    o.controller_role()
+                ),
+                check_pod_identity,
+                apply_pod_identity,
+            ));
         }
-        steps.push(step(&ctx, "discovery-tags", format!("tag the cluster's subnets and security groups {}={}", labels::DISCOVERY_TAG, o.cluster_name), check_discovery_tags, apply_discovery_tags));
-        steps.push(step(&ctx, "interruption-queue", format!("SQS queue {} for interruption events", o.queue_name()), check_queue, apply_queue));
+        steps.push(step(
+            &ctx,
+            "discovery-tags",
+            format!(
+                "tag the cluster's subnets and security groups {}={}",
+                labels::DISCOVERY_TAG,
+                o.cluster_name
+            ),
+            check_discovery_tags,
+            apply_discovery_tags,
+        ));
+        steps.push(step(
+            &ctx,
+            "interruption-queue",
+            format!("SQS queue {} for interruption events", o.queue_name()),
+            check_queue,
+            apply_queue,
+        ));
         steps.push(step(&ctx, "interruption-rules", "EventBridge rules for health, spot interruption, rebalance, state change and capacity reservation events".to_owned(), check_rules, apply_rules));
         // The aws-auth ConfigMap needs the Kubernetes API; without a client the step is planned
         // only for a cluster known to read access entries.
         let access_entries = matches!(ctx.cluster().await, Ok(c) if NodeAccess::for_mode(c.authentication_mode.as_deref()) == NodeAccess::AccessEntry);
         if o.kube.is_some() || access_entries {
-            steps.push(Box::new(NodeAccessStep { ctx: ctx.clone(), kube: o.kube.clone() }));
+            steps.push(Box::new(NodeAccessStep {
+                ctx: ctx.clone(),
+                kube: o.kube.clone(),
+            }));
         }
 
         // The role ARN is deterministic, but needs the account id; a failure here shows up
         // again, with its cause, in the steps that need the account.
         let role_arn = ctx.role_arn(&o.controller_role()).await.unwrap_or_default();
         let agent = agent_manifests(o, &role_arn);
-        let pool = if o.scaffold_node_pool { node_pool_manifests(o) } else { Vec::new() };
+        let pool = if o.scaffold_node_pool {
+            node_pool_manifests(o)
+        } else {
+            Vec::new()
+        };
         if let Some(client) = &o.kube {
             steps.push(Box::new(ApplyManifests {
                 name: "kubernetes-agent".to_owned(),
-                description: format!("CRDs, namespace {}, service account, RBAC and the agent's Deployment", o.namespace),
+                description: format!(
+                    "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
+                    o.namespace
+                ),
                 client: client.clone(),
                 manifests: agent.clone(),
             }));
@@ -1238,10 +1662,17 @@ mod tests {
     }
 
     #[test]
-    fn nodes_join_through_access_entries_when_the_cluster_reads_them_and_through_aws_auth_otherwise() {
+    fn nodes_join_through_access_entries_when_the_cluster_reads_them_and_through_aws_auth_otherwise()
+     {
         assert_eq!(NodeAccess::for_mode(Some("API")), NodeAccess::AccessEntry);
-        assert_eq!(NodeAccess::for_mode(Some("API_AND_CONFIG_MAP")), NodeAccess::AccessEntry);
-        assert_eq!(NodeAccess::for_mode(Some("CONFIG_MAP")), NodeAccess::AwsAuthConfigMap);
+        assert_eq!(
+            NodeAccess::for_mode(Some("API_AND_CONFIG_MAP")),
+            NodeAccess::AccessEntry
+        );
+        assert_eq!(
+            NodeAccess::for_mode(Some("CONFIG_MAP")),
+            NodeAccess::AwsAuthConfigMap
+        );
         assert_eq!(NodeAccess::for_mode(None), NodeAccess::AwsAuthConfigMap);
     }
 
@@ -1258,13 +1689,23 @@ mod tests {
         assert!(updated.starts_with(existing), "{updated}");
         let entries = parse(&updated);
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[1], json!({"rolearn": NODE_ARN, "username": NODE_USERNAME, "groups": NODE_GROUPS}));
-        assert_eq!(map_node_role(&updated, NODE_ARN).unwrap(), None, "a second run changes nothing");
+        assert_eq!(
+            entries[1],
+            json!({"rolearn": NODE_ARN, "username": NODE_USERNAME, "groups": NODE_GROUPS})
+        );
+        assert_eq!(
+            map_node_role(&updated, NODE_ARN).unwrap(),
+            None,
+            "a second run changes nothing"
+        );
     }
 
     #[test]
     fn an_empty_or_flow_style_map_roles_gets_the_node_role_too() {
-        assert_eq!(parse(&map_node_role("", NODE_ARN).unwrap().unwrap()).len(), 1);
+        assert_eq!(
+            parse(&map_node_role("", NODE_ARN).unwrap().unwrap()).len(),
+            1
+        );
         let flow = r#"[{"rolearn": "arn:aws:iam::1:role/a", "username": "a", "groups": ["g"]}]"#;
         let entries = parse(&map_node_role(flow, NODE_ARN).unwrap().unwrap());
         assert_eq!(entries.len(), 2);
@@ -1272,11 +1713,15 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_for_the_node_role_without_the_node_groups_gets_them_and_a_broken_map_roles_is_named() {
+    fn an_entry_for_the_node_role_without_the_node_groups_gets_them_and_a_broken_map_roles_is_named()
+     {
         let partial = format!("- rolearn: {NODE_ARN}\n  username: x\n  groups: [custom]\n");
         let entries = parse(&map_node_role(&partial, NODE_ARN).unwrap().unwrap());
         assert_eq!(entries.len(), 1);
-        assert_eq!(entries[0]["groups"], json!(["custom", "system:bootstrappers", "system:nodes"]));
+        assert_eq!(
+            entries[0]["groups"],
+            json!(["custom", "system:bootstrappers", "system:nodes"])
+        );
         assert!(map_node_role("rolearn: [unclosed", NODE_ARN).is_err());
     }
 

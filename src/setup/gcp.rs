@@ -31,8 +31,8 @@ use google_cloud_iam_admin_v1::client::Iam;
 use google_cloud_iam_v1::model::{Binding, GetPolicyOptions, Policy};
 use google_cloud_lro::Poller as _;
 use google_cloud_resourcemanager_v3::client::Projects;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -69,7 +69,11 @@ pub struct GcpOptions {
 
 impl GcpOptions {
     /// Workload Identity, namespace and service account `karpenter`, the released agent image.
-    pub fn new(project: impl Into<String>, cluster_name: impl Into<String>, location: impl Into<String>) -> Self {
+    pub fn new(
+        project: impl Into<String>,
+        cluster_name: impl Into<String>,
+        location: impl Into<String>,
+    ) -> Self {
         Self {
             project: project.into(),
             cluster_name: cluster_name.into(),
@@ -77,7 +81,10 @@ impl GcpOptions {
             auth: GcpAuth::WorkloadIdentity,
             namespace: "karpenter".to_owned(),
             service_account: "karpenter".to_owned(),
-            image: format!("ghcr.io/kubectl-karpenter/karpenter-agent:v{}", env!("CARGO_PKG_VERSION")),
+            image: format!(
+                "ghcr.io/kubectl-karpenter/karpenter-agent:v{}",
+                env!("CARGO_PKG_VERSION")
+            ),
             endpoint: None,
             kube: None,
         }
@@ -91,14 +98,20 @@ impl GcpOptions {
             return id;
         }
         // FNV-1a, 32 bits: stable across runs and releases, so a re-run finds the same account.
-        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
         let head: String = self.cluster_name.chars().take(11).collect();
         format!("karpenter-{}-{hash:08x}", head.trim_end_matches('-'))
     }
 
     /// `karpenter-<cluster>@<project>.iam.gserviceaccount.com`.
     pub fn gcp_service_account_email(&self) -> String {
-        format!("{}@{}.iam.gserviceaccount.com", self.gcp_service_account_id(), self.project)
+        format!(
+            "{}@{}.iam.gserviceaccount.com",
+            self.gcp_service_account_id(),
+            self.project
+        )
     }
 
     /// The nodes' service account id: `karpenter-nodes-<cluster>`, shortened with a hash to 30.
@@ -107,14 +120,20 @@ impl GcpOptions {
         if id.len() <= 30 {
             return id;
         }
-        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
         let head: String = self.cluster_name.chars().take(5).collect();
         format!("karpenter-nodes-{}-{hash:08x}", head.trim_end_matches('-'))
     }
 
     /// `karpenter-nodes-<cluster>@<project>.iam.gserviceaccount.com`: what the nodes run as.
     pub fn node_service_account_email(&self) -> String {
-        format!("{}@{}.iam.gserviceaccount.com", self.node_service_account_id(), self.project)
+        format!(
+            "{}@{}.iam.gserviceaccount.com",
+            self.node_service_account_id(),
+            self.project
+        )
     }
 
     /// `projects/<project>/roles/kubectlKarpenterAgent`.
@@ -124,7 +143,10 @@ impl GcpOptions {
 
     /// `serviceAccount:<project>.svc.id.goog[<namespace>/<ksa>]`.
     pub fn workload_identity_member(&self) -> String {
-        format!("serviceAccount:{}.svc.id.goog[{}/{}]", self.project, self.namespace, self.service_account)
+        format!(
+            "serviceAccount:{}.svc.id.goog[{}/{}]",
+            self.project, self.namespace, self.service_account
+        )
     }
 
     /// The Secret holding the key (`--auth key`).
@@ -133,7 +155,11 @@ impl GcpOptions {
     }
 
     fn account_resource(&self) -> String {
-        format!("projects/{}/serviceAccounts/{}", self.project, self.gcp_service_account_email())
+        format!(
+            "projects/{}/serviceAccounts/{}",
+            self.project,
+            self.gcp_service_account_email()
+        )
     }
 }
 
@@ -165,34 +191,88 @@ pub const KEY_NAME_ANNOTATION: &str = "kubectl-karpenter.io/gcp-key-name";
 pub const AGENT_PERMISSIONS: [(&str, &str); 30] = [
     ("compute.instances.create", "launch nodes"),
     ("compute.instances.delete", "remove nodes"),
-    ("compute.instances.get", "follow a node's state (and notice preemption)"),
-    ("compute.instances.list", "find this cluster's instances no NodeClaim owns"),
-    ("compute.instances.setLabels", "label instances with their pool, claim and cluster"),
-    ("compute.instances.setMetadata", "launch with the node class's metadata (kubelet bootstrap)"),
-    ("compute.instances.setTags", "launch with the node class's network tags"),
-    ("compute.instances.setServiceAccount", "launch nodes that run as the node class's service account"),
-    ("compute.instanceTemplates.create", "templates for bulkInsert across zones"),
-    ("compute.instanceTemplates.delete", "remove the templates again"),
+    (
+        "compute.instances.get",
+        "follow a node's state (and notice preemption)",
+    ),
+    (
+        "compute.instances.list",
+        "find this cluster's instances no NodeClaim owns",
+    ),
+    (
+        "compute.instances.setLabels",
+        "label instances with their pool, claim and cluster",
+    ),
+    (
+        "compute.instances.setMetadata",
+        "launch with the node class's metadata (kubelet bootstrap)",
+    ),
+    (
+        "compute.instances.setTags",
+        "launch with the node class's network tags",
+    ),
+    (
+        "compute.instances.setServiceAccount",
+        "launch nodes that run as the node class's service account",
+    ),
+    (
+        "compute.instanceTemplates.create",
+        "templates for bulkInsert across zones",
+    ),
+    (
+        "compute.instanceTemplates.delete",
+        "remove the templates again",
+    ),
     ("compute.instanceTemplates.get", "reuse a template"),
     ("compute.instanceTemplates.list", "find stale templates"),
-    ("compute.instanceTemplates.useReadOnly", "launch from a template"),
+    (
+        "compute.instanceTemplates.useReadOnly",
+        "launch from a template",
+    ),
     ("compute.disks.create", "boot disks of new nodes"),
-    ("compute.disks.setLabels", "label the boot disks like their instance"),
+    (
+        "compute.disks.setLabels",
+        "label the boot disks like their instance",
+    ),
     ("compute.images.get", "resolve an image by id"),
-    ("compute.images.getFromFamily", "resolve an image alias or family"),
+    (
+        "compute.images.getFromFamily",
+        "resolve an image alias or family",
+    ),
     ("compute.images.useReadOnly", "boot from public images"),
     ("compute.machineTypes.get", "read one machine type"),
     ("compute.machineTypes.list", "the instance type catalogue"),
     ("compute.zones.get", "read one zone"),
     ("compute.zones.list", "which zones offer what"),
     ("compute.regions.get", "regional quotas"),
-    ("compute.subnetworks.use", "attach nodes to the cluster's subnetwork"),
-    ("compute.subnetworks.useExternalIp", "give nodes an external IP on a subnetwork, when their template has one"),
-    ("compute.networks.use", "attach nodes to a network when no subnetwork is named (the default network)"),
-    ("compute.networks.useExternalIp", "give nodes an external IP on such a network"),
-    ("compute.zoneOperations.get", "wait for launches and deletions, and read why one failed"),
-    ("compute.regionOperations.get", "wait for regional bulkInsert and templates"),
-    ("container.clusters.get", "read the cluster's settings for the node bootstrap"),
+    (
+        "compute.subnetworks.use",
+        "attach nodes to the cluster's subnetwork",
+    ),
+    (
+        "compute.subnetworks.useExternalIp",
+        "give nodes an external IP on a subnetwork, when their template has one",
+    ),
+    (
+        "compute.networks.use",
+        "attach nodes to a network when no subnetwork is named (the default network)",
+    ),
+    (
+        "compute.networks.useExternalIp",
+        "give nodes an external IP on such a network",
+    ),
+    (
+        "compute.zoneOperations.get",
+        "wait for launches and deletions, and read why one failed",
+    ),
+    (
+        "compute.regionOperations.get",
+        "wait for regional bulkInsert and templates",
+    ),
+    (
+        "container.clusters.get",
+        "read the cluster's settings for the node bootstrap",
+    ),
 ];
 
 /// What GKE `clusters.get` said, as far as `init gcp` needs it.
@@ -214,14 +294,25 @@ pub struct GkeCluster {
 
 impl GkeCluster {
     fn from_json(value: &serde_json::Value, project: &str) -> Self {
-        let text = |pointer: &str| value.pointer(pointer).and_then(serde_json::Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+        let text = |pointer: &str| {
+            value
+                .pointer(pointer)
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
         let location = text("/location").unwrap_or_default();
         let region = zone_region(&location).unwrap_or(&location).to_owned();
         Self {
             workload_pool: text("/workloadIdentityConfig/workloadPool"),
-            network: text("/networkConfig/network").or_else(|| text("/network")).unwrap_or_default(),
+            network: text("/networkConfig/network")
+                .or_else(|| text("/network"))
+                .unwrap_or_default(),
             subnetwork: text("/networkConfig/subnetwork")
-                .or_else(|| text("/subnetwork").map(|s| format!("projects/{project}/regions/{region}/subnetworks/{s}")))
+                .or_else(|| {
+                    text("/subnetwork")
+                        .map(|s| format!("projects/{project}/regions/{region}/subnetworks/{s}"))
+                })
                 .unwrap_or_default(),
             location,
             pod_range: text("/ipAllocationPolicy/clusterSecondaryRangeName"),
@@ -239,35 +330,61 @@ const CONTAINER_ENDPOINT: &str = "https://container.googleapis.com";
 /// registry, and reqwest is already compiled for google-cloud-auth.
 pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError> {
     let o = options;
-    let resource = format!("projects/{}/locations/{}/clusters/{}", o.project, o.location, o.cluster_name);
-    let cloud = |detail: String, source: Box<dyn std::error::Error + Send + Sync>| SetupError::Cloud {
-        action: format!("container.clusters.get on {resource}"),
-        detail,
-        source,
-    };
-    let base = o.endpoint.as_deref().unwrap_or(CONTAINER_ENDPOINT).trim_end_matches('/');
+    let resource = format!(
+        "projects/{}/locations/{}/clusters/{}",
+        o.project, o.location, o.cluster_name
+    );
+    let cloud =
+        |detail: String, source: Box<dyn std::error::Error + Send + Sync>| SetupError::Cloud {
+            action: format!("container.clusters.get on {resource}"),
+            detail,
+            source,
+        };
+    let base = o
+        .endpoint
+        .as_deref()
+        .unwrap_or(CONTAINER_ENDPOINT)
+        .trim_end_matches('/');
     let mut request = reqwest::Client::new().get(format!("{base}/v1/{resource}"));
     if o.endpoint.is_none() {
         let credentials = google_cloud_auth::credentials::Builder::default()
             .build_access_token_credentials()
             .map_err(|e| cloud(e.to_string(), Box::new(e)))?;
-        let token = credentials.access_token().await.map_err(|e| cloud(e.to_string(), Box::new(e)))?;
+        let token = credentials
+            .access_token()
+            .await
+            .map_err(|e| cloud(e.to_string(), Box::new(e)))?;
         request = request.bearer_auth(token.token);
     }
-    let response = request.send().await.map_err(|e| cloud(e.to_string(), Box::new(e)))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| cloud(e.to_string(), Box::new(e)))?;
     let status = response.status();
     let body: serde_json::Value = response.json().await.unwrap_or_default();
     match status.as_u16() {
         200 => Ok(GkeCluster::from_json(&body, &o.project)),
         404 => Err(SetupError::Missing {
-            resource: format!("GKE cluster {} in {} (project {})", o.cluster_name, o.location, o.project),
+            resource: format!(
+                "GKE cluster {} in {} (project {})",
+                o.cluster_name, o.location, o.project
+            ),
             hint: "check --cluster, --location and --project".to_owned(),
         }),
         code => {
-            let message = body.pointer("/error/message").and_then(serde_json::Value::as_str).unwrap_or("").to_owned();
-            let error: Box<dyn std::error::Error + Send + Sync> = format!("HTTP {code}: {message}").into();
+            let message = body
+                .pointer("/error/message")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let error: Box<dyn std::error::Error + Send + Sync> =
+                format!("HTTP {code}: {message}").into();
             if code == 403 {
-                Err(SetupError::PermissionDenied { action: "container.clusters.get".to_owned(), resource, source: error })
+                Err(SetupError::PermissionDenied {
+                    action: "container.clusters.get".to_owned(),
+                    resource,
+                    source: error,
+                })
             } else {
                 Err(cloud(format!("HTTP {code}: {message}"), error))
             }
@@ -285,18 +402,28 @@ struct Ctx {
 }
 
 /// Maps a Google error: permission denied names the permission and the resource.
-fn gcp_error(permission: &str, resource: &str, error: google_cloud_gax::error::Error) -> SetupError {
+fn gcp_error(
+    permission: &str,
+    resource: &str,
+    error: google_cloud_gax::error::Error,
+) -> SetupError {
     let status = error.status().map(|s| (s.code, s.message.clone()));
     match status {
-        Some((Code::PermissionDenied, _)) => {
-            SetupError::PermissionDenied { action: permission.to_owned(), resource: resource.to_owned(), source: Box::new(error) }
-        }
+        Some((Code::PermissionDenied, _)) => SetupError::PermissionDenied {
+            action: permission.to_owned(),
+            resource: resource.to_owned(),
+            source: Box::new(error),
+        },
         Some((code, message)) => SetupError::Cloud {
             action: format!("{permission} on {resource}"),
             detail: format!("{}: {message}", code.name()),
             source: Box::new(error),
         },
-        None => SetupError::Cloud { action: format!("{permission} on {resource}"), detail: error.to_string(), source: Box::new(error) },
+        None => SetupError::Cloud {
+            action: format!("{permission} on {resource}"),
+            detail: error.to_string(),
+            source: Box::new(error),
+        },
     }
 }
 
@@ -306,14 +433,23 @@ fn code(error: &google_cloud_gax::error::Error) -> Option<Code> {
 
 /// Whether `member` holds `role` unconditionally.
 fn has_binding(policy: &Policy, role: &str, member: &str) -> bool {
-    policy.bindings.iter().any(|b| b.role == role && b.condition.is_none() && b.members.iter().any(|m| m == member))
+    policy
+        .bindings
+        .iter()
+        .any(|b| b.role == role && b.condition.is_none() && b.members.iter().any(|m| m == member))
 }
 
 /// Adds `member` to the unconditional binding of `role` (or a new binding).
 fn add_binding(policy: &mut Policy, role: &str, member: &str) {
-    match policy.bindings.iter_mut().find(|b| b.role == role && b.condition.is_none()) {
+    match policy
+        .bindings
+        .iter_mut()
+        .find(|b| b.role == role && b.condition.is_none())
+    {
         Some(binding) => binding.members.push(member.to_owned()),
-        None => policy.bindings.push(Binding::new().set_role(role).set_members([member])),
+        None => policy
+            .bindings
+            .push(Binding::new().set_role(role).set_members([member])),
     }
 }
 
@@ -358,29 +494,57 @@ impl Ctx {
                 return Ok(());
             }
             add_binding(&mut policy, role, member);
-            match self.projects.set_iam_policy().set_resource(&resource).set_policy(policy).send().await {
+            match self
+                .projects
+                .set_iam_policy()
+                .set_resource(&resource)
+                .set_policy(policy)
+                .send()
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if code(&e) == Some(Code::Aborted) && attempt < POLICY_ATTEMPTS => {
                     tracing::warn!(%resource, attempt, "the policy changed while it was edited; reading it again");
                 }
-                Err(e) => return Err(gcp_error("resourcemanager.projects.setIamPolicy", &resource, e)),
+                Err(e) => {
+                    return Err(gcp_error(
+                        "resourcemanager.projects.setIamPolicy",
+                        &resource,
+                        e,
+                    ));
+                }
             }
         }
         Ok(())
     }
 
     /// Read-modify-write of the service account's policy with its etag; retried on ABORTED.
-    async fn bind_on_account(&self, email: &str, role: &str, member: &str) -> Result<(), SetupError> {
+    async fn bind_on_account(
+        &self,
+        email: &str,
+        role: &str,
+        member: &str,
+    ) -> Result<(), SetupError> {
         let resource = format!("projects/{}/serviceAccounts/{email}", self.options.project);
         for attempt in 1..=POLICY_ATTEMPTS {
             let Some(mut policy) = self.account_policy(email).await? else {
-                return Err(SetupError::Missing { resource: format!("service account {email}"), hint: "the service-account steps make it".to_owned() });
+                return Err(SetupError::Missing {
+                    resource: format!("service account {email}"),
+                    hint: "the service-account steps make it".to_owned(),
+                });
             };
             if has_binding(&policy, role, member) {
                 return Ok(());
             }
             add_binding(&mut policy, role, member);
-            match self.iam.set_iam_policy().set_resource(&resource).set_policy(policy).send().await {
+            match self
+                .iam
+                .set_iam_policy()
+                .set_resource(&resource)
+                .set_policy(policy)
+                .send()
+                .await
+            {
                 Ok(_) => return Ok(()),
                 Err(e) if code(&e) == Some(Code::Aborted) && attempt < POLICY_ATTEMPTS => {
                     tracing::warn!(%resource, attempt, "the policy changed while it was edited; reading it again");
@@ -395,7 +559,13 @@ impl Ctx {
         let mut disabled = Vec::new();
         for api in APIS {
             let name = format!("projects/{}/services/{api}", self.options.project);
-            let service = self.services.get_service().set_name(&name).send().await.map_err(|e| gcp_error("serviceusage.services.get", &name, e))?;
+            let service = self
+                .services
+                .get_service()
+                .set_name(&name)
+                .send()
+                .await
+                .map_err(|e| gcp_error("serviceusage.services.get", &name, e))?;
             if service.state != google_cloud_api_serviceusage_v1::model::State::Enabled {
                 disabled.push(api);
             }
@@ -414,7 +584,13 @@ impl Ctx {
 
     async fn account_exists(&self, email: &str) -> Result<bool, SetupError> {
         let resource = format!("projects/{}/serviceAccounts/{email}", self.options.project);
-        match self.iam.get_service_account().set_name(&resource).send().await {
+        match self
+            .iam
+            .get_service_account()
+            .set_name(&resource)
+            .send()
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if code(&e) == Some(Code::NotFound) => Ok(false),
             Err(e) => Err(gcp_error("iam.serviceAccounts.get", &resource, e)),
@@ -428,12 +604,19 @@ fn check_project(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let name = format!("projects/{}", ctx.options.project);
         match ctx.projects.get_project().set_name(&name).send().await {
-            Ok(project) => Ok(Status::InPlace(format!("project {} ({})", ctx.options.project, project.name))),
+            Ok(project) => Ok(Status::InPlace(format!(
+                "project {} ({})",
+                ctx.options.project, project.name
+            ))),
             // Google answers 403 for a project that does not exist as for one you may not read.
-            Err(e) if matches!(code(&e), Some(Code::NotFound | Code::PermissionDenied)) => Err(SetupError::Missing {
-                resource: format!("GCP project {}", ctx.options.project),
-                hint: "check --project, and that you may read it (resourcemanager.projects.get)".to_owned(),
-            }),
+            Err(e) if matches!(code(&e), Some(Code::NotFound | Code::PermissionDenied)) => {
+                Err(SetupError::Missing {
+                    resource: format!("GCP project {}", ctx.options.project),
+                    hint:
+                        "check --project, and that you may read it (resourcemanager.projects.get)"
+                            .to_owned(),
+                })
+            }
             Err(e) => Err(gcp_error("resourcemanager.projects.get", &name, e)),
         }
     })
@@ -490,7 +673,13 @@ fn apply_apis(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
             .poller()
             .until_done()
             .await
-            .map_err(|e| gcp_error("serviceusage.services.enable", &format!("{} in {parent}", disabled.join(", ")), e))?;
+            .map_err(|e| {
+                gcp_error(
+                    "serviceusage.services.enable",
+                    &format!("{} in {parent}", disabled.join(", ")),
+                    e,
+                )
+            })?;
         Ok(())
     })
 }
@@ -512,8 +701,19 @@ fn apply_account(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
         let parent = format!("projects/{}", o.project);
         let account = google_cloud_iam_admin_v1::model::ServiceAccount::new()
             .set_display_name(format!("kubectl-karpenter agent ({})", o.cluster_name))
-            .set_description(format!("Launches and removes the nodes of GKE cluster {} in {}", o.cluster_name, o.location));
-        match ctx.iam.create_service_account().set_name(&parent).set_account_id(o.gcp_service_account_id()).set_service_account(account).send().await {
+            .set_description(format!(
+                "Launches and removes the nodes of GKE cluster {} in {}",
+                o.cluster_name, o.location
+            ));
+        match ctx
+            .iam
+            .create_service_account()
+            .set_name(&parent)
+            .set_account_id(o.gcp_service_account_id())
+            .set_service_account(account)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if code(&e) == Some(Code::AlreadyExists) => Ok(()),
             Err(e) => Err(gcp_error("iam.serviceAccounts.create", &parent, e)),
@@ -538,8 +738,19 @@ fn apply_node_account(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
         let parent = format!("projects/{}", o.project);
         let account = google_cloud_iam_admin_v1::model::ServiceAccount::new()
             .set_display_name(format!("kubectl-karpenter nodes ({})", o.cluster_name))
-            .set_description(format!("What the nodes kubectl-karpenter launches for GKE cluster {} run as", o.cluster_name));
-        match ctx.iam.create_service_account().set_name(&parent).set_account_id(o.node_service_account_id()).set_service_account(account).send().await {
+            .set_description(format!(
+                "What the nodes kubectl-karpenter launches for GKE cluster {} run as",
+                o.cluster_name
+            ));
+        match ctx
+            .iam
+            .create_service_account()
+            .set_name(&parent)
+            .set_account_id(o.node_service_account_id())
+            .set_service_account(account)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if code(&e) == Some(Code::AlreadyExists) => Ok(()),
             Err(e) => Err(gcp_error("iam.serviceAccounts.create", &parent, e)),
@@ -548,9 +759,16 @@ fn apply_node_account(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 }
 
 async fn missing_node_roles(ctx: &Ctx) -> Result<Vec<&'static str>, SetupError> {
-    let member = format!("serviceAccount:{}", ctx.options.node_service_account_email());
+    let member = format!(
+        "serviceAccount:{}",
+        ctx.options.node_service_account_email()
+    );
     let policy = ctx.project_policy().await?;
-    Ok(NODE_ROLES.iter().copied().filter(|r| !has_binding(&policy, r, &member)).collect())
+    Ok(NODE_ROLES
+        .iter()
+        .copied()
+        .filter(|r| !has_binding(&policy, r, &member))
+        .collect())
 }
 
 fn check_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
@@ -560,14 +778,21 @@ fn check_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
         Ok(if missing.is_empty() {
             Status::InPlace(format!("{email} holds {} node roles", NODE_ROLES.len()))
         } else {
-            Status::Needed(format!("grant {} to {email} on project {}", missing.join(", "), ctx.options.project))
+            Status::Needed(format!(
+                "grant {} to {email} on project {}",
+                missing.join(", "),
+                ctx.options.project
+            ))
         })
     })
 }
 
 fn apply_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
-        let member = format!("serviceAccount:{}", ctx.options.node_service_account_email());
+        let member = format!(
+            "serviceAccount:{}",
+            ctx.options.node_service_account_email()
+        );
         for role in missing_node_roles(ctx).await? {
             ctx.bind_on_project(role, &member).await?;
         }
@@ -577,12 +802,20 @@ fn apply_node_roles(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 
 fn check_node_act_as(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
-        let (agent, nodes) = (format!("serviceAccount:{}", ctx.options.gcp_service_account_email()), ctx.options.node_service_account_email());
-        let bound = ctx.account_policy(&nodes).await?.is_some_and(|p| has_binding(&p, SERVICE_ACCOUNT_USER, &agent));
+        let (agent, nodes) = (
+            format!("serviceAccount:{}", ctx.options.gcp_service_account_email()),
+            ctx.options.node_service_account_email(),
+        );
+        let bound = ctx
+            .account_policy(&nodes)
+            .await?
+            .is_some_and(|p| has_binding(&p, SERVICE_ACCOUNT_USER, &agent));
         Ok(if bound {
             Status::InPlace(format!("{agent} may launch nodes as {nodes}"))
         } else {
-            Status::Needed(format!("grant {SERVICE_ACCOUNT_USER} on {nodes} to {agent}"))
+            Status::Needed(format!(
+                "grant {SERVICE_ACCOUNT_USER} on {nodes} to {agent}"
+            ))
         })
     })
 }
@@ -590,19 +823,30 @@ fn check_node_act_as(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
 fn apply_node_act_as(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
         let agent = format!("serviceAccount:{}", ctx.options.gcp_service_account_email());
-        ctx.bind_on_account(&ctx.options.node_service_account_email(), SERVICE_ACCOUNT_USER, &agent).await
+        ctx.bind_on_account(
+            &ctx.options.node_service_account_email(),
+            SERVICE_ACCOUNT_USER,
+            &agent,
+        )
+        .await
     })
 }
 
 fn wanted_permissions() -> BTreeSet<String> {
-    AGENT_PERMISSIONS.iter().map(|(p, _)| (*p).to_owned()).collect()
+    AGENT_PERMISSIONS
+        .iter()
+        .map(|(p, _)| (*p).to_owned())
+        .collect()
 }
 
 fn check_role(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let name = ctx.options.custom_role();
         Ok(match ctx.role().await? {
-            None => Status::Needed(format!("create role {name} with {} permissions", AGENT_PERMISSIONS.len())),
+            None => Status::Needed(format!(
+                "create role {name} with {} permissions",
+                AGENT_PERMISSIONS.len()
+            )),
             Some(role) => {
                 let have: BTreeSet<String> = role.included_permissions.iter().cloned().collect();
                 let want = wanted_permissions();
@@ -611,7 +855,11 @@ fn check_role(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
                 } else {
                     let missing: Vec<&String> = want.difference(&have).collect();
                     let extra: Vec<&String> = have.difference(&want).collect();
-                    Status::Needed(format!("update role {name} ({} to add, {} to remove)", missing.len(), extra.len()))
+                    Status::Needed(format!(
+                        "update role {name} ({} to add, {} to remove)",
+                        missing.len(),
+                        extra.len()
+                    ))
                 }
             }
         })
@@ -656,19 +904,28 @@ fn apply_role(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 
 fn check_project_binding(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
-        let (role, member) = (ctx.options.custom_role(), format!("serviceAccount:{}", ctx.options.gcp_service_account_email()));
+        let (role, member) = (
+            ctx.options.custom_role(),
+            format!("serviceAccount:{}", ctx.options.gcp_service_account_email()),
+        );
         let policy = ctx.project_policy().await?;
         Ok(if has_binding(&policy, &role, &member) {
             Status::InPlace(format!("{member} holds {role}"))
         } else {
-            Status::Needed(format!("grant {role} to {member} on project {}", ctx.options.project))
+            Status::Needed(format!(
+                "grant {role} to {member} on project {}",
+                ctx.options.project
+            ))
         })
     })
 }
 
 fn apply_project_binding(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
     Box::pin(async move {
-        let (role, member) = (ctx.options.custom_role(), format!("serviceAccount:{}", ctx.options.gcp_service_account_email()));
+        let (role, member) = (
+            ctx.options.custom_role(),
+            format!("serviceAccount:{}", ctx.options.gcp_service_account_email()),
+        );
         ctx.bind_on_project(&role, &member).await
     })
 }
@@ -676,17 +933,33 @@ fn apply_project_binding(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
 fn check_workload_identity(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>> {
     Box::pin(async move {
         let member = ctx.options.workload_identity_member();
-        let bound = ctx.account_policy(&ctx.options.gcp_service_account_email()).await?.is_some_and(|p| has_binding(&p, WORKLOAD_IDENTITY_USER, &member));
+        let bound = ctx
+            .account_policy(&ctx.options.gcp_service_account_email())
+            .await?
+            .is_some_and(|p| has_binding(&p, WORKLOAD_IDENTITY_USER, &member));
         Ok(if bound {
-            Status::InPlace(format!("{member} may act as {}", ctx.options.gcp_service_account_email()))
+            Status::InPlace(format!(
+                "{member} may act as {}",
+                ctx.options.gcp_service_account_email()
+            ))
         } else {
-            Status::Needed(format!("grant {WORKLOAD_IDENTITY_USER} on {} to {member}", ctx.options.gcp_service_account_email()))
+            Status::Needed(format!(
+                "grant {WORKLOAD_IDENTITY_USER} on {} to {member}",
+                ctx.options.gcp_service_account_email()
+            ))
         })
     })
 }
 
 fn apply_workload_identity(ctx: &Ctx) -> BoxFuture<'_, Result<(), SetupError>> {
-    Box::pin(async move { ctx.bind_on_account(&ctx.options.gcp_service_account_email(), WORKLOAD_IDENTITY_USER, &ctx.options.workload_identity_member()).await })
+    Box::pin(async move {
+        ctx.bind_on_account(
+            &ctx.options.gcp_service_account_email(),
+            WORKLOAD_IDENTITY_USER,
+            &ctx.options.workload_identity_member(),
+        )
+        .await
+    })
 }
 
 /// The key step: a key of the service account, kept only in a Secret. Its own type because it
@@ -709,17 +982,35 @@ impl KeyStep {
             .secrets()
             .get_opt(&name)
             .await
-            .map_err(|source| SetupError::Kube { action: format!("reading Secret {}/{name}", o.namespace), source })?;
-        let Some(key_name) = secret.and_then(|s| s.metadata.annotations.and_then(|a| a.get(KEY_NAME_ANNOTATION).cloned())) else {
+            .map_err(|source| SetupError::Kube {
+                action: format!("reading Secret {}/{name}", o.namespace),
+                source,
+            })?;
+        let Some(key_name) = secret.and_then(|s| {
+            s.metadata
+                .annotations
+                .and_then(|a| a.get(KEY_NAME_ANNOTATION).cloned())
+        }) else {
             return Ok(None);
         };
         let resource = o.account_resource();
-        let keys = match self.ctx.iam.list_service_account_keys().set_name(&resource).send().await {
+        let keys = match self
+            .ctx
+            .iam
+            .list_service_account_keys()
+            .set_name(&resource)
+            .send()
+            .await
+        {
             Ok(keys) => keys,
             Err(e) if code(&e) == Some(Code::NotFound) => return Ok(None),
             Err(e) => return Err(gcp_error("iam.serviceAccountKeys.list", &resource, e)),
         };
-        Ok(keys.keys.iter().any(|k| k.name == key_name).then_some(key_name))
+        Ok(keys
+            .keys
+            .iter()
+            .any(|k| k.name == key_name)
+            .then_some(key_name))
     }
 }
 
@@ -730,15 +1021,29 @@ impl Step for KeyStep {
 
     fn describe(&self) -> String {
         let o = &self.ctx.options;
-        format!("a key of {} kept only in Secret {}/{} (never printed or written to disk)", o.gcp_service_account_email(), o.namespace, o.key_secret())
+        format!(
+            "a key of {} kept only in Secret {}/{} (never printed or written to disk)",
+            o.gcp_service_account_email(),
+            o.namespace,
+            o.key_secret()
+        )
     }
 
     fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
         Box::pin(async move {
             let o = &self.ctx.options;
             Ok(match self.stored_key().await? {
-                Some(_) => Status::InPlace(format!("Secret {}/{} holds a current key", o.namespace, o.key_secret())),
-                None => Status::Needed(format!("create a key of {} and store it in Secret {}/{}", o.gcp_service_account_email(), o.namespace, o.key_secret())),
+                Some(_) => Status::InPlace(format!(
+                    "Secret {}/{} holds a current key",
+                    o.namespace,
+                    o.key_secret()
+                )),
+                None => Status::Needed(format!(
+                    "create a key of {} and store it in Secret {}/{}",
+                    o.gcp_service_account_email(),
+                    o.namespace,
+                    o.key_secret()
+                )),
             })
         })
     }
@@ -768,9 +1073,16 @@ impl Step for KeyStep {
                 "data": {"key.json": ByteString(key.private_key_data.to_vec())},
             });
             self.secrets()
-                .patch(&o.key_secret(), &PatchParams::apply(manifests::FIELD_MANAGER).force(), &Patch::Apply(&secret))
+                .patch(
+                    &o.key_secret(),
+                    &PatchParams::apply(manifests::FIELD_MANAGER).force(),
+                    &Patch::Apply(&secret),
+                )
                 .await
-                .map_err(|source| SetupError::Kube { action: format!("applying Secret {}/{}", o.namespace, o.key_secret()), source })?;
+                .map_err(|source| SetupError::Kube {
+                    action: format!("applying Secret {}/{}", o.namespace, o.key_secret()),
+                    source,
+                })?;
             Ok(())
         })
     }
@@ -779,7 +1091,13 @@ impl Step for KeyStep {
 /// The agent's objects for GCP: its Deployment runs `karpenter-agent run --provider gcp`.
 pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
     let (annotations, credentials_secret) = match options.auth {
-        GcpAuth::WorkloadIdentity => (vec![("iam.gke.io/gcp-service-account".to_owned(), options.gcp_service_account_email())], None),
+        GcpAuth::WorkloadIdentity => (
+            vec![(
+                "iam.gke.io/gcp-service-account".to_owned(),
+                options.gcp_service_account_email(),
+            )],
+            None,
+        ),
         GcpAuth::Key => (Vec::new(), Some(options.key_secret())),
     };
     let mut objects = manifests::crds();
@@ -798,7 +1116,10 @@ pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
 /// The agent's settings (`karpenter-agent run --help`): a zonal cluster's nodes stay in its
 /// zone, a regional cluster's go to any zone of the region.
 fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
-    let mut env = vec![("CLUSTER_NAME".to_owned(), options.cluster_name.clone()), ("GCP_PROJECT".to_owned(), options.project.clone())];
+    let mut env = vec![
+        ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
+        ("GCP_PROJECT".to_owned(), options.project.clone()),
+    ];
     match zone_region(&options.location) {
         Some(region) => {
             env.push(("GCP_REGION".to_owned(), region.to_owned()));
@@ -812,7 +1133,8 @@ fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
 /// The region of a zone (`us-central1-a` → `us-central1`); `None` for a region.
 fn zone_region(location: &str) -> Option<&str> {
     let (region, suffix) = location.rsplit_once('-')?;
-    (region.contains('-') && suffix.len() == 1 && suffix.chars().all(|c| c.is_ascii_lowercase())).then_some(region)
+    (region.contains('-') && suffix.len() == 1 && suffix.chars().all(|c| c.is_ascii_lowercase()))
+        .then_some(region)
 }
 
 /// A starter NodePool and GCENodeClass, both `default`; with the cluster read, the node class
@@ -866,10 +1188,22 @@ macro_rules! client {
     ($client:ty, $endpoint:expr) => {{
         let builder = <$client>::builder();
         let built = match $endpoint {
-            Some(url) => builder.with_endpoint(url).with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build()).build().await,
+            Some(url) => {
+                builder
+                    .with_endpoint(url)
+                    .with_credentials(
+                        google_cloud_auth::credentials::anonymous::Builder::new().build(),
+                    )
+                    .build()
+                    .await
+            }
             None => builder.build().await,
         };
-        built.map_err(|e| SetupError::Cloud { action: format!("building the {} client", stringify!($client)), detail: e.to_string(), source: Box::new(e) })?
+        built.map_err(|e| SetupError::Cloud {
+            action: format!("building the {} client", stringify!($client)),
+            detail: e.to_string(),
+            source: Box::new(e),
+        })?
     }};
 }
 
@@ -888,10 +1222,34 @@ impl Plan {
         let o = &options;
         let email = o.gcp_service_account_email();
         let mut steps = vec![
-            step(&ctx, "project", format!("read GCP project {}", o.project), check_project, apply_nothing),
-            step(&ctx, "apis", format!("enable {}", APIS.join(" and ")), check_apis, apply_apis),
-            step(&ctx, "gke-cluster", format!("read GKE cluster {} in {}", o.cluster_name, o.location), check_cluster, apply_nothing),
-            step(&ctx, "service-account", format!("service account {email}, the agent's identity"), check_account, apply_account),
+            step(
+                &ctx,
+                "project",
+                format!("read GCP project {}", o.project),
+                check_project,
+                apply_nothing,
+            ),
+            step(
+                &ctx,
+                "apis",
+                format!("enable {}", APIS.join(" and ")),
+                check_apis,
+                apply_apis,
+            ),
+            step(
+                &ctx,
+                "gke-cluster",
+                format!("read GKE cluster {} in {}", o.cluster_name, o.location),
+                check_cluster,
+                apply_nothing,
+            ),
+            step(
+                &ctx,
+                "service-account",
+                format!("service account {email}, the agent's identity"),
+                check_account,
+                apply_account,
+            ),
             step(
                 &ctx,
                 "custom-role",
@@ -903,16 +1261,56 @@ impl Plan {
                 check_role,
                 apply_role,
             ),
-            step(&ctx, "project-binding", format!("grant {} to {email} on project {}", o.custom_role(), o.project), check_project_binding, apply_project_binding),
-            step(&ctx, "node-service-account", format!("service account {}, what the nodes run as", o.node_service_account_email()), check_node_account, apply_node_account),
-            step(&ctx, "node-roles", format!("grant {} to the nodes' account on project {} (GKE's least-privilege node roles)", NODE_ROLES.join(", "), o.project), check_node_roles, apply_node_roles),
-            step(&ctx, "node-act-as", format!("grant {SERVICE_ACCOUNT_USER} on the nodes' account only to {email}, so it launches nodes as that account and no other"), check_node_act_as, apply_node_act_as),
+            step(
+                &ctx,
+                "project-binding",
+                format!(
+                    "grant {} to {email} on project {}",
+                    o.custom_role(),
+                    o.project
+                ),
+                check_project_binding,
+                apply_project_binding,
+            ),
+            step(
+                &ctx,
+                "node-service-account",
+                format!(
+                    "service account {}, what the nodes run as",
+                    o.node_service_account_email()
+                ),
+                check_node_account,
+                apply_node_account,
+            ),
+            step(
+                &ctx,
+                "node-roles",
+                format!(
+                    "grant {} to the nodes' account on project {} (GKE's least-privilege node roles)",
+                    NODE_ROLES.join(", "),
+                    o.project
+                ),
+                check_node_roles,
+                apply_node_roles,
+            ),
+            step(
+                &ctx,
+                "node-act-as",
+                format!(
+                    "grant {SERVICE_ACCOUNT_USER} on the nodes' account only to {email}, so it launches nodes as that account and no other"
+                ),
+                check_node_act_as,
+                apply_node_act_as,
+            ),
         ];
         if o.auth == GcpAuth::WorkloadIdentity {
             steps.push(step(
                 &ctx,
                 "workload-identity",
-                format!("Workload Identity: {WORKLOAD_IDENTITY_USER} on {email} for {}", o.workload_identity_member()),
+                format!(
+                    "Workload Identity: {WORKLOAD_IDENTITY_USER} on {email} for {}",
+                    o.workload_identity_member()
+                ),
                 check_workload_identity,
                 apply_workload_identity,
             ));
@@ -921,12 +1319,18 @@ impl Plan {
         if let Some(client) = &o.kube {
             steps.push(Box::new(ApplyManifests {
                 name: "kubernetes-agent".to_owned(),
-                description: format!("CRDs, namespace {}, service account, RBAC and the agent's Deployment", o.namespace),
+                description: format!(
+                    "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
+                    o.namespace
+                ),
                 client: client.clone(),
                 manifests: agent.clone(),
             }));
             if o.auth == GcpAuth::Key {
-                steps.push(Box::new(KeyStep { ctx: ctx.clone(), client: client.clone() }));
+                steps.push(Box::new(KeyStep {
+                    ctx: ctx.clone(),
+                    client: client.clone(),
+                }));
             }
         }
         Ok(Plan::new(steps).with_manifests(agent))
@@ -941,13 +1345,22 @@ mod tests {
     fn service_account_ids_fit_iam_limits() {
         let short = GcpOptions::new("p", "demo", "us-central1");
         assert_eq!(short.gcp_service_account_id(), "karpenter-demo");
-        assert_eq!(short.gcp_service_account_email(), "karpenter-demo@p.iam.gserviceaccount.com");
+        assert_eq!(
+            short.gcp_service_account_email(),
+            "karpenter-demo@p.iam.gserviceaccount.com"
+        );
         let long = GcpOptions::new("p", "a-very-long-cluster-name-indeed-yes", "us-central1");
         let id = long.gcp_service_account_id();
-        assert!(id.len() <= 30 && id.starts_with("karpenter-a-very-long") && !id.contains("--"), "{id}");
+        assert!(
+            id.len() <= 30 && id.starts_with("karpenter-a-very-long") && !id.contains("--"),
+            "{id}"
+        );
         assert_eq!(short.node_service_account_id(), "karpenter-nodes-demo");
         let node = long.node_service_account_id();
-        assert!(node.len() <= 30 && node.starts_with("karpenter-nodes-a-ver") && node != id, "{node}");
+        assert!(
+            node.len() <= 30 && node.starts_with("karpenter-nodes-a-ver") && node != id,
+            "{node}"
+        );
     }
 
     #[test]
@@ -976,13 +1389,26 @@ mod tests {
                           "networkConfig": {"network": "projects/p/global/networks/default", "subnetwork": "projects/p/regions/us-central1/subnetworks/nodes"},
                           "ipAllocationPolicy": {"clusterSecondaryRangeName": "pods"}});
         let c = GkeCluster::from_json(&full, "p");
-        assert_eq!(c.subnetwork, "projects/p/regions/us-central1/subnetworks/nodes");
+        assert_eq!(
+            c.subnetwork,
+            "projects/p/regions/us-central1/subnetworks/nodes"
+        );
         assert_eq!(c.workload_pool.as_deref(), Some("p.svc.id.goog"));
-        let short = GkeCluster::from_json(&json!({"location": "europe-west4-b", "network": "vpc", "subnetwork": "sub"}), "p");
-        assert_eq!(short.subnetwork, "projects/p/regions/europe-west4/subnetworks/sub");
+        let short = GkeCluster::from_json(
+            &json!({"location": "europe-west4-b", "network": "vpc", "subnetwork": "sub"}),
+            "p",
+        );
+        assert_eq!(
+            short.subnetwork,
+            "projects/p/regions/europe-west4/subnetworks/sub"
+        );
         assert_eq!(short.workload_pool, None);
-        let class = &node_pool_manifests(&GcpOptions::new("p", "c", "us-central1"), Some(&c))[0].object;
-        assert_eq!(class["spec"]["networkConfig"]["subnetwork"], "projects/p/regions/us-central1/subnetworks/nodes");
+        let class =
+            &node_pool_manifests(&GcpOptions::new("p", "c", "us-central1"), Some(&c))[0].object;
+        assert_eq!(
+            class["spec"]["networkConfig"]["subnetwork"],
+            "projects/p/regions/us-central1/subnetworks/nodes"
+        );
         assert_eq!(class["spec"]["subnetRangeName"], "pods");
     }
 

@@ -31,10 +31,19 @@ impl Manifest {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind = object["kind"].as_str().unwrap_or_default();
-        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let namespace = object["metadata"]["namespace"].as_str().map(str::to_owned);
-        Self { resource, namespace, name, object }
+        Self {
+            resource,
+            namespace,
+            name,
+            object,
+        }
     }
 
     /// `Kind/name` (or `Kind namespace/name`).
@@ -47,7 +56,12 @@ impl Manifest {
 
     fn hash(&self) -> String {
         let text = self.object.to_string();
-        format!("{:016x}", text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)))
+        format!(
+            "{:016x}",
+            text.bytes()
+                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b))
+                    .wrapping_mul(0x0000_0100_0000_01b3))
+        )
     }
 
     /// The object as applied: with the hash annotation.
@@ -70,16 +84,32 @@ impl Manifest {
             .api(client)
             .get_opt(&self.name)
             .await
-            .map_err(|source| SetupError::Kube { action: format!("reading {}", self.id()), source })?;
-        Ok(existing.is_some_and(|o| o.metadata.annotations.as_ref().and_then(|a| a.get(APPLIED_HASH)) == Some(&self.hash())))
+            .map_err(|source| SetupError::Kube {
+                action: format!("reading {}", self.id()),
+                source,
+            })?;
+        Ok(existing.is_some_and(|o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(APPLIED_HASH))
+                == Some(&self.hash())
+        }))
     }
 
     /// Server-side applies the object.
     pub async fn apply(&self, client: &kube::Client) -> Result<(), SetupError> {
         self.api(client)
-            .patch(&self.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&self.applied_object()))
+            .patch(
+                &self.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&self.applied_object()),
+            )
             .await
-            .map_err(|source| SetupError::Kube { action: format!("applying {}", self.id()), source })?;
+            .map_err(|source| SetupError::Kube {
+                action: format!("applying {}", self.id()),
+                source,
+            })?;
         Ok(())
     }
 }
@@ -167,19 +197,27 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
     let ns = &settings.namespace;
     let sa = &settings.service_account;
     let labels = json!({"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"});
-    let annotations: serde_json::Map<String, Value> =
-        settings.service_account_annotations.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let annotations: serde_json::Map<String, Value> = settings
+        .service_account_annotations
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
     let mut env: Vec<Value> = settings
         .env
         .iter()
         .map(|(k, v)| json!({"name": k, "value": v}))
-        .chain([json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})])
+        .chain([
+            json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        ])
         .collect();
     if settings.credentials_secret.is_some() {
         env.push(json!({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": format!("{CREDENTIALS_DIR}/key.json")}));
     }
     let mut objects = vec![
-        Manifest::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}), "namespaces"),
+        Manifest::new(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}),
+            "namespaces",
+        ),
         Manifest::new(
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns, "labels": labels, "annotations": annotations}}),
             "serviceaccounts",
@@ -254,7 +292,8 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
     if let (Some(secret), Some(deployment)) = (&settings.credentials_secret, objects.last_mut()) {
         let pod = &mut deployment.object["spec"]["template"]["spec"];
         pod["volumes"] = json!([{"name": "cloud-credentials", "secret": {"secretName": secret}}]);
-        pod["containers"][0]["volumeMounts"] = json!([{"name": "cloud-credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]);
+        pod["containers"][0]["volumeMounts"] =
+            json!([{"name": "cloud-credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]);
     }
     objects
 }

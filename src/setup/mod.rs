@@ -82,7 +82,13 @@ fn step<C: Send + Sync + 'static>(
     check: for<'a> fn(&'a C) -> BoxFuture<'a, Result<Status, SetupError>>,
     apply: for<'a> fn(&'a C) -> BoxFuture<'a, Result<(), SetupError>>,
 ) -> Box<dyn Step> {
-    Box::new(FnStep { name, description, ctx: ctx.clone(), check, apply })
+    Box::new(FnStep {
+        name,
+        description,
+        ctx: ctx.clone(),
+        check,
+        apply,
+    })
 }
 
 /// Why setup could not go on.
@@ -90,7 +96,9 @@ fn step<C: Send + Sync + 'static>(
 #[non_exhaustive]
 pub enum SetupError {
     /// The caller may not do `action` (an IAM action such as `iam:CreateRole`).
-    #[error("permission denied: {action} on {resource} (grant it to the identity running init, or ask an administrator)")]
+    #[error(
+        "permission denied: {action} on {resource} (grant it to the identity running init, or ask an administrator)"
+    )]
     PermissionDenied {
         action: String,
         resource: String,
@@ -180,7 +188,10 @@ pub struct Report {
 impl Report {
     /// Steps changed (or, in a dry run, that would be).
     pub fn changed(&self) -> usize {
-        self.steps.iter().filter(|p| !matches!(p.outcome, Outcome::InPlace(_))).count()
+        self.steps
+            .iter()
+            .filter(|p| !matches!(p.outcome, Outcome::InPlace(_)))
+            .count()
     }
 
     /// Whether every step was already in place.
@@ -190,12 +201,26 @@ impl Report {
 
     /// One line for the end of a run.
     pub fn summary(&self) -> String {
-        let applied = self.steps.iter().filter(|p| matches!(p.outcome, Outcome::Applied(_))).count();
-        let would = self.steps.iter().filter(|p| matches!(p.outcome, Outcome::WouldApply(_))).count();
+        let applied = self
+            .steps
+            .iter()
+            .filter(|p| matches!(p.outcome, Outcome::Applied(_)))
+            .count();
+        let would = self
+            .steps
+            .iter()
+            .filter(|p| matches!(p.outcome, Outcome::WouldApply(_)))
+            .count();
         match (applied, would) {
-            (0, 0) => format!("everything is in place ({} steps); nothing changed", self.steps.len()),
+            (0, 0) => format!(
+                "everything is in place ({} steps); nothing changed",
+                self.steps.len()
+            ),
             (_, 0) => format!("{applied} of {} steps changed", self.steps.len()),
-            _ => format!("dry run: {would} of {} steps would change; nothing changed", self.steps.len()),
+            _ => format!(
+                "dry run: {would} of {} steps would change; nothing changed",
+                self.steps.len()
+            ),
         }
     }
 }
@@ -209,7 +234,10 @@ pub struct Plan {
 impl Plan {
     /// A plan of these steps.
     pub fn new(steps: Vec<Box<dyn Step>>) -> Self {
-        Self { steps, manifests: Vec::new() }
+        Self {
+            steps,
+            manifests: Vec::new(),
+        }
     }
 
     /// Attaches the Kubernetes objects the plan stands for (printed by `--dry-run -o yaml`).
@@ -225,20 +253,35 @@ impl Plan {
 
     /// `name: description` per step, in order.
     pub fn describe(&self) -> Vec<String> {
-        self.steps.iter().map(|s| format!("{}: {}", s.name(), s.describe())).collect()
+        self.steps
+            .iter()
+            .map(|s| format!("{}: {}", s.name(), s.describe()))
+            .collect()
     }
 
     /// Runs every step in order (see [`Mode`]); stops at the first failure, which names the
     /// step. `on_progress` hears about each step as it finishes.
-    pub async fn run(&self, mode: Mode, mut on_progress: impl FnMut(&Progress)) -> Result<Report, SetupError> {
+    pub async fn run(
+        &self,
+        mode: Mode,
+        mut on_progress: impl FnMut(&Progress),
+    ) -> Result<Report, SetupError> {
         self.run_until(mode, usize::MAX, &mut on_progress).await
     }
 
     /// Runs at most the first `limit` steps (tests use it to stop half-way).
-    pub async fn run_until(&self, mode: Mode, limit: usize, on_progress: &mut impl FnMut(&Progress)) -> Result<Report, SetupError> {
+    pub async fn run_until(
+        &self,
+        mode: Mode,
+        limit: usize,
+        on_progress: &mut impl FnMut(&Progress),
+    ) -> Result<Report, SetupError> {
         let mut report = Report::default();
         for step in self.steps.iter().take(limit) {
-            let wrap = |source: SetupError| SetupError::Step { step: step.name().to_owned(), source: Box::new(source) };
+            let wrap = |source: SetupError| SetupError::Step {
+                step: step.name().to_owned(),
+                source: Box::new(source),
+            };
             let status = step.check().await.map_err(wrap)?;
             let outcome = match (status, mode) {
                 (Status::InPlace(what), _) => Outcome::InPlace(what),
@@ -249,7 +292,10 @@ impl Plan {
                     Outcome::Applied(what)
                 }
             };
-            let progress = Progress { step: step.name().to_owned(), outcome };
+            let progress = Progress {
+                step: step.name().to_owned(),
+                outcome,
+            };
             on_progress(&progress);
             report.steps.push(progress);
         }

@@ -9,13 +9,13 @@
 #[path = "../support/rig.rs"]
 mod rig;
 
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, ListParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use rig::rig;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,18 +34,27 @@ struct Agent {
 
 impl Agent {
     async fn start() -> Self {
-        Self::start_with(Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() }).await
+        Self::start_with(Settings {
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            ..Settings::default()
+        })
+        .await
     }
 
     async fn start_with(settings: Settings) -> Self {
         // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more):
         // the agent's tasks run on worker threads, whose output the test harness does not capture.
         if let Some(path) = std::env::var_os("KARPENTER_TEST_LOG")
-            && let Ok(file) = std::fs::File::options().create(true).append(true).open(path)
+            && let Ok(file) = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(path)
         {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube_runtime=warn".into()),
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info,kube_runtime=warn".into()),
                 )
                 .with_ansi(false)
                 .with_writer(std::sync::Mutex::new(file))
@@ -72,7 +81,11 @@ impl Drop for Agent {
 
 fn apply(yaml: &str) {
     let out = rig().kubectl_with_input(&["apply", "-f", "-"], yaml);
-    assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A KWOKNodeClass and a NodePool named `name`, with optional limits (a YAML flow map).
@@ -137,37 +150,84 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
 async fn pool_claims(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
     let api: Api<NodeClaim> = Api::all(client.clone());
-    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL))).await.expect("list claims").items
+    api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL)))
+        .await
+        .expect("list claims")
+        .items
 }
 
 async fn running_pods(client: &kube::Client, namespace: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pods = api.list(&ListParams::default()).await.expect("list pods").items;
-    pods.into_iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")).collect()
+    let pods = api
+        .list(&ListParams::default())
+        .await
+        .expect("list pods")
+        .items;
+    pods.into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .collect()
 }
 
 /// Deletes the workload (and waits until its pods are gone, so the next test's agent does not
 /// see them), then the pool's claims through the agent, which must still run, then the pool.
 async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
-    let _ = rig().kubectl().args(["delete", "namespace", namespace, "--wait=true", "--timeout=180s"]).output();
-    let _ = rig().kubectl().args(["delete", "nodeclaims", "-l", &format!("{}={pool}", labels::NODE_POOL), "--wait=false"]).output();
-    wait_for("the pool's claims to be gone", Duration::from_secs(120), || async {
-        pool_claims(client, pool).await.is_empty().then_some(())
-    })
+    let _ = rig()
+        .kubectl()
+        .args([
+            "delete",
+            "namespace",
+            namespace,
+            "--wait=true",
+            "--timeout=180s",
+        ])
+        .output();
+    let _ = rig()
+        .kubectl()
+        .args([
+            "delete",
+            "nodeclaims",
+            "-l",
+            &format!("{}={pool}", labels::NODE_POOL),
+            "--wait=false",
+        ])
+        .output();
+    wait_for(
+        "the pool's claims to be gone",
+        Duration::from_secs(120),
+        || async { pool_claims(client, pool).await.is_empty().then_some(()) },
+    )
     .await;
-    let _ = rig().kubectl().args(["delete", "nodepool", pool, "--wait=true", "--timeout=60s"]).output();
-    let _ = rig().kubectl().args(["delete", "kwoknodeclass", pool, "--wait=true", "--timeout=60s"]).output();
+    let _ = rig()
+        .kubectl()
+        .args(["delete", "nodepool", pool, "--wait=true", "--timeout=60s"])
+        .output();
+    let _ = rig()
+        .kubectl()
+        .args([
+            "delete",
+            "kwoknodeclass",
+            pool,
+            "--wait=true",
+            "--timeout=60s",
+        ])
+        .output();
 }
 
 fn hourly_price(node: &Node) -> f64 {
-    node.labels().get(labels::INSTANCE_PRICE).and_then(|p| p.parse().ok()).unwrap_or(f64::INFINITY)
+    node.labels()
+        .get(labels::INSTANCE_PRICE)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(f64::INFINITY)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,13 +235,25 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
     let _guard = exclusive().await;
     let client = rig().client().await;
     apply(&node_pool("inflate-pool", "{}"));
-    apply(&deployment("inflate-test", "inflate", "inflate-pool", 15, "1"));
+    apply(&deployment(
+        "inflate-test",
+        "inflate",
+        "inflate-pool",
+        15,
+        "1",
+    ));
     // All 15 pending before the agent starts, so they are planned together whatever the
     // machine's load does to the timing of their creation.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "inflate-test");
     wait_for("15 unschedulable pods", Duration::from_secs(60), || async {
         let list = pods.list(&ListParams::default()).await.ok()?;
-        let pending = list.items.iter().filter(|p| karpenter_core::controllers::provisioning::is_provisionable(&(*p).clone().into())).count();
+        let pending = list
+            .items
+            .iter()
+            .filter(|p| {
+                karpenter_core::controllers::provisioning::is_provisionable(&(*p).clone().into())
+            })
+            .count();
         (pending == 15).then_some(())
     })
     .await;
@@ -193,16 +265,27 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
     .await;
     // Initialized can trail the pods by a few seconds: it also waits for the node lifecycle
     // controller to take the node's not-ready taint off (pods tolerate its NoExecute form).
-    let claims = wait_for("every claim initialized", Duration::from_secs(60), || async {
-        let claims = pool_claims(&client, "inflate-pool").await;
-        claims.iter().all(|c| c.is_true("Registered") && c.is_true("Initialized")).then_some(claims)
-    })
+    let claims = wait_for(
+        "every claim initialized",
+        Duration::from_secs(60),
+        || async {
+            let claims = pool_claims(&client, "inflate-pool").await;
+            claims
+                .iter()
+                .all(|c| c.is_true("Registered") && c.is_true("Initialized"))
+                .then_some(claims)
+        },
+    )
     .await;
     assert!(!claims.is_empty());
     let nodes: Api<Node> = Api::all(client.clone());
     let mut total = 0.0;
     for claim in &claims {
-        let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node name");
+        let node_name = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("node name");
         total += hourly_price(&nodes.get(&node_name).await.expect("node"));
     }
     // No more expensive than the cheapest fleet of one instance type that holds the 15 pods.
@@ -211,7 +294,11 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
         .filter_map(|it| {
             let pods_per_node = it.allocatable().get(karpenter_core::resources::CPU) / 1000;
             let nodes = 15_u64.div_ceil(pods_per_node.min(it.allocatable().get("pods")).max(1));
-            let price = it.offerings.iter().map(|o| o.price).fold(f64::INFINITY, f64::min);
+            let price = it
+                .offerings
+                .iter()
+                .map(|o| o.price)
+                .fold(f64::INFINITY, f64::min);
             (pods_per_node > 0).then_some(nodes as f64 * price)
         })
         .fold(f64::INFINITY, f64::min);
@@ -221,16 +308,32 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
     );
     // Pods were bound to every claim's node: each records when (upstream's lastPodEventTime),
     // and says it launched.
-    wait_for("lastPodEventTime on every claim", Duration::from_secs(60), || async {
-        let claims = pool_claims(&client, "inflate-pool").await;
-        claims.iter().all(|c| c.status.as_ref().is_some_and(|s| s.last_pod_event_time.is_some())).then_some(())
-    })
+    wait_for(
+        "lastPodEventTime on every claim",
+        Duration::from_secs(60),
+        || async {
+            let claims = pool_claims(&client, "inflate-pool").await;
+            claims
+                .iter()
+                .all(|c| {
+                    c.status
+                        .as_ref()
+                        .is_some_and(|s| s.last_pod_event_time.is_some())
+                })
+                .then_some(())
+        },
+    )
     .await;
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
     let launched = events.list(&ListParams::default()).await.expect("events");
     for claim in &claims {
         assert!(
-            launched.items.iter().any(|e| e.reason.as_deref() == Some("Launched") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == claim.metadata.name.as_deref()),
+            launched
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Launched")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                        == claim.metadata.name.as_deref()),
             "no Launched event for {}",
             claim.name_any()
         );
@@ -246,20 +349,38 @@ async fn a_pod_no_pool_can_fit_stays_pending_with_a_reason_and_others_still_run(
     apply(&node_pool("fit-pool", "{}"));
     apply(&deployment("fit-test", "huge", "fit-pool", 1, "500"));
     let events: Api<Event> = Api::namespaced(client.clone(), "fit-test");
-    let message = wait_for("a FailedProvisioning event on the huge pod", Duration::from_secs(60), || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items.into_iter().find(|e| e.reason.as_deref() == Some("FailedProvisioning")).and_then(|e| e.message)
-    })
+    let message = wait_for(
+        "a FailedProvisioning event on the huge pod",
+        Duration::from_secs(60),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedProvisioning"))
+                .and_then(|e| e.message)
+        },
+    )
     .await;
-    assert!(message.contains("cpu"), "the reason does not name the resource: {message}");
+    assert!(
+        message.contains("cpu"),
+        "the reason does not name the resource: {message}"
+    );
     apply(&deployment("fit-test", "small", "fit-pool", 2, "500m"));
     wait_for("the small pods to run", Duration::from_secs(60), || async {
         (running_pods(&client, "fit-test").await.len() == 2).then_some(())
     })
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "fit-test");
-    let huge = pods.list(&ListParams::default().labels("app=huge")).await.expect("pods").items;
-    assert!(huge.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()), "the huge pod was placed");
+    let huge = pods
+        .list(&ListParams::default().labels("app=huge"))
+        .await
+        .expect("pods")
+        .items;
+    assert!(
+        huge.iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()),
+        "the huge pod was placed"
+    );
     clean_up(&client, "fit-test", "fit-pool").await;
 }
 
@@ -269,7 +390,13 @@ async fn a_node_pool_at_its_limit_gets_no_more_claims() {
     let client = rig().client().await;
     let agent = Agent::start().await;
     apply(&node_pool("limited-pool", "{cpu: \"4\"}"));
-    apply(&deployment("limit-test", "limited", "limited-pool", 10, "1"));
+    apply(&deployment(
+        "limit-test",
+        "limited",
+        "limited-pool",
+        10,
+        "1",
+    ));
     wait_for("some pods running", Duration::from_secs(60), || async {
         (!running_pods(&client, "limit-test").await.is_empty()).then_some(())
     })
@@ -280,13 +407,31 @@ async fn a_node_pool_at_its_limit_gets_no_more_claims() {
     let cpu: u64 = claims
         .iter()
         .map(|c| {
-            let capacity = c.status.as_ref().map(|s| s.capacity.clone()).unwrap_or_default();
-            karpenter_core::resources::ResourceList::from_quantities(&capacity).expect("capacity").get("cpu")
+            let capacity = c
+                .status
+                .as_ref()
+                .map(|s| s.capacity.clone())
+                .unwrap_or_default();
+            karpenter_core::resources::ResourceList::from_quantities(&capacity)
+                .expect("capacity")
+                .get("cpu")
         })
         .sum();
-    assert!(cpu <= 4000, "the pool's claims hold {cpu}m CPU against a 4 CPU limit");
-    assert!(running_pods(&client, "limit-test").await.len() < 10, "all pods ran despite the limit");
-    assert!(agent.metrics.encode().expect("metrics").contains("karpenter_pods_unschedulable"));
+    assert!(
+        cpu <= 4000,
+        "the pool's claims hold {cpu}m CPU against a 4 CPU limit"
+    );
+    assert!(
+        running_pods(&client, "limit-test").await.len() < 10,
+        "all pods ran despite the limit"
+    );
+    assert!(
+        agent
+            .metrics
+            .encode()
+            .expect("metrics")
+            .contains("karpenter_pods_unschedulable")
+    );
     clean_up(&client, "limit-test", "limited-pool").await;
 }
 
@@ -298,18 +443,29 @@ async fn deleting_a_node_claim_removes_its_node_and_instance() {
     apply(&node_pool("delete-pool", "{}"));
     apply(&deployment("delete-test", "one", "delete-pool", 1, "1"));
     let claim = wait_for("a ready claim", Duration::from_secs(60), || async {
-        pool_claims(&client, "delete-pool").await.into_iter().find(|c| c.is_true("Initialized"))
+        pool_claims(&client, "delete-pool")
+            .await
+            .into_iter()
+            .find(|c| c.is_true("Initialized"))
     })
     .await;
-    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    let node_name = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("node");
     rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
     let nodes: Api<Node> = Api::all(client.clone());
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    wait_for("the node and the claim to be gone", Duration::from_secs(60), || async {
-        let node_gone = nodes.get_opt(&node_name).await.ok()?.is_none();
-        let claim_gone = claims.get_opt(&claim.name_any()).await.ok()?.is_none();
-        (node_gone && claim_gone).then_some(())
-    })
+    wait_for(
+        "the node and the claim to be gone",
+        Duration::from_secs(60),
+        || async {
+            let node_gone = nodes.get_opt(&node_name).await.ok()?.is_none();
+            let claim_gone = claims.get_opt(&claim.name_any()).await.ok()?.is_none();
+            (node_gone && claim_gone).then_some(())
+        },
+    )
     .await;
     clean_up(&client, "delete-test", "delete-pool").await;
 }
@@ -321,7 +477,13 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
     let agent = Agent::start().await;
     apply(&node_pool("restart-pool", "{}"));
     // Pods big enough that they need several claims (two fit an e2-standard-16).
-    apply(&deployment("restart-test", "restart", "restart-pool", 6, "6"));
+    apply(&deployment(
+        "restart-test",
+        "restart",
+        "restart-pool",
+        6,
+        "6",
+    ));
     wait_for("the first claims", Duration::from_secs(60), || async {
         (!pool_claims(&client, "restart-pool").await.is_empty()).then_some(())
     })
@@ -337,7 +499,9 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
     let pods = running_pods(&client, "restart-test").await;
     for claim in &claims {
         let node = claim.status.as_ref().and_then(|s| s.node_name.clone());
-        let used = pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node);
+        let used = pods
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()) == node);
         assert!(used, "claim {} has no pods: a duplicate", claim.name_any());
     }
     // Each pod was provided for once, by one agent or the other.
@@ -346,7 +510,11 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
         .filter_map(|c| c.annotations().get(labels::PROVISIONED_FOR))
         .flat_map(|pods| serde_json::from_str::<Vec<String>>(pods).unwrap_or_default())
         .collect();
-    assert_eq!(planned.len(), 6, "pods provided for more than once: {planned:?}");
+    assert_eq!(
+        planned.len(),
+        6,
+        "pods provided for more than once: {planned:?}"
+    );
     clean_up(&client, "restart-test", "restart-pool").await;
 }
 
@@ -356,20 +524,37 @@ async fn deleting_a_node_removes_its_claim_through_the_finalizer() {
     let client = rig().client().await;
     let _agent = Agent::start().await;
     apply(&node_pool("node-delete-pool", "{}"));
-    apply(&deployment("node-delete-test", "one", "node-delete-pool", 1, "1"));
+    apply(&deployment(
+        "node-delete-test",
+        "one",
+        "node-delete-pool",
+        1,
+        "1",
+    ));
     let claim = wait_for("a ready claim", Duration::from_secs(60), || async {
-        pool_claims(&client, "node-delete-pool").await.into_iter().find(|c| c.is_true("Initialized"))
+        pool_claims(&client, "node-delete-pool")
+            .await
+            .into_iter()
+            .find(|c| c.is_true("Initialized"))
     })
     .await;
-    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    let node_name = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("node");
     rig().kubectl_ok(&["delete", "node", &node_name, "--wait=false"]);
     let claims: Api<NodeClaim> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("the claim and the node to be gone", Duration::from_secs(60), || async {
-        let claim_gone = claims.get_opt(&claim.name_any()).await.ok()?.is_none();
-        let node_gone = nodes.get_opt(&node_name).await.ok()?.is_none();
-        (claim_gone && node_gone).then_some(())
-    })
+    wait_for(
+        "the claim and the node to be gone",
+        Duration::from_secs(60),
+        || async {
+            let claim_gone = claims.get_opt(&claim.name_any()).await.ok()?.is_none();
+            let node_gone = nodes.get_opt(&node_name).await.ok()?.is_none();
+            (claim_gone && node_gone).then_some(())
+        },
+    )
     .await;
     clean_up(&client, "node-delete-test", "node-delete-pool").await;
 }
@@ -395,11 +580,26 @@ spec:
 "#;
     apply(orphan);
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("the orphan to be deleted", Duration::from_secs(30), || async {
-        nodes.get_opt("orphan-instance").await.ok()?.is_none().then_some(())
-    })
+    wait_for(
+        "the orphan to be deleted",
+        Duration::from_secs(30),
+        || async {
+            nodes
+                .get_opt("orphan-instance")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
-    assert!(agent.metrics.encode().expect("metrics").contains("karpenter_instances_garbage_collected_total 1"));
+    assert!(
+        agent
+            .metrics
+            .encode()
+            .expect("metrics")
+            .contains("karpenter_instances_garbage_collected_total 1")
+    );
 }
 
 /// A pod planned onto an in-flight claim whose room goes to another pod first gets a claim of its
@@ -434,11 +634,22 @@ spec:
 "#,
     );
     apply(&deployment("room-test", "planned", "room-pool", 1, "1"));
-    let claim = wait_for("a registered claim for the pod", Duration::from_secs(60), || async {
-        pool_claims(&client, "room-pool").await.into_iter().find(|c| c.is_true("Registered"))
-    })
+    let claim = wait_for(
+        "a registered claim for the pod",
+        Duration::from_secs(60),
+        || async {
+            pool_claims(&client, "room-pool")
+                .await
+                .into_iter()
+                .find(|c| c.is_true("Registered"))
+        },
+    )
     .await;
-    let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).expect("node");
+    let node_name = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("node");
     // 1.5 of the t3.medium's ~1.93 allocatable CPUs go to a pod bound straight to the node.
     apply(&format!(
         r#"
@@ -454,16 +665,40 @@ spec:
       resources: {{requests: {{cpu: 1500m}}}}
 "#
     ));
-    rig().kubectl_ok(&["taint", "node", &node_name, "example.com/booting:NoSchedule-"]);
-    wait_for("a second claim for the pod that lost its room", Duration::from_secs(60), || async {
-        (pool_claims(&client, "room-pool").await.len() >= 2).then_some(())
-    })
+    rig().kubectl_ok(&[
+        "taint",
+        "node",
+        &node_name,
+        "example.com/booting:NoSchedule-",
+    ]);
+    wait_for(
+        "a second claim for the pod that lost its room",
+        Duration::from_secs(60),
+        || async { (pool_claims(&client, "room-pool").await.len() >= 2).then_some(()) },
+    )
     .await;
-    wait_for("the planned pod running", Duration::from_secs(60), || async {
-        // The new node boots with the startup taint too; lift it as its CNI would.
-        let _ = rig().kubectl().args(["taint", "nodes", "-l", "test-pool=room-pool", "example.com/booting:NoSchedule-"]).output();
-        running_pods(&client, "room-test").await.iter().any(|p| p.name_any().starts_with("planned-")).then_some(())
-    })
+    wait_for(
+        "the planned pod running",
+        Duration::from_secs(60),
+        || async {
+            // The new node boots with the startup taint too; lift it as its CNI would.
+            let _ = rig()
+                .kubectl()
+                .args([
+                    "taint",
+                    "nodes",
+                    "-l",
+                    "test-pool=room-pool",
+                    "example.com/booting:NoSchedule-",
+                ])
+                .output();
+            running_pods(&client, "room-test")
+                .await
+                .iter()
+                .any(|p| p.name_any().starts_with("planned-"))
+                .then_some(())
+        },
+    )
     .await;
     clean_up(&client, "room-test", "room-pool").await;
 }
@@ -474,23 +709,42 @@ async fn a_scaled_deployment_is_provisioned_as_soon_as_all_its_pods_are_judged()
     let client = rig().client().await;
     // An idle window longer than the wait below: only a batch closed as complete can make the
     // claim in time, and a batch closed early must still hold the whole scale-up.
-    let agent = Agent::start_with(Settings { batch_idle: Duration::from_secs(300), batch_max: Duration::from_secs(600), ..Settings::default() }).await;
+    let agent = Agent::start_with(Settings {
+        batch_idle: Duration::from_secs(300),
+        batch_max: Duration::from_secs(600),
+        ..Settings::default()
+    })
+    .await;
     apply(&node_pool("burst-pool", "{}"));
     // Six small pods fit one node: planned together they get a single claim.
     apply(&deployment("burst-test", "burst", "burst-pool", 6, "250m"));
-    let claims = wait_for("a claim for the deployment", Duration::from_secs(120), || async {
-        let claims = pool_claims(&client, "burst-pool").await;
-        (!claims.is_empty()).then_some(claims)
-    })
+    let claims = wait_for(
+        "a claim for the deployment",
+        Duration::from_secs(120),
+        || async {
+            let claims = pool_claims(&client, "burst-pool").await;
+            (!claims.is_empty()).then_some(claims)
+        },
+    )
     .await;
     let planned: Vec<Vec<String>> = claims
         .iter()
-        .map(|c| c.annotations().get(labels::PROVISIONED_FOR).and_then(|pods| serde_json::from_str(pods).ok()).unwrap_or_default())
+        .map(|c| {
+            c.annotations()
+                .get(labels::PROVISIONED_FOR)
+                .and_then(|pods| serde_json::from_str(pods).ok())
+                .unwrap_or_default()
+        })
         .collect();
-    assert!(planned.len() == 1 && planned[0].len() == 6, "one claim should hold the whole scale-up, got {planned:?}");
+    assert!(
+        planned.len() == 1 && planned[0].len() == 6,
+        "one claim should hold the whole scale-up, got {planned:?}"
+    );
     let encoded = agent.metrics.encode().expect("metrics");
     assert!(
-        encoded.lines().any(|l| l.starts_with("karpenter_provisioner_batches_total{closed_by=\"complete\"}")),
+        encoded
+            .lines()
+            .any(|l| l.starts_with("karpenter_provisioner_batches_total{closed_by=\"complete\"}")),
         "the batch should have closed as complete:\n{encoded}"
     );
     wait_for("6 running pods", Duration::from_secs(90), || async {

@@ -3,16 +3,16 @@
 //! it Ready); deleting a claim terminates its instance; instances no claim owns are collected;
 //! an interruption event on the queue replaces the node.
 
-use crate::env::Env;
 use crate::cloud_agent::{claims_of, clean_up, kubelet, running, workload};
+use crate::env::Env;
 use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
-use k8s_openapi::api::core::v1::Node;
 use kube::{Api, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,23 +39,55 @@ async fn start(env: &Env, queue: Option<String>) -> Agent {
     let client = rig().client().await;
     let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
     config.interruption_queue = queue;
-    let provider = Arc::new(AwsProvider::with_sdk_config(config, &env.sdk, client.clone()));
-    let settings = Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
-    let mut running = controllers::start(client.clone(), provider.clone(), settings, Arc::new(Metrics::new())).await;
-    controllers::aws::start(&mut running).await.expect("the EC2 loops start");
-    let mut tasks = vec![tokio::spawn(kubelet(client.clone(), env.cluster.clone(), aws_node_name))];
+    let provider = Arc::new(AwsProvider::with_sdk_config(
+        config,
+        &env.sdk,
+        client.clone(),
+    ));
+    let settings = Settings {
+        garbage_collection_interval: Duration::from_secs(2),
+        garbage_collection_grace: Duration::from_secs(2),
+        ..Settings::default()
+    };
+    let mut running = controllers::start(
+        client.clone(),
+        provider.clone(),
+        settings,
+        Arc::new(Metrics::new()),
+    )
+    .await;
+    controllers::aws::start(&mut running)
+        .await
+        .expect("the EC2 loops start");
+    let mut tasks = vec![tokio::spawn(kubelet(
+        client.clone(),
+        env.cluster.clone(),
+        aws_node_name,
+    ))];
     if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
         tasks.push(tokio::spawn(dump_state()));
     }
-    Agent { tasks, provider, _running: running }
+    Agent {
+        tasks,
+        provider,
+        _running: running,
+    }
 }
 
 /// Prints the claims, nodes, pods and events every 20 s (with `KARPENTER_TEST_LOG=1`).
 async fn dump_state() {
     loop {
         tokio::time::sleep(Duration::from_secs(20)).await;
-        if let Ok(out) = rig().kubectl().args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"]).output() {
-            eprintln!("--- state\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if let Ok(out) = rig()
+            .kubectl()
+            .args(["get", "nodeclaims,nodes,pods,events", "-A", "-o", "wide"])
+            .output()
+        {
+            eprintln!(
+                "--- state\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }
@@ -81,9 +113,17 @@ spec:
 }
 
 fn instance_id(claim: &NodeClaim) -> String {
-    match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
+    match claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .map(str::parse::<ProviderId>)
+    {
         Some(Ok(ProviderId::Aws { instance_id, .. })) => instance_id,
-        other => panic!("claim {} has no AWS provider id: {other:?}", claim.name_any()),
+        other => panic!(
+            "claim {} has no AWS provider id: {other:?}",
+            claim.name_any()
+        ),
     }
 }
 
@@ -96,7 +136,8 @@ fn aws_node_name(id: &ProviderId) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_capacity_and_instances_go_with_their_claims() {
+async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_capacity_and_instances_go_with_their_claims()
+ {
     let _guard = exclusive();
     let env = Env::new("agent-demo", true).await;
     let role = env.node_role().await;
@@ -109,16 +150,38 @@ async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_cap
     apply(&pool("agent-demo", &["m5.large", "m6i.large"]));
     apply(&workload("agent-demo-app", "agent-demo", 1));
 
-    wait_for("the pod to run on an EC2 node", Duration::from_secs(120), || async { (running(&client, "agent-demo-app").await.len() == 1).then_some(()) }).await;
+    wait_for(
+        "the pod to run on an EC2 node",
+        Duration::from_secs(120),
+        || async { (running(&client, "agent-demo-app").await.len() == 1).then_some(()) },
+    )
+    .await;
     // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
     let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
-        claims_of(&client, "agent-demo").await.into_iter().find(|c| c.is_true("Initialized"))
+        claims_of(&client, "agent-demo")
+            .await
+            .into_iter()
+            .find(|c| c.is_true("Initialized"))
     })
     .await;
-    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("m6i.large"), "m5.large had no capacity");
+    assert_eq!(
+        claim
+            .labels()
+            .get(labels::INSTANCE_TYPE)
+            .map(String::as_str),
+        Some("m6i.large"),
+        "m5.large had no capacity"
+    );
     let id = instance_id(&claim);
     assert_eq!(env.state(&id).await, "running");
-    assert!(agent.provider.unavailable_offerings().keys().iter().all(|k| k.starts_with("on-demand:m5.large:")));
+    assert!(
+        agent
+            .provider
+            .unavailable_offerings()
+            .keys()
+            .iter()
+            .all(|k| k.starts_with("on-demand:m5.large:"))
+    );
 
     // An instance tagged for this cluster that no claim owns is collected.
     let orphan = env
@@ -132,27 +195,58 @@ async fn a_pending_pod_gets_a_moto_instance_of_the_next_type_when_one_has_no_cap
         .tag_specifications(
             aws_sdk_ec2::types::TagSpecification::builder()
                 .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
-                .tags(aws_sdk_ec2::types::Tag::builder().key("kubernetes.io/cluster/agent-demo").value("owned").build())
-                .tags(aws_sdk_ec2::types::Tag::builder().key(labels::NODE_POOL).value("agent-demo").build())
-                .tags(aws_sdk_ec2::types::Tag::builder().key("karpenter.sh/nodeclaim").value("agent-demo-gone").build())
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/cluster/agent-demo")
+                        .value("owned")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(labels::NODE_POOL)
+                        .value("agent-demo")
+                        .build(),
+                )
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("karpenter.sh/nodeclaim")
+                        .value("agent-demo-gone")
+                        .build(),
+                )
                 .build(),
         )
         .send()
         .await
         .expect("run an orphan");
     let orphan_id = orphan.instances()[0].instance_id().expect("id").to_owned();
-    wait_for("the orphan to be terminated", Duration::from_secs(60), || async {
-        (env.state(&orphan_id).await == "terminated").then_some(())
-    })
+    wait_for(
+        "the orphan to be terminated",
+        Duration::from_secs(60),
+        || async { (env.state(&orphan_id).await == "terminated").then_some(()) },
+    )
     .await;
-    assert_eq!(env.state(&id).await, "running", "garbage collection left the owned instance alone");
+    assert_eq!(
+        env.state(&id).await,
+        "running",
+        "garbage collection left the owned instance alone"
+    );
 
     // Deleting the claim terminates its instance and removes its node.
     rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
-    wait_for("the instance to be terminated", Duration::from_secs(60), || async { (env.state(&id).await == "terminated").then_some(()) }).await;
+    wait_for(
+        "the instance to be terminated",
+        Duration::from_secs(60),
+        || async { (env.state(&id).await == "terminated").then_some(()) },
+    )
+    .await;
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for("the node to be gone", Duration::from_secs(60), || async {
-        nodes.get_opt(&format!("ip-{id}")).await.ok()?.is_none().then_some(())
+        nodes
+            .get_opt(&format!("ip-{id}"))
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
     clean_up(&client, "agent-demo-app", "agent-demo", "ec2nodeclass").await;
@@ -165,19 +259,34 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
     let env = Env::new("interrupt-demo", true).await;
     let role = env.node_role().await;
     let client = rig().client().await;
-    let queue = env.sqs.create_queue().queue_name("interrupt-demo").send().await.expect("queue");
+    let queue = env
+        .sqs
+        .create_queue()
+        .queue_name("interrupt-demo")
+        .send()
+        .await
+        .expect("queue");
     let queue_url = queue.queue_url().expect("url").to_owned();
     let agent = start(&env, Some("interrupt-demo".to_owned())).await;
     apply(&node_class("interrupt-demo", &env.cluster, &role));
     apply(&pool("interrupt-demo", &["m5.large"]));
     apply(&workload("interrupt-demo-app", "interrupt-demo", 1));
 
-    let first = wait_for("a ready claim with the pod running on its node", Duration::from_secs(120), || async {
-        let claim = claims_of(&client, "interrupt-demo").await.into_iter().find(|c| c.is_true("Initialized"))?;
-        let node = claim.status.as_ref()?.node_name.clone()?;
-        let pods = running(&client, "interrupt-demo-app").await;
-        pods.iter().any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&node)).then_some(claim)
-    })
+    let first = wait_for(
+        "a ready claim with the pod running on its node",
+        Duration::from_secs(120),
+        || async {
+            let claim = claims_of(&client, "interrupt-demo")
+                .await
+                .into_iter()
+                .find(|c| c.is_true("Initialized"))?;
+            let node = claim.status.as_ref()?.node_name.clone()?;
+            let pods = running(&client, "interrupt-demo-app").await;
+            pods.iter()
+                .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&node))
+                .then_some(claim)
+        },
+    )
     .await;
     let first_id = instance_id(&first);
     let event = serde_json::json!({
@@ -186,25 +295,62 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
         "resources": [format!("arn:aws:ec2:us-west-2a:instance/{first_id}")],
         "detail": {"instance-id": first_id, "instance-action": "terminate"},
     });
-    env.sqs.send_message().queue_url(&queue_url).message_body(event.to_string()).send().await.expect("send the event");
+    env.sqs
+        .send_message()
+        .queue_url(&queue_url)
+        .message_body(event.to_string())
+        .send()
+        .await
+        .expect("send the event");
 
-    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(180), || async {
-        let claims = claims_of(&client, "interrupt-demo").await;
-        let replacement = claims.into_iter().find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
-        (running(&client, "interrupt-demo-app").await.len() == 1).then_some(replacement)
-    })
+    let replacement = wait_for(
+        "a replacement claim with the pod running",
+        Duration::from_secs(180),
+        || async {
+            let claims = claims_of(&client, "interrupt-demo").await;
+            let replacement = claims
+                .into_iter()
+                .find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
+            (running(&client, "interrupt-demo-app").await.len() == 1).then_some(replacement)
+        },
+    )
     .await;
     assert_ne!(instance_id(&replacement), first_id);
-    wait_for("the interrupted instance to be terminated", Duration::from_secs(60), || async {
-        (env.state(&first_id).await == "terminated").then_some(())
-    })
+    wait_for(
+        "the interrupted instance to be terminated",
+        Duration::from_secs(60),
+        || async { (env.state(&first_id).await == "terminated").then_some(()) },
+    )
     .await;
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    assert!(claims.get_opt(&first.name_any()).await.expect("get").is_none(), "the interrupted claim is gone");
+    assert!(
+        claims
+            .get_opt(&first.name_any())
+            .await
+            .expect("get")
+            .is_none(),
+        "the interrupted claim is gone"
+    );
     // The spot offering of the interrupted type and zone is avoided for a while.
-    let zone = first.labels().get(labels::ZONE).cloned().unwrap_or_default();
-    assert!(agent.provider.unavailable_offerings().keys().contains(&format!("spot:m5.large:{zone}")));
-    clean_up(&client, "interrupt-demo-app", "interrupt-demo", "ec2nodeclass").await;
+    let zone = first
+        .labels()
+        .get(labels::ZONE)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        agent
+            .provider
+            .unavailable_offerings()
+            .keys()
+            .contains(&format!("spot:m5.large:{zone}"))
+    );
+    clean_up(
+        &client,
+        "interrupt-demo-app",
+        "interrupt-demo",
+        "ec2nodeclass",
+    )
+    .await;
     drop(agent);
 }
 
@@ -222,11 +368,17 @@ async fn a_claim_whose_only_type_has_no_capacity_is_replaced_by_one_of_the_next_
     // m5.xlarge costs twice m5.large: the scheduler offers the first claim m5.large alone.
     apply(&pool("replan-demo", &["m5.large", "m5.xlarge"]));
     apply(&workload("replan-demo-app", "replan-demo", 1));
-    wait_for("the pod to run on the next type", Duration::from_secs(120), || async {
-        let claims = claims_of(&client, "replan-demo").await;
-        let on_next = claims.iter().any(|c| c.labels().get(labels::INSTANCE_TYPE).map(String::as_str) == Some("m5.xlarge"));
-        (on_next && running(&client, "replan-demo-app").await.len() == 1).then_some(())
-    })
+    wait_for(
+        "the pod to run on the next type",
+        Duration::from_secs(120),
+        || async {
+            let claims = claims_of(&client, "replan-demo").await;
+            let on_next = claims.iter().any(|c| {
+                c.labels().get(labels::INSTANCE_TYPE).map(String::as_str) == Some("m5.xlarge")
+            });
+            (on_next && running(&client, "replan-demo-app").await.len() == 1).then_some(())
+        },
+    )
     .await;
     clean_up(&client, "replan-demo-app", "replan-demo", "ec2nodeclass").await;
     drop(agent);
@@ -243,31 +395,66 @@ async fn the_agent_keeps_an_ec2_node_class_status_current_from_not_ready_to_read
     apply(&node_class("status-demo", &env.cluster, &role));
     let classes: Api<EC2NodeClass> = Api::all(client.clone());
     let condition = |class: &EC2NodeClass, type_: &str| {
-        class.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+        class
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
     };
-    let not_ready = wait_for("the node class to say it is not ready", Duration::from_secs(60), || async {
-        let class = classes.get("status-demo").await.ok()?;
-        condition(&class, "Ready").filter(|c| c.status == "False")
-    })
+    let not_ready = wait_for(
+        "the node class to say it is not ready",
+        Duration::from_secs(60),
+        || async {
+            let class = classes.get("status-demo").await.ok()?;
+            condition(&class, "Ready").filter(|c| c.status == "False")
+        },
+    )
     .await;
-    assert!(not_ready.message.contains("no subnets match subnetSelectorTerms"), "{}", not_ready.message);
+    assert!(
+        not_ready
+            .message
+            .contains("no subnets match subnetSelectorTerms"),
+        "{}",
+        not_ready.message
+    );
 
     // Tag the subnets and security group; the agent notices on its own, with no change to the object.
-    let tag = aws_sdk_ec2::types::Tag::builder().key("karpenter.sh/discovery").value(&env.cluster).build();
-    let mut tagging = env.ec2.create_tags().resources(&env.security_group_id).tags(tag);
+    let tag = aws_sdk_ec2::types::Tag::builder()
+        .key("karpenter.sh/discovery")
+        .value(&env.cluster)
+        .build();
+    let mut tagging = env
+        .ec2
+        .create_tags()
+        .resources(&env.security_group_id)
+        .tags(tag);
     for subnet in &env.subnet_ids {
         tagging = tagging.resources(subnet);
     }
     tagging.send().await.expect("tag for discovery");
-    let status = wait_for("the node class to become ready", Duration::from_secs(90), || async {
-        let class = classes.get("status-demo").await.ok()?;
-        condition(&class, "Ready").filter(|c| c.status == "True")?;
-        class.status
-    })
+    let status = wait_for(
+        "the node class to become ready",
+        Duration::from_secs(90),
+        || async {
+            let class = classes.get("status-demo").await.ok()?;
+            condition(&class, "Ready").filter(|c| c.status == "True")?;
+            class.status
+        },
+    )
     .await;
     assert_eq!(status.subnets.len(), 3);
-    assert_eq!(status.security_groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), [env.security_group_id.as_str()]);
-    assert!(status.amis.iter().any(|a| a.id == env.amd64_ami), "{:?}", status.amis);
+    assert_eq!(
+        status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect::<Vec<_>>(),
+        [env.security_group_id.as_str()]
+    );
+    assert!(
+        status.amis.iter().any(|a| a.id == env.amd64_ami),
+        "{:?}",
+        status.amis
+    );
     assert!(status.instance_profile.is_some());
     rig().kubectl_ok(&["delete", "ec2nodeclass", "status-demo", "--wait=false"]);
     drop(agent);

@@ -30,13 +30,21 @@ pub async fn sdk_config(url: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(url)
         .region(Region::new(REGION))
-        .credentials_provider(aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "test"))
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
+            "testing", "testing", None, None, "test",
+        ))
         .load()
         .await
 }
 
 fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
-    pairs.iter().fold(TagSpecification::builder().resource_type(resource), |b, (k, v)| b.tags(Tag::builder().key(*k).value(*v).build())).build()
+    pairs
+        .iter()
+        .fold(
+            TagSpecification::builder().resource_type(resource),
+            |b, (k, v)| b.tags(Tag::builder().key(*k).value(*v).build()),
+        )
+        .build()
 }
 
 impl Env {
@@ -53,8 +61,17 @@ impl Env {
         if discovery_tags {
             discovery.push(("karpenter.sh/discovery", cluster));
         }
-        let vpc = ec2.create_vpc().cidr_block(format!("10.{net}.0.0/16")).send().await.expect("create vpc");
-        let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id").to_owned();
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block(format!("10.{net}.0.0/16"))
+            .send()
+            .await
+            .expect("create vpc");
+        let vpc_id = vpc
+            .vpc()
+            .and_then(|v| v.vpc_id())
+            .expect("vpc id")
+            .to_owned();
         let mut subnet_ids = Vec::new();
         for (i, zone) in ZONES.iter().enumerate() {
             let subnet = ec2
@@ -66,7 +83,13 @@ impl Env {
                 .send()
                 .await
                 .expect("create subnet");
-            subnet_ids.push(subnet.subnet().and_then(|s| s.subnet_id()).expect("subnet id").to_owned());
+            subnet_ids.push(
+                subnet
+                    .subnet()
+                    .and_then(|s| s.subnet_id())
+                    .expect("subnet id")
+                    .to_owned(),
+            );
         }
         let sg = ec2
             .create_security_group()
@@ -94,15 +117,31 @@ impl Env {
             .expect("create eks cluster");
         let arm = ec2
             .describe_images()
-            .filters(Filter::builder().name("name").values("al2023-ami-2023*-kernel-6.1-arm64").build())
+            .filters(
+                Filter::builder()
+                    .name("name")
+                    .values("al2023-ami-2023*-kernel-6.1-arm64")
+                    .build(),
+            )
             .send()
             .await
             .expect("describe images");
-        let arm64_ami = arm.images().iter().find_map(|i| i.image_id()).expect("an arm64 AL2023 image in moto").to_owned();
+        let arm64_ami = arm
+            .images()
+            .iter()
+            .find_map(|i| i.image_id())
+            .expect("an arm64 AL2023 image in moto")
+            .to_owned();
         let amd64_ami = "ami-ekslinux".to_owned();
         let base = format!("/aws/service/eks/optimized-ami/{K8S_VERSION}/amazon-linux-2023");
-        proxy.public_parameter(&format!("{base}/x86_64/standard/recommended/image_id"), &amd64_ami);
-        proxy.public_parameter(&format!("{base}/arm64/standard/recommended/image_id"), &arm64_ami);
+        proxy.public_parameter(
+            &format!("{base}/x86_64/standard/recommended/image_id"),
+            &amd64_ami,
+        );
+        proxy.public_parameter(
+            &format!("{base}/arm64/standard/recommended/image_id"),
+            &arm64_ami,
+        );
         Self {
             cluster: cluster.to_owned(),
             iam: aws_sdk_iam::Client::new(&sdk),
@@ -121,7 +160,13 @@ impl Env {
     pub async fn node_role(&self) -> String {
         let name = format!("KarpenterNodeRole-{}", self.cluster);
         let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
-        let _ = self.iam.create_role().role_name(&name).assume_role_policy_document(trust).send().await;
+        let _ = self
+            .iam
+            .create_role()
+            .role_name(&name)
+            .assume_role_policy_document(trust)
+            .send()
+            .await;
         name
     }
 
@@ -130,20 +175,38 @@ impl Env {
         let out = self
             .ec2
             .describe_instances()
-            .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", self.cluster)).values("owned").build())
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:kubernetes.io/cluster/{}", self.cluster))
+                    .values("owned")
+                    .build(),
+            )
             .send()
             .await
             .expect("describe instances");
-        out.reservations().iter().flat_map(|r| r.instances().iter().cloned()).collect()
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances().iter().cloned())
+            .collect()
     }
 
     /// The state of an instance (`running`, `terminated`...).
     pub async fn state(&self, instance_id: &str) -> String {
-        let out = self.ec2.describe_instances().instance_ids(instance_id).send().await.expect("describe instance");
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+            .expect("describe instance");
         out.reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str().to_owned()))
+            .find_map(|i| {
+                i.state()
+                    .and_then(|s| s.name())
+                    .map(|n| n.as_str().to_owned())
+            })
             .unwrap_or_default()
     }
 }

@@ -10,10 +10,10 @@
 // `exclusive()` is held across awaits on purpose: it keeps agents one at a time.
 #![allow(clippy::await_holding_lock)]
 
-#[path = "../support/rig.rs"]
-mod rig;
 #[path = "../support/cloud_agent.rs"]
 mod cloud_agent;
+#[path = "../support/rig.rs"]
+mod rig;
 
 mod agent;
 mod env;
@@ -21,7 +21,6 @@ mod moto;
 mod provider;
 mod proxy;
 mod setup;
-
 
 pub use cloud_agent::{apply, exclusive, wait_for};
 
@@ -58,7 +57,8 @@ pub fn log_to_stderr() {
     }
     impl Subscriber for Stderr {
         fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.target().starts_with("karpenter_core") && *metadata.level() <= tracing::Level::DEBUG
+            metadata.target().starts_with("karpenter_core")
+                && *metadata.level() <= tracing::Level::DEBUG
         }
         fn new_span(&self, _: &Attributes<'_>) -> Id {
             Id::from_u64(1)
@@ -68,7 +68,12 @@ pub fn log_to_stderr() {
         fn event(&self, event: &Event<'_>) {
             let mut line = Line(String::new());
             event.record(&mut line);
-            eprintln!("{} {}{}", event.metadata().level(), event.metadata().target(), line.0);
+            eprintln!(
+                "{} {}{}",
+                event.metadata().level(),
+                event.metadata().target(),
+                line.0
+            );
         }
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}

@@ -28,9 +28,16 @@ fn free_port() -> u16 {
 }
 
 fn answers(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500)) else { return false };
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+    else {
+        return false;
+    };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream.write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err() {
+    if stream
+        .write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
         return false;
     }
     let mut head = [0u8; 12];
@@ -42,17 +49,32 @@ pub fn moto() -> &'static Moto {
     static MOTO: OnceLock<Moto> = OnceLock::new();
     MOTO.get_or_init(|| {
         if let Ok(url) = std::env::var("KARPENTER_TEST_MOTO_URL") {
-            return Moto { url, log: PathBuf::new() };
+            return Moto {
+                url,
+                log: PathBuf::new(),
+            };
         }
-        let install = Command::new(script()).arg("install").stderr(Stdio::inherit()).output().expect("run tests/aws/moto install");
-        assert!(install.status.success(), "installing moto failed (tests/aws/moto install)");
+        let install = Command::new(script())
+            .arg("install")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run tests/aws/moto install");
+        assert!(
+            install.status.success(),
+            "installing moto failed (tests/aws/moto install)"
+        );
         let port = free_port();
         let log = std::env::temp_dir().join(format!("karpenter-moto-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("moto log file");
         // Never waited on: the server lives as long as this process, and its watchdog stops it.
         #[allow(clippy::zombie_processes)]
         Command::new(script())
-            .args(["serve", &port.to_string(), "--owner-pid", &std::process::id().to_string()])
+            .args([
+                "serve",
+                &port.to_string(),
+                "--owner-pid",
+                &std::process::id().to_string(),
+            ])
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file)
@@ -60,9 +82,16 @@ pub fn moto() -> &'static Moto {
             .expect("start moto");
         let start = Instant::now();
         while !answers(port) {
-            assert!(start.elapsed() < Duration::from_secs(60), "moto did not answer on port {port}; see {}", log.display());
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "moto did not answer on port {port}; see {}",
+                log.display()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
-        Moto { url: format!("http://127.0.0.1:{port}"), log }
+        Moto {
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+        }
     })
 }

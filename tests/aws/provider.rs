@@ -16,7 +16,11 @@ pub async fn provider(env: &Env) -> AwsProvider {
 }
 
 pub fn reference(name: &str) -> NodeClassReference {
-    NodeClassReference { group: labels::AWS_GROUP.to_owned(), kind: "EC2NodeClass".to_owned(), name: name.to_owned() }
+    NodeClassReference {
+        group: labels::AWS_GROUP.to_owned(),
+        kind: "EC2NodeClass".to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 /// A NodeClaim (not stored anywhere) for `class`, limited to `types` and on-demand.
@@ -37,32 +41,97 @@ pub fn claim(name: &str, class: &str, types: &[&str]) -> NodeClaim {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis_and_the_instance_profile() {
+async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis_and_the_instance_profile()
+ {
     let env = Env::new("resolve-demo", true).await;
     let role = env.node_role().await;
     apply(&node_class("resolve-demo", &env.cluster, &role));
     let provider = provider(&env).await;
 
-    let types = provider.instance_types(&reference("resolve-demo")).await.expect("instance types");
-    let m5 = types.iter().find(|t| t.name == "m5.large").expect("m5.large in the catalogue");
-    let zones: Vec<&str> = m5.offerings.iter().filter(|o| o.capacity_type == "on-demand").map(|o| o.zone.as_str()).collect();
+    let types = provider
+        .instance_types(&reference("resolve-demo"))
+        .await
+        .expect("instance types");
+    let m5 = types
+        .iter()
+        .find(|t| t.name == "m5.large")
+        .expect("m5.large in the catalogue");
+    let zones: Vec<&str> = m5
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "on-demand")
+        .map(|o| o.zone.as_str())
+        .collect();
     assert_eq!(zones, ZONES, "on-demand offerings in every subnet's zone");
     assert!(m5.offerings.iter().all(|o| o.available));
-    assert_eq!(m5.offerings.iter().find(|o| o.capacity_type == "on-demand").map(|o| o.price), Some(0.096));
-    assert!(types.iter().any(|t| t.requirements.allows(labels::ARCH, "arm64")), "the arm64 AMI brings arm64 types");
-    let metal = types.iter().find(|t| t.name == "m5.metal").expect("m5.metal listed");
-    assert!(!metal.offerings.iter().any(|o| o.capacity_type == "on-demand"), "no on-demand price, no on-demand offering");
+    assert_eq!(
+        m5.offerings
+            .iter()
+            .find(|o| o.capacity_type == "on-demand")
+            .map(|o| o.price),
+        Some(0.096)
+    );
+    assert!(
+        types
+            .iter()
+            .any(|t| t.requirements.allows(labels::ARCH, "arm64")),
+        "the arm64 AMI brings arm64 types"
+    );
+    let metal = types
+        .iter()
+        .find(|t| t.name == "m5.metal")
+        .expect("m5.metal listed");
+    assert!(
+        !metal
+            .offerings
+            .iter()
+            .any(|o| o.capacity_type == "on-demand"),
+        "no on-demand price, no on-demand offering"
+    );
 
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
-    let status = classes.get("resolve-demo").await.expect("node class").status.expect("status");
+    let status = classes
+        .get("resolve-demo")
+        .await
+        .expect("node class")
+        .status
+        .expect("status");
     assert_eq!(status.subnets.len(), 3);
-    assert_eq!(status.security_groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), [env.security_group_id.as_str()]);
+    assert_eq!(
+        status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect::<Vec<_>>(),
+        [env.security_group_id.as_str()]
+    );
     let amis: Vec<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
-    assert!(amis.contains(&env.amd64_ami.as_str()) && amis.contains(&env.arm64_ami.as_str()), "{amis:?}");
+    assert!(
+        amis.contains(&env.amd64_ami.as_str()) && amis.contains(&env.arm64_ami.as_str()),
+        "{amis:?}"
+    );
     let profile = status.instance_profile.clone().expect("instance profile");
-    assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{:?}", status.conditions);
-    let iam_profile = env.iam.get_instance_profile().instance_profile_name(&profile).send().await.expect("profile exists in IAM");
-    assert_eq!(iam_profile.instance_profile().map(|p| p.roles()[0].role_name()), Some(role.as_str()));
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    let iam_profile = env
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&profile)
+        .send()
+        .await
+        .expect("profile exists in IAM");
+    assert_eq!(
+        iam_profile
+            .instance_profile()
+            .map(|p| p.roles()[0].role_name()),
+        Some(role.as_str())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,60 +140,132 @@ async fn a_node_class_whose_subnets_match_nothing_is_not_ready_and_says_why() {
     let role = env.node_role().await;
     apply(&node_class("unready-demo", &env.cluster, &role));
     let provider = provider(&env).await;
-    let error = provider.instance_types(&reference("unready-demo")).await.expect_err("no subnets are tagged");
-    assert!(matches!(&error, CloudError::NodeClassNotReady { reason, .. } if reason.contains("no subnets")), "{error}");
+    let error = provider
+        .instance_types(&reference("unready-demo"))
+        .await
+        .expect_err("no subnets are tagged");
+    assert!(
+        matches!(&error, CloudError::NodeClassNotReady { reason, .. } if reason.contains("no subnets")),
+        "{error}"
+    );
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
-    let status = classes.get("unready-demo").await.expect("node class").status.expect("status");
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready condition");
+    let status = classes
+        .get("unready-demo")
+        .await
+        .expect("node class")
+        .status
+        .expect("status");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready condition");
     assert_eq!(ready.status, "False");
-    assert!(ready.message.contains("no subnets match subnetSelectorTerms"), "{}", ready.message);
-    assert!(status.conditions.iter().any(|c| c.type_ == "SubnetsReady" && c.status == "False"));
+    assert!(
+        ready
+            .message
+            .contains("no subnets match subnetSelectorTerms"),
+        "{}",
+        ready.message
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "SubnetsReady" && c.status == "False")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_launches_tagged_from_a_launch_template_is_listed_and_terminates_idempotently() {
+async fn an_instance_launches_tagged_from_a_launch_template_is_listed_and_terminates_idempotently()
+{
     let env = Env::new("launch-demo", true).await;
     let role = env.node_role().await;
     apply(&node_class("launch-demo", &env.cluster, &role));
     let provider = provider(&env).await;
-    let catalogue = provider.instance_types(&reference("launch-demo")).await.expect("instance types");
+    let catalogue = provider
+        .instance_types(&reference("launch-demo"))
+        .await
+        .expect("instance types");
     let claim = claim("launch-demo-a", "launch-demo", &["m5.large", "m5.xlarge"]);
     let candidates = launch_candidates(&claim, &catalogue).expect("candidates");
-    assert_eq!(candidates.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["m5.large", "m5.xlarge"]);
+    assert_eq!(
+        candidates
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["m5.large", "m5.xlarge"]
+    );
 
     let instance = provider.create(&claim, &candidates).await.expect("launch");
     assert_eq!(instance.instance_type, "m5.large");
     assert_eq!(instance.capacity_type, "on-demand");
     assert_eq!(instance.node_claim.as_deref(), Some("launch-demo-a"));
-    let ProviderId::Aws { instance_id, zone } = &instance.provider_id else { panic!("{}", instance.provider_id) };
+    let ProviderId::Aws { instance_id, zone } = &instance.provider_id else {
+        panic!("{}", instance.provider_id)
+    };
     assert!(ZONES.contains(&zone.as_str()));
 
     // The fleet request: instant, one instance, lowest-price on-demand, overrides per subnet.
-    let request = env.proxy.fleet_requests().pop().expect("a CreateFleet request");
-    for expected in ["Type=instant", "TotalTargetCapacity=1", "OnDemandOptions.AllocationStrategy=lowest-price", "DefaultTargetCapacityType=on-demand"] {
+    let request = env
+        .proxy
+        .fleet_requests()
+        .pop()
+        .expect("a CreateFleet request");
+    for expected in [
+        "Type=instant",
+        "TotalTargetCapacity=1",
+        "OnDemandOptions.AllocationStrategy=lowest-price",
+        "DefaultTargetCapacityType=on-demand",
+    ] {
         assert!(request.contains(expected), "{expected} not in {request}");
     }
-    assert_eq!(request.matches("InstanceType=").count(), 6, "2 types x 3 subnets: {request}");
+    assert_eq!(
+        request.matches("InstanceType=").count(),
+        6,
+        "2 types x 3 subnets: {request}"
+    );
 
     let described = env.instances().await;
-    let launched = described.iter().find(|i| i.instance_id() == Some(instance_id)).expect("instance in moto");
-    let tags: std::collections::BTreeMap<&str, &str> = launched.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
+    let launched = described
+        .iter()
+        .find(|i| i.instance_id() == Some(instance_id))
+        .expect("instance in moto");
+    let tags: std::collections::BTreeMap<&str, &str> = launched
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?, t.value()?)))
+        .collect();
     assert_eq!(tags.get("karpenter.sh/nodeclaim"), Some(&"launch-demo-a"));
     assert_eq!(tags.get("karpenter.sh/nodepool"), Some(&"test-pool"));
-    assert_eq!(tags.get("karpenter.k8s.aws/ec2nodeclass"), Some(&"launch-demo"));
+    assert_eq!(
+        tags.get("karpenter.k8s.aws/ec2nodeclass"),
+        Some(&"launch-demo")
+    );
     assert_eq!(tags.get("eks:eks-cluster-name"), Some(&"launch-demo"));
-    assert_eq!(tags.get("kubernetes.io/cluster/launch-demo"), Some(&"owned"));
+    assert_eq!(
+        tags.get("kubernetes.io/cluster/launch-demo"),
+        Some(&"owned")
+    );
     assert_eq!(launched.image_id(), Some(env.amd64_ami.as_str()));
 
     // moto drops the launch template's settings on fleet instances, so read the template itself.
     let templates = env
         .ec2
         .describe_launch_templates()
-        .filters(aws_sdk_ec2::types::Filter::builder().name("tag:karpenter.k8s.aws/ec2nodeclass").values("launch-demo").build())
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values("launch-demo")
+                .build(),
+        )
         .send()
         .await
         .expect("launch templates");
-    let template = templates.launch_templates().first().expect("a launch template");
+    let template = templates
+        .launch_templates()
+        .first()
+        .expect("a launch template");
     let versions = env
         .ec2
         .describe_launch_template_versions()
@@ -133,22 +274,73 @@ async fn an_instance_launches_tagged_from_a_launch_template_is_listed_and_termin
         .send()
         .await
         .expect("versions");
-    let data = versions.launch_template_versions()[0].launch_template_data().expect("data");
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .expect("data");
     assert_eq!(data.image_id(), Some(env.amd64_ami.as_str()));
-    assert!(data.iam_instance_profile().and_then(|p| p.name()).is_some_and(|n| n.starts_with("launch-demo_")));
-    assert_eq!(data.metadata_options().and_then(|m| m.http_tokens()).map(|t| t.as_str()), Some("required"));
-    assert_eq!(data.security_group_ids(), std::slice::from_ref(&env.security_group_id));
+    assert!(
+        data.iam_instance_profile()
+            .and_then(|p| p.name())
+            .is_some_and(|n| n.starts_with("launch-demo_"))
+    );
+    assert_eq!(
+        data.metadata_options()
+            .and_then(|m| m.http_tokens())
+            .map(|t| t.as_str()),
+        Some("required")
+    );
+    assert_eq!(
+        data.security_group_ids(),
+        std::slice::from_ref(&env.security_group_id)
+    );
     assert!(data.user_data().is_some_and(|u| !u.is_empty()));
 
     let listed = provider.list().await.expect("list");
-    assert!(listed.iter().any(|i| i.provider_id == instance.provider_id), "{listed:?}");
-    assert!(provider.get(&instance.provider_id).await.expect("get").is_some());
-    assert_eq!(provider.delete(&instance.provider_id).await.expect("delete"), DeleteOutcome::Terminating);
-    assert_eq!(provider.delete(&instance.provider_id).await.expect("delete again"), DeleteOutcome::Gone);
-    assert_eq!(provider.get(&instance.provider_id).await.expect("get"), None);
-    assert!(!provider.list().await.expect("list").iter().any(|i| i.provider_id == instance.provider_id));
-    let unknown = ProviderId::Aws { zone: "us-west-2a".into(), instance_id: "i-0000000000000dead".into() };
-    assert_eq!(provider.delete(&unknown).await.expect("delete unknown"), DeleteOutcome::Gone);
+    assert!(
+        listed.iter().any(|i| i.provider_id == instance.provider_id),
+        "{listed:?}"
+    );
+    assert!(
+        provider
+            .get(&instance.provider_id)
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert_eq!(
+        provider
+            .delete(&instance.provider_id)
+            .await
+            .expect("delete"),
+        DeleteOutcome::Terminating
+    );
+    assert_eq!(
+        provider
+            .delete(&instance.provider_id)
+            .await
+            .expect("delete again"),
+        DeleteOutcome::Gone
+    );
+    assert_eq!(
+        provider.get(&instance.provider_id).await.expect("get"),
+        None
+    );
+    assert!(
+        !provider
+            .list()
+            .await
+            .expect("list")
+            .iter()
+            .any(|i| i.provider_id == instance.provider_id)
+    );
+    let unknown = ProviderId::Aws {
+        zone: "us-west-2a".into(),
+        instance_id: "i-0000000000000dead".into(),
+    };
+    assert_eq!(
+        provider.delete(&unknown).await.expect("delete unknown"),
+        DeleteOutcome::Gone
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,25 +349,69 @@ async fn no_capacity_for_the_cheapest_type_launches_the_next_and_marks_the_offer
     let role = env.node_role().await;
     apply(&node_class("ice-demo", &env.cluster, &role));
     let provider = provider(&env).await;
-    let catalogue = provider.instance_types(&reference("ice-demo")).await.expect("instance types");
-    let claim_a = claim("ice-demo-a", "ice-demo", &["m5.large", "m5.xlarge", "m5.2xlarge"]);
+    let catalogue = provider
+        .instance_types(&reference("ice-demo"))
+        .await
+        .expect("instance types");
+    let claim_a = claim(
+        "ice-demo-a",
+        "ice-demo",
+        &["m5.large", "m5.xlarge", "m5.2xlarge"],
+    );
     let candidates = launch_candidates(&claim_a, &catalogue).expect("candidates");
 
     env.proxy.insufficient_capacity("m5.large");
-    let instance = provider.create(&claim_a, &candidates).await.expect("launch falls back");
-    assert_eq!(instance.instance_type, "m5.xlarge", "the next cheapest type");
+    let instance = provider
+        .create(&claim_a, &candidates)
+        .await
+        .expect("launch falls back");
+    assert_eq!(
+        instance.instance_type, "m5.xlarge",
+        "the next cheapest type"
+    );
     let cached = provider.unavailable_offerings().keys();
-    assert_eq!(cached, ZONES.iter().map(|z| format!("on-demand:m5.large:{z}")).collect::<Vec<_>>());
-    let after = provider.instance_types(&reference("ice-demo")).await.expect("instance types");
-    let m5 = after.iter().find(|t| t.name == "m5.large").expect("m5.large still listed");
-    assert!(m5.offerings.iter().filter(|o| o.capacity_type == "on-demand").all(|o| !o.available), "{:?}", m5.offerings);
+    assert_eq!(
+        cached,
+        ZONES
+            .iter()
+            .map(|z| format!("on-demand:m5.large:{z}"))
+            .collect::<Vec<_>>()
+    );
+    let after = provider
+        .instance_types(&reference("ice-demo"))
+        .await
+        .expect("instance types");
+    let m5 = after
+        .iter()
+        .find(|t| t.name == "m5.large")
+        .expect("m5.large still listed");
+    assert!(
+        m5.offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand")
+            .all(|o| !o.available),
+        "{:?}",
+        m5.offerings
+    );
     // The next plan leaves m5.large out.
     let next = launch_candidates(&claim_a, &after).expect("candidates");
     assert_eq!(next.first().map(|c| c.name.as_str()), Some("m5.xlarge"));
 
     env.proxy.insufficient_capacity("m5.xlarge");
     env.proxy.insufficient_capacity("m5.2xlarge");
-    let error = provider.create(&claim("ice-demo-b", "ice-demo", &["m5.xlarge", "m5.2xlarge"]), &next).await.expect_err("nothing left");
-    assert!(matches!(&error, CloudError::InsufficientCapacity { offerings } if offerings.len() == 6), "{error:?}");
-    provider.delete(&instance.provider_id).await.expect("clean up");
+    let error = provider
+        .create(
+            &claim("ice-demo-b", "ice-demo", &["m5.xlarge", "m5.2xlarge"]),
+            &next,
+        )
+        .await
+        .expect_err("nothing left");
+    assert!(
+        matches!(&error, CloudError::InsufficientCapacity { offerings } if offerings.len() == 6),
+        "{error:?}"
+    );
+    provider
+        .delete(&instance.provider_id)
+        .await
+        .expect("clean up");
 }

@@ -36,10 +36,15 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy to `upstream` (`http://127.0.0.1:PORT`).
     pub async fn start(upstream: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let faults = Arc::new(Mutex::new(Faults::default()));
-        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
         let shared = faults.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -55,7 +60,9 @@ impl Proxy {
     }
 
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// CreateFleet fails with InsufficientInstanceCapacity for `instance_type`, in every zone.
@@ -75,7 +82,9 @@ impl Proxy {
 
     /// SSM GetParameter of `name` returns `value`.
     pub fn public_parameter(&self, name: &str, value: &str) {
-        self.faults().parameters.insert(name.to_owned(), value.to_owned());
+        self.faults()
+            .parameters
+            .insert(name.to_owned(), value.to_owned());
     }
 
     /// Every action seen, in order.
@@ -97,7 +106,10 @@ struct Request {
 
 impl Request {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -106,7 +118,10 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Reads a head and a body (Content-Length or chunked) from `stream`, given what was read so far.
-async fn read_message(stream: &mut TcpStream, until_eof: bool) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+async fn read_message(
+    stream: &mut TcpStream,
+    until_eof: bool,
+) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 16384];
     let head_end = loop {
@@ -115,17 +130,29 @@ async fn read_message(stream: &mut TcpStream, until_eof: bool) -> std::io::Resul
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed before the head"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed before the head",
+            ));
         }
         buffer.extend_from_slice(&chunk[..n]);
     };
     let head_text = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
     let mut lines = head_text.split("\r\n");
     let first = lines.next().unwrap_or_default().to_owned();
-    let headers: Vec<(String, String)> =
-        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))).collect();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect();
     let mut body = buffer[head_end + 4..].to_vec();
-    let get = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
     let chunked = get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     if let Some(length) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
         while body.len() < length {
@@ -158,7 +185,15 @@ fn dechunk(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut rest = data;
     while let Some(line_end) = find(rest, b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..line_end]).split(';').next().unwrap_or("0").trim(), 16).unwrap_or(0);
+        let size = usize::from_str_radix(
+            String::from_utf8_lossy(&rest[..line_end])
+                .split(';')
+                .next()
+                .unwrap_or("0")
+                .trim(),
+            16,
+        )
+        .unwrap_or(0);
         rest = &rest[line_end + 2..];
         if size == 0 || rest.len() < size {
             break;
@@ -205,7 +240,9 @@ pub fn url_decode(text: &str) -> String {
 fn url_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -223,7 +260,12 @@ fn form(body: &[u8]) -> Vec<(String, String)> {
 }
 
 fn encode_form(pairs: &[(String, String)]) -> Vec<u8> {
-    pairs.iter().map(|(k, v)| format!("{}={}", url_encode(k), url_encode(v))).collect::<Vec<_>>().join("&").into_bytes()
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", url_encode(k), url_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+        .into_bytes()
 }
 
 fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
@@ -233,16 +275,28 @@ fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
 }
 
 fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> Vec<u8> {
-    let message = format!("User: arn:aws:iam::123456789012:user/test is not authorized to perform: {action}");
+    let message =
+        format!("User: arn:aws:iam::123456789012:user/test is not authorized to perform: {action}");
     if request.header("x-amz-target").is_some() {
-        let body = serde_json::json!({"__type": "AccessDeniedException", "message": message}).to_string();
-        return response("400 Bad Request", "application/x-amz-json-1.0", body.as_bytes());
+        let body =
+            serde_json::json!({"__type": "AccessDeniedException", "message": message}).to_string();
+        return response(
+            "400 Bad Request",
+            "application/x-amz-json-1.0",
+            body.as_bytes(),
+        );
     }
-    let ec2 = form_fields.iter().any(|(k, v)| k == "Version" && v == "2016-11-15");
+    let ec2 = form_fields
+        .iter()
+        .any(|(k, v)| k == "Version" && v == "2016-11-15");
     let body = if ec2 {
-        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>{message}</Message></Error></Errors><RequestID>proxy</RequestID></Response>")
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>{message}</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+        )
     } else {
-        format!("<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{message}</Message></Error><RequestId>proxy</RequestId></ErrorResponse>")
+        format!(
+            "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>{message}</Message></Error><RequestId>proxy</RequestId></ErrorResponse>"
+        )
     };
     response("403 Forbidden", "text/xml", body.as_bytes())
 }
@@ -257,7 +311,9 @@ fn overrides_of(fields: &[(String, String)]) -> Overrides {
         if let ["LaunchTemplateConfigs", c, "Overrides", o, field] = parts.as_slice()
             && let (Ok(c), Ok(o)) = (c.parse(), o.parse())
         {
-            out.entry((c, o)).or_default().insert((*field).to_owned(), v.clone());
+            out.entry((c, o))
+                .or_default()
+                .insert((*field).to_owned(), v.clone());
         }
     }
     out
@@ -268,12 +324,19 @@ type Removed = (String, BTreeMap<String, String>);
 
 /// Removes the overrides of `failing` types and renumbers the rest; returns the new form and the
 /// removed overrides (with their launch template name).
-fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (Vec<(String, String)>, Vec<Removed>) {
+fn strip_overrides(
+    fields: &[(String, String)],
+    failing: &HashSet<String>,
+) -> (Vec<(String, String)>, Vec<Removed>) {
     let overrides = overrides_of(fields);
     let template = |c: u32| {
         fields
             .iter()
-            .find(|(k, _)| *k == format!("LaunchTemplateConfigs.{c}.LaunchTemplateSpecification.LaunchTemplateName"))
+            .find(|(k, _)| {
+                *k == format!(
+                    "LaunchTemplateConfigs.{c}.LaunchTemplateSpecification.LaunchTemplateName"
+                )
+            })
             .map(|(_, v)| v.clone())
             .unwrap_or_default()
     };
@@ -299,7 +362,10 @@ fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (V
             }
             ["LaunchTemplateConfigs", c, rest @ ..] => {
                 if let Ok(c) = c.parse::<u32>() {
-                    configs.entry(c).or_default().push((rest.join("."), v.clone()));
+                    configs
+                        .entry(c)
+                        .or_default()
+                        .push((rest.join("."), v.clone()));
                 }
             }
             _ => other.push((k.clone(), v.clone())),
@@ -307,14 +373,19 @@ fn strip_overrides(fields: &[(String, String)], failing: &HashSet<String>) -> (V
     }
     let mut n = 0;
     for (c, config_fields) in configs {
-        let Some(kept) = kept_overrides.get(&c) else { continue };
+        let Some(kept) = kept_overrides.get(&c) else {
+            continue;
+        };
         n += 1;
         for (k, v) in config_fields {
             other.push((format!("LaunchTemplateConfigs.{n}.{k}"), v));
         }
         for (i, f) in kept.iter().enumerate() {
             for (k, v) in f {
-                other.push((format!("LaunchTemplateConfigs.{n}.Overrides.{}.{k}", i + 1), v.clone()));
+                other.push((
+                    format!("LaunchTemplateConfigs.{n}.Overrides.{}.{k}", i + 1),
+                    v.clone(),
+                ));
             }
         }
     }
@@ -335,16 +406,26 @@ fn error_items(removed: &[Removed], lifecycle: &str) -> String {
         .collect()
 }
 
-async fn forward(upstream: &str, request: &Request, body: &[u8]) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
+async fn forward(
+    upstream: &str,
+    request: &Request,
+    body: &[u8],
+) -> std::io::Result<(String, Vec<(String, String)>, Vec<u8>)> {
     let mut stream = TcpStream::connect(upstream).await?;
     let mut out = format!("{}\r\n", request.head);
     for (k, v) in &request.headers {
-        if ["content-length", "connection", "transfer-encoding"].iter().any(|h| k.eq_ignore_ascii_case(h)) {
+        if ["content-length", "connection", "transfer-encoding"]
+            .iter()
+            .any(|h| k.eq_ignore_ascii_case(h))
+        {
             continue;
         }
         out.push_str(&format!("{k}: {v}\r\n"));
     }
-    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    out.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
     stream.write_all(out.as_bytes()).await?;
     stream.write_all(body).await?;
     read_message(&mut stream, true).await
@@ -353,44 +434,95 @@ async fn forward(upstream: &str, request: &Request, body: &[u8]) -> std::io::Res
 fn reply_from(status_line: &str, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
     let mut out = format!("{status_line}\r\n");
     for (k, v) in headers {
-        if ["content-length", "connection", "transfer-encoding"].iter().any(|h| k.eq_ignore_ascii_case(h)) {
+        if ["content-length", "connection", "transfer-encoding"]
+            .iter()
+            .any(|h| k.eq_ignore_ascii_case(h))
+        {
             continue;
         }
         out.push_str(&format!("{k}: {v}\r\n"));
     }
-    out.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    out.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
     let mut bytes = out.into_bytes();
     bytes.extend_from_slice(body);
     bytes
 }
 
-async fn serve(mut stream: TcpStream, upstream: &str, faults: &Mutex<Faults>) -> std::io::Result<()> {
+async fn serve(
+    mut stream: TcpStream,
+    upstream: &str,
+    faults: &Mutex<Faults>,
+) -> std::io::Result<()> {
     let (head, headers, body) = read_message(&mut stream, false).await?;
-    let request = Request { head, headers, body };
-    let lock = || faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let target = request.header("x-amz-target").map(|t| t.rsplit('.').next().unwrap_or(t).to_owned());
-    let is_form = request.header("content-type").is_some_and(|c| c.contains("x-www-form-urlencoded"));
-    let fields = if is_form { form(&request.body) } else { Vec::new() };
-    let action = target.clone().or_else(|| fields.iter().find(|(k, _)| k == "Action").map(|(_, v)| v.clone())).unwrap_or_else(|| {
-        request.head.split_whitespace().nth(1).unwrap_or_default().to_owned()
-    });
+    let request = Request {
+        head,
+        headers,
+        body,
+    };
+    let lock = || {
+        faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let target = request
+        .header("x-amz-target")
+        .map(|t| t.rsplit('.').next().unwrap_or(t).to_owned());
+    let is_form = request
+        .header("content-type")
+        .is_some_and(|c| c.contains("x-www-form-urlencoded"));
+    let fields = if is_form {
+        form(&request.body)
+    } else {
+        Vec::new()
+    };
+    let action = target
+        .clone()
+        .or_else(|| {
+            fields
+                .iter()
+                .find(|(k, _)| k == "Action")
+                .map(|(_, v)| v.clone())
+        })
+        .unwrap_or_else(|| {
+            request
+                .head
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned()
+        });
     lock().actions.push(action.clone());
 
     if lock().denied.contains(&action) {
         return stream.write_all(&denied(&request, &action, &fields)).await;
     }
     if action == "GetParameter" {
-        let name = serde_json::from_slice::<serde_json::Value>(&request.body).ok().and_then(|v| v["Name"].as_str().map(str::to_owned));
-        let value = name.as_ref().and_then(|n| lock().parameters.get(n).cloned());
+        let name = serde_json::from_slice::<serde_json::Value>(&request.body)
+            .ok()
+            .and_then(|v| v["Name"].as_str().map(str::to_owned));
+        let value = name
+            .as_ref()
+            .and_then(|n| lock().parameters.get(n).cloned());
         if let (Some(name), Some(value)) = (name, value) {
             let body = serde_json::json!({"Parameter": {"Name": name, "Type": "String", "Value": value, "Version": 1,
                 "ARN": format!("arn:aws:ssm:us-west-2::parameter{name}"), "DataType": "aws:ec2:image"}})
             .to_string();
-            return stream.write_all(&response("200 OK", "application/x-amz-json-1.1", body.as_bytes())).await;
+            return stream
+                .write_all(&response(
+                    "200 OK",
+                    "application/x-amz-json-1.1",
+                    body.as_bytes(),
+                ))
+                .await;
         }
     }
     if action == "CreateFleet" {
-        lock().fleet_requests.push(String::from_utf8_lossy(&request.body).into_owned());
+        lock()
+            .fleet_requests
+            .push(String::from_utf8_lossy(&request.body).into_owned());
         let failing = lock().insufficient.clone();
         let (kept, removed) = strip_overrides(&fields, &failing);
         if !removed.is_empty() {
@@ -404,20 +536,29 @@ async fn serve(mut stream: TcpStream, upstream: &str, faults: &Mutex<Faults>) ->
                 let body = format!(
                     "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><fleetId>fleet-proxy00000000000</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
                 );
-                return stream.write_all(&response("200 OK", "text/xml", body.as_bytes())).await;
+                return stream
+                    .write_all(&response("200 OK", "text/xml", body.as_bytes()))
+                    .await;
             }
             let (status, headers, body) = forward(upstream, &request, &encode_form(&kept)).await?;
             let mut text = String::from_utf8_lossy(&body).into_owned();
             if let Some(start) = text.find("<errorSet>") {
                 text.insert_str(start + "<errorSet>".len(), &items);
             } else if let Some(start) = text.find("<errorSet/>") {
-                text.replace_range(start..start + "<errorSet/>".len(), &format!("<errorSet>{items}</errorSet>"));
+                text.replace_range(
+                    start..start + "<errorSet/>".len(),
+                    &format!("<errorSet>{items}</errorSet>"),
+                );
             } else if let Some(end) = text.find("</CreateFleetResponse>") {
                 text.insert_str(end, &format!("<errorSet>{items}</errorSet>"));
             }
-            return stream.write_all(&reply_from(&status, &headers, text.as_bytes())).await;
+            return stream
+                .write_all(&reply_from(&status, &headers, text.as_bytes()))
+                .await;
         }
     }
     let (status, headers, body) = forward(upstream, &request, &request.body).await?;
-    stream.write_all(&reply_from(&status, &headers, &body)).await
+    stream
+        .write_all(&reply_from(&status, &headers, &body))
+        .await
 }

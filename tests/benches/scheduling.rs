@@ -20,11 +20,11 @@
 //! Each size runs until at least one second has passed. `--machine` prints one `RESULT` line
 //! per size for `tests/benches/compare-upstream`; `--sizes 1,50,...` picks sizes.
 
+use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::apis::NodePool;
 use karpenter_core::cloud::{InstanceType, Offering};
 use karpenter_core::resources::ResourceList;
 use karpenter_core::scheduling::{Input, PoolInput, Requirement, schedule};
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -54,11 +54,20 @@ fn catalogue() -> Vec<InstanceType> {
     (0..400_u64)
         .map(|i| {
             let cpu = i + 1;
-            let capacity = ResourceList::new().with("cpu", cpu * 1000).with("memory", (cpu * 2) << 30).with("pods", cpu * 10);
+            let capacity = ResourceList::new()
+                .with("cpu", cpu * 1000)
+                .with("memory", (cpu * 2) << 30)
+                .with("pods", cpu * 10);
             let mut it = InstanceType::new(&format!("fake-it-{i}"), capacity);
-            it.overhead.kube_reserved = ResourceList::new().with("cpu", 100).with("memory", 10 << 20);
-            it.requirements.add(Requirement::in_values("kubernetes.io/arch", ["amd64"]));
-            it.requirements.add(Requirement::in_values("kubernetes.io/os", ["darwin", "linux", "windows"]));
+            it.overhead.kube_reserved = ResourceList::new()
+                .with("cpu", 100)
+                .with("memory", 10 << 20);
+            it.requirements
+                .add(Requirement::in_values("kubernetes.io/arch", ["amd64"]));
+            it.requirements.add(Requirement::in_values(
+                "kubernetes.io/os",
+                ["darwin", "linux", "windows"],
+            ));
             let price = 0.1 * cpu as f64 + 0.1 * ((cpu * 2) << 30) as f64 / 1e9;
             it.offerings = vec![
                 Offering::new("test-zone-1", "spot", price),
@@ -81,7 +90,8 @@ fn node_pool() -> NodePool {
                 "nodeClassRef": {"group": "karpenter.test.sh", "kind": "TestNodeClass", "name": "default"}}}
         }
     });
-    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("the benchmark NodePool is valid: {e}"))
+    serde_json::from_value(value)
+        .unwrap_or_else(|e| unreachable!("the benchmark NodePool is valid: {e}"))
 }
 
 fn pod(rng: &mut Rng, i: usize, labels: serde_json::Value, spec: serde_json::Value) -> Pod {
@@ -154,7 +164,11 @@ struct Row {
 fn measure(count: usize, np: &NodePool, types: &[InstanceType]) -> Row {
     let mut rng = Rng(42);
     let pods = diverse_pods(count, &mut rng);
-    let input = Input { pods: pods.iter().collect(), node_pools: vec![PoolInput::new(np, types)], ..Input::default() };
+    let input = Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(np, types)],
+        ..Input::default()
+    };
     let plan = schedule(&input);
     let (mut iterations, started) = (0_u32, Instant::now());
     while iterations == 0 || (started.elapsed() < Duration::from_secs(1) && iterations < 10_000) {
@@ -183,8 +197,13 @@ fn main() {
     let np = node_pool();
     let types = catalogue();
     if !machine {
-        println!("kubectl-karpenter scheduling benchmark: upstream's makeDiversePods workload, 400 fake instance types, 1 NodePool");
-        println!("{:>7}  {:>6}  {:>12}  {:>12}  {:>7}  {:>12}  {:>6}", "PODS", "RUNS", "TIME/RUN", "PODS/S", "NODES", "PRICE/H", "UNSCHED");
+        println!(
+            "kubectl-karpenter scheduling benchmark: upstream's makeDiversePods workload, 400 fake instance types, 1 NodePool"
+        );
+        println!(
+            "{:>7}  {:>6}  {:>12}  {:>12}  {:>7}  {:>12}  {:>6}",
+            "PODS", "RUNS", "TIME/RUN", "PODS/S", "NODES", "PRICE/H", "UNSCHED"
+        );
     }
     for n in sizes {
         let r = measure(n, &np, &types);

@@ -37,14 +37,22 @@ async fn start(config: GcpConfig) -> Agent {
     crate::log_to_stderr();
     let client = rig().client().await;
     let cluster = config.cluster_name.clone();
-    let provider = Arc::new(GcpProvider::new(config, client.clone()).await.expect("provider"));
-    let settings =
-        Settings { garbage_collection_interval: Duration::from_secs(2), garbage_collection_grace: Duration::from_secs(2), ..Settings::default() };
+    let provider = Arc::new(
+        GcpProvider::new(config, client.clone())
+            .await
+            .expect("provider"),
+    );
+    let settings = Settings {
+        garbage_collection_interval: Duration::from_secs(2),
+        garbage_collection_grace: Duration::from_secs(2),
+        ..Settings::default()
+    };
     let tasks = vec![
         tokio::spawn({
             let (client, provider) = (client.clone(), provider.clone());
             async move {
-                let _ = controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
+                let _ =
+                    controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
             }
         }),
         tokio::spawn(kubelet(client, cluster, gce_node_name)),
@@ -74,16 +82,35 @@ spec:
 }
 
 fn vm_of(claim: &NodeClaim) -> (String, String, String) {
-    match claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).map(str::parse::<ProviderId>) {
-        Some(Ok(ProviderId::Gce { project, zone, name })) => (project, zone, name),
-        other => panic!("claim {} has no GCE provider id: {other:?}", claim.name_any()),
+    match claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .map(str::parse::<ProviderId>)
+    {
+        Some(Ok(ProviderId::Gce {
+            project,
+            zone,
+            name,
+        })) => (project, zone, name),
+        other => panic!(
+            "claim {} has no GCE provider id: {other:?}",
+            claim.name_any()
+        ),
     }
 }
 
 async fn events_for(client: &kube::Client, claim: &str) -> Vec<Event> {
     let api: Api<Event> = Api::all(client.clone());
-    let events = api.list(&ListParams::default()).await.expect("events").items;
-    events.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(claim)).collect()
+    let events = api
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items;
+    events
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(claim))
+        .collect()
 }
 
 /// GKE names a Node after its VM.
@@ -95,33 +122,75 @@ fn gce_node_name(id: &ProviderId) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_claim_owns_are_collected() {
+async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_claim_owns_are_collected()
+ {
     let _guard = exclusive();
     let (project, cluster) = ("agent-demo", "gcp-agent");
     let fake = fake(project).await;
     let client = rig().client().await;
     // The first insert's operation finishes with an error: the agent must not take it for a launch.
-    fake.state().compute.fail_next_insert("INTERNAL_ERROR", "Internal error. Please try again.", 500);
+    fake.state().compute.fail_next_insert(
+        "INTERNAL_ERROR",
+        "Internal error. Please try again.",
+        500,
+    );
     let agent = start(config(&fake, project, cluster)).await;
     apply(&node_class(cluster, project));
-    apply(&pool(cluster, &["e2-standard-2", "n2d-standard-2"], "on-demand"));
+    apply(&pool(
+        cluster,
+        &["e2-standard-2", "n2d-standard-2"],
+        "on-demand",
+    ));
     apply(&workload("gcp-agent-app", cluster, 1));
 
-    wait_for("the pod to run on a GCE node", Duration::from_secs(120), || async { (running(&client, "gcp-agent-app").await.len() == 1).then_some(()) }).await;
+    wait_for(
+        "the pod to run on a GCE node",
+        Duration::from_secs(120),
+        || async { (running(&client, "gcp-agent-app").await.len() == 1).then_some(()) },
+    )
+    .await;
     // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
     let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
-        claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))
+        claims_of(&client, cluster)
+            .await
+            .into_iter()
+            .find(|c| c.is_true("Initialized"))
     })
     .await;
-    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("e2-standard-2"));
+    assert_eq!(
+        claim
+            .labels()
+            .get(labels::INSTANCE_TYPE)
+            .map(String::as_str),
+        Some("e2-standard-2")
+    );
     let (vm_project, zone, name) = vm_of(&claim);
-    assert_eq!((vm_project.as_str(), zone.as_str()), (project, "us-central1-a"));
-    let vm = fake.state().compute.instance(project, &zone, &name).expect("the VM");
+    assert_eq!(
+        (vm_project.as_str(), zone.as_str()),
+        (project, "us-central1-a")
+    );
+    let vm = fake
+        .state()
+        .compute
+        .instance(project, &zone, &name)
+        .expect("the VM");
     assert_eq!(vm["status"], "RUNNING");
     assert_eq!(vm["labels"]["karpenter-sh-nodeclaim"], claim.name_any());
-    let inserts = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
-    assert!(inserts >= 2, "the failed operation was retried ({inserts} inserts)");
-    assert_eq!(fake.state().compute.instances(project).len(), 1, "one VM for one claim");
+    let inserts = fake
+        .state()
+        .requests
+        .iter()
+        .filter(|r| r.starts_with("POST") && r.ends_with("/instances"))
+        .count();
+    assert!(
+        inserts >= 2,
+        "the failed operation was retried ({inserts} inserts)"
+    );
+    assert_eq!(
+        fake.state().compute.instances(project).len(),
+        1,
+        "one VM for one claim"
+    );
 
     // A VM labelled for this cluster that no claim owns is collected.
     let orphan = json!({"name": "gcp-agent-orphan", "zone": format!("https://www.googleapis.com/compute/v1/projects/{project}/zones/us-central1-b"),
@@ -132,57 +201,143 @@ async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_cl
         "labels": {"karpenter-k8s-gcp-cluster": "another", "karpenter-sh-nodepool": "x"}});
     {
         let mut state = fake.state();
-        let instances = &mut state.compute.projects.get_mut(project).expect("project").instances;
-        instances.insert(("us-central1-b".to_owned(), "gcp-agent-orphan".to_owned()), orphan);
-        instances.insert(("us-central1-b".to_owned(), "someone-elses".to_owned()), other_cluster);
+        let instances = &mut state
+            .compute
+            .projects
+            .get_mut(project)
+            .expect("project")
+            .instances;
+        instances.insert(
+            ("us-central1-b".to_owned(), "gcp-agent-orphan".to_owned()),
+            orphan,
+        );
+        instances.insert(
+            ("us-central1-b".to_owned(), "someone-elses".to_owned()),
+            other_cluster,
+        );
     }
-    wait_for("the orphan to be deleted", Duration::from_secs(60), || async {
-        fake.state().compute.instance(project, "us-central1-b", "gcp-agent-orphan").is_none().then_some(())
-    })
+    wait_for(
+        "the orphan to be deleted",
+        Duration::from_secs(60),
+        || async {
+            fake.state()
+                .compute
+                .instance(project, "us-central1-b", "gcp-agent-orphan")
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
-    assert!(fake.state().compute.instance(project, "us-central1-b", "someone-elses").is_some(), "another cluster's VM is left alone");
-    assert!(fake.state().compute.instance(project, &zone, &name).is_some(), "garbage collection left the owned VM alone");
+    assert!(
+        fake.state()
+            .compute
+            .instance(project, "us-central1-b", "someone-elses")
+            .is_some(),
+        "another cluster's VM is left alone"
+    );
+    assert!(
+        fake.state()
+            .compute
+            .instance(project, &zone, &name)
+            .is_some(),
+        "garbage collection left the owned VM alone"
+    );
 
     // Deleting the claim deletes its VM and its node.
     rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
-    wait_for("the VM to be deleted", Duration::from_secs(60), || async { fake.state().compute.instance(project, &zone, &name).is_none().then_some(()) }).await;
+    wait_for("the VM to be deleted", Duration::from_secs(60), || async {
+        fake.state()
+            .compute
+            .instance(project, &zone, &name)
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("the node to be gone", Duration::from_secs(60), || async { nodes.get_opt(&name).await.ok()?.is_none().then_some(()) }).await;
+    wait_for("the node to be gone", Duration::from_secs(60), || async {
+        nodes.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
     clean_up(&client, "gcp-agent-app", cluster, "gcenodeclass").await;
     drop(agent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_an_event_saying_why() {
+async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_an_event_saying_why()
+{
     let _guard = exclusive();
     let (project, cluster) = ("stockout-agent", "gcp-stockout");
     let fake = fake(project).await;
     let client = rig().client().await;
-    fake.state().compute.stockout("us-central1-a", "e2-standard-2", false);
+    fake.state()
+        .compute
+        .stockout("us-central1-a", "e2-standard-2", false);
     // One offering per launch, so the claim fails and provisioning plans again around the hole.
     let mut config = config(&fake, project, cluster);
     config.max_launch_attempts = 1;
     let agent = start(config).await;
     apply(&node_class(cluster, project));
-    apply(&pool(cluster, &["e2-standard-2", "n2d-standard-2"], "on-demand"));
+    apply(&pool(
+        cluster,
+        &["e2-standard-2", "n2d-standard-2"],
+        "on-demand",
+    ));
     apply(&workload("gcp-stockout-app", cluster, 1));
 
-    wait_for("the pod to run", Duration::from_secs(120), || async { (running(&client, "gcp-stockout-app").await.len() == 1).then_some(()) }).await;
-    // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
-    let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
-        claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))
+    wait_for("the pod to run", Duration::from_secs(120), || async {
+        (running(&client, "gcp-stockout-app").await.len() == 1).then_some(())
     })
     .await;
-    assert_eq!(claim.labels().get(labels::INSTANCE_TYPE).map(String::as_str), Some("n2d-standard-2"), "e2-standard-2 had no capacity");
-    assert!(agent.provider.unavailable_offerings().keys().contains(&"on-demand:e2-standard-2:us-central1-a".to_owned()));
+    // Initialized can trail the pod by a moment (it waits for the node's not-ready taint to go).
+    let claim = wait_for("an initialized claim", Duration::from_secs(60), || async {
+        claims_of(&client, cluster)
+            .await
+            .into_iter()
+            .find(|c| c.is_true("Initialized"))
+    })
+    .await;
+    assert_eq!(
+        claim
+            .labels()
+            .get(labels::INSTANCE_TYPE)
+            .map(String::as_str),
+        Some("n2d-standard-2"),
+        "e2-standard-2 had no capacity"
+    );
+    assert!(
+        agent
+            .provider
+            .unavailable_offerings()
+            .keys()
+            .contains(&"on-demand:e2-standard-2:us-central1-a".to_owned())
+    );
     // The first claim is gone, with an Event that names the offering.
     let api: Api<Event> = Api::all(client.clone());
-    let events = api.list(&ListParams::default()).await.expect("events").items;
-    let why = events
+    let events = api
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items;
+    let why = events.iter().find(|e| {
+        e.reason.as_deref() == Some("InsufficientCapacity")
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("on-demand:e2-standard-2:us-central1-a"))
+    });
+    assert!(
+        why.is_some(),
+        "an InsufficientCapacity event names the offering: {:?}",
+        events
+            .iter()
+            .map(|e| (&e.reason, &e.message))
+            .collect::<Vec<_>>()
+    );
+    let stocked_out = fake
+        .state()
+        .requests
         .iter()
-        .find(|e| e.reason.as_deref() == Some("InsufficientCapacity") && e.message.as_deref().is_some_and(|m| m.contains("on-demand:e2-standard-2:us-central1-a")));
-    assert!(why.is_some(), "an InsufficientCapacity event names the offering: {:?}", events.iter().map(|e| (&e.reason, &e.message)).collect::<Vec<_>>());
-    let stocked_out = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
+        .filter(|r| r.starts_with("POST") && r.ends_with("/instances"))
+        .count();
     assert_eq!(stocked_out, 2, "one insert stocked out, the next worked");
     clean_up(&client, "gcp-stockout-app", cluster, "gcenodeclass").await;
     drop(agent);
@@ -199,32 +354,81 @@ async fn a_preempted_spot_vm_has_its_node_replaced() {
     apply(&pool(cluster, &["e2-standard-2"], "spot"));
     apply(&workload("gcp-preempt-app", cluster, 1));
 
-    let first = wait_for("the pod to run on a spot VM", Duration::from_secs(120), || async {
-        let claim = claims_of(&client, cluster).await.into_iter().find(|c| c.is_true("Initialized"))?;
-        (running(&client, "gcp-preempt-app").await.len() == 1).then_some(claim)
-    })
+    let first = wait_for(
+        "the pod to run on a spot VM",
+        Duration::from_secs(120),
+        || async {
+            let claim = claims_of(&client, cluster)
+                .await
+                .into_iter()
+                .find(|c| c.is_true("Initialized"))?;
+            (running(&client, "gcp-preempt-app").await.len() == 1).then_some(claim)
+        },
+    )
     .await;
-    assert_eq!(first.labels().get(labels::CAPACITY_TYPE).map(String::as_str), Some("spot"));
+    assert_eq!(
+        first
+            .labels()
+            .get(labels::CAPACITY_TYPE)
+            .map(String::as_str),
+        Some("spot")
+    );
     let (_, zone, name) = vm_of(&first);
-    assert_eq!(fake.state().compute.instance(project, &zone, &name).expect("VM")["scheduling"]["provisioningModel"], "SPOT");
+    assert_eq!(
+        fake.state()
+            .compute
+            .instance(project, &zone, &name)
+            .expect("VM")["scheduling"]["provisioningModel"],
+        "SPOT"
+    );
 
     // GCE preempts it: the VM stops (TERMINATED) and its Node stays, NotReady at worst.
-    assert!(fake.state().compute.preempt(project, &zone, &name, "TERMINATED"));
-    let replacement = wait_for("a replacement claim with the pod running", Duration::from_secs(180), || async {
-        let claims = claims_of(&client, cluster).await;
-        let replacement = claims.into_iter().find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
-        (running(&client, "gcp-preempt-app").await.len() == 1).then_some(replacement)
-    })
+    assert!(
+        fake.state()
+            .compute
+            .preempt(project, &zone, &name, "TERMINATED")
+    );
+    let replacement = wait_for(
+        "a replacement claim with the pod running",
+        Duration::from_secs(180),
+        || async {
+            let claims = claims_of(&client, cluster).await;
+            let replacement = claims
+                .into_iter()
+                .find(|c| c.name_any() != first.name_any() && c.is_true("Initialized"))?;
+            (running(&client, "gcp-preempt-app").await.len() == 1).then_some(replacement)
+        },
+    )
     .await;
     assert_ne!(vm_of(&replacement).2, name);
-    wait_for("the preempted VM to be deleted", Duration::from_secs(60), || async {
-        fake.state().compute.instance(project, &zone, &name).is_none().then_some(())
-    })
+    wait_for(
+        "the preempted VM to be deleted",
+        Duration::from_secs(60),
+        || async {
+            fake.state()
+                .compute
+                .instance(project, &zone, &name)
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    assert!(claims.get_opt(&first.name_any()).await.expect("get").is_none(), "the preempted claim is gone");
+    assert!(
+        claims
+            .get_opt(&first.name_any())
+            .await
+            .expect("get")
+            .is_none(),
+        "the preempted claim is gone"
+    );
     let events = events_for(&client, &first.name_any()).await;
-    assert!(events.iter().any(|e| e.reason.as_deref() == Some("InstanceTerminated")), "an event says why: {events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InstanceTerminated")),
+        "an event says why: {events:?}"
+    );
     clean_up(&client, "gcp-preempt-app", cluster, "gcenodeclass").await;
     drop(agent);
 }

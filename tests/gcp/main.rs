@@ -13,10 +13,10 @@
 // `exclusive()` is held across awaits on purpose: it keeps agents one at a time.
 #![allow(clippy::await_holding_lock)]
 
-#[path = "../support/rig.rs"]
-mod rig;
 #[path = "../support/cloud_agent.rs"]
 mod cloud_agent;
+#[path = "../support/rig.rs"]
+mod rig;
 
 mod agent;
 mod provider;
@@ -53,7 +53,11 @@ pub async fn fake(project: &str) -> gcp_fake::FakeGcp {
 }
 
 /// Provider settings for the fake: anonymous credentials, fast operation polling.
-pub fn config(fake: &gcp_fake::FakeGcp, project: &str, cluster: &str) -> karpenter_core::cloud::gcp::GcpConfig {
+pub fn config(
+    fake: &gcp_fake::FakeGcp,
+    project: &str,
+    cluster: &str,
+) -> karpenter_core::cloud::gcp::GcpConfig {
     let mut config = karpenter_core::cloud::gcp::GcpConfig::new(project, cluster, "us-central1");
     config.endpoint = Some(fake.endpoint());
     config.polling_initial_delay = Some(Duration::from_millis(20));
@@ -76,7 +80,8 @@ pub fn log_to_stderr() {
     }
     impl Subscriber for Stderr {
         fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.target().starts_with("karpenter_core") && *metadata.level() <= tracing::Level::DEBUG
+            metadata.target().starts_with("karpenter_core")
+                && *metadata.level() <= tracing::Level::DEBUG
         }
         fn new_span(&self, _: &Attributes<'_>) -> Id {
             Id::from_u64(1)
@@ -86,7 +91,12 @@ pub fn log_to_stderr() {
         fn event(&self, event: &Event<'_>) {
             let mut line = Line(String::new());
             event.record(&mut line);
-            eprintln!("{} {}{}", event.metadata().level(), event.metadata().target(), line.0);
+            eprintln!(
+                "{} {}{}",
+                event.metadata().level(),
+                event.metadata().target(),
+                line.0
+            );
         }
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}

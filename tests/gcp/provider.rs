@@ -12,11 +12,17 @@ use kube::Api;
 use serde_json::Value;
 
 async fn provider(fake: &gcp_fake::FakeGcp, project: &str, cluster: &str) -> GcpProvider {
-    GcpProvider::new(config(fake, project, cluster), rig().client().await).await.expect("provider")
+    GcpProvider::new(config(fake, project, cluster), rig().client().await)
+        .await
+        .expect("provider")
 }
 
 pub fn reference(name: &str) -> NodeClassReference {
-    NodeClassReference { group: labels::GCP_GROUP.to_owned(), kind: "GCENodeClass".to_owned(), name: name.to_owned() }
+    NodeClassReference {
+        group: labels::GCP_GROUP.to_owned(),
+        kind: "GCENodeClass".to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 /// A NodeClaim (not stored anywhere) for `class`, limited to `types`, `zones` and `capacity`.
@@ -37,51 +43,135 @@ pub fn claim(name: &str, class: &str, types: &[&str], zones: &[&str], capacity: 
     .expect("claim")
 }
 
-async fn launch(provider: &GcpProvider, claim: &NodeClaim) -> Result<karpenter_core::cloud::Instance, CloudError> {
-    let catalogue = provider.instance_types(&claim.spec.node_class_ref).await.expect("catalogue");
+async fn launch(
+    provider: &GcpProvider,
+    claim: &NodeClaim,
+) -> Result<karpenter_core::cloud::Instance, CloudError> {
+    let catalogue = provider
+        .instance_types(&claim.spec.node_class_ref)
+        .await
+        .expect("catalogue");
     let candidates = launch_candidates(claim, &catalogue).expect("candidates");
-    assert!(!candidates.is_empty(), "no candidates for {:?}", claim.spec.requirements);
+    assert!(
+        !candidates.is_empty(),
+        "no candidates for {:?}",
+        claim.spec.requirements
+    );
     provider.create(claim, &candidates).await
 }
 
 fn gce(id: &ProviderId) -> (String, String, String) {
     match id {
-        ProviderId::Gce { project, zone, name } => (project.clone(), zone.clone(), name.clone()),
+        ProviderId::Gce {
+            project,
+            zone,
+            name,
+        } => (project.clone(), zone.clone(), name.clone()),
         other => panic!("not a GCE provider id: {other}"),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_class_resolves_its_images() {
+async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_class_resolves_its_images()
+ {
     let fake = fake("catalogue-demo").await;
     // A zone of another region, and a small page size so the client has to page.
-    fake.state().compute.add_machine_type("catalogue-demo", "europe-west1-b", gcp_fake::compute::MachineType::new("e2-standard-2", 2, 8192));
+    fake.state().compute.add_machine_type(
+        "catalogue-demo",
+        "europe-west1-b",
+        gcp_fake::compute::MachineType::new("e2-standard-2", 2, 8192),
+    );
     fake.state().compute.page_size = Some(7);
     apply(&node_class("catalogue-demo", "catalogue-demo"));
     let provider = provider(&fake, "catalogue-demo", "catalogue-demo").await;
 
-    let types = provider.instance_types(&reference("catalogue-demo")).await.expect("instance types");
-    assert_eq!(types.len(), gcp_fake::compute::default_machine_types().len(), "every seeded type is priced");
-    let e2 = types.iter().find(|t| t.name == "e2-standard-2").expect("e2-standard-2");
-    let mut zones: Vec<&str> = e2.offerings.iter().filter(|o| o.capacity_type == "on-demand").map(|o| o.zone.as_str()).collect();
+    let types = provider
+        .instance_types(&reference("catalogue-demo"))
+        .await
+        .expect("instance types");
+    assert_eq!(
+        types.len(),
+        gcp_fake::compute::default_machine_types().len(),
+        "every seeded type is priced"
+    );
+    let e2 = types
+        .iter()
+        .find(|t| t.name == "e2-standard-2")
+        .expect("e2-standard-2");
+    let mut zones: Vec<&str> = e2
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "on-demand")
+        .map(|o| o.zone.as_str())
+        .collect();
     zones.sort_unstable();
-    assert_eq!(zones, ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"], "only the region's zones");
-    let price = |ct: &str| e2.offerings.iter().find(|o| o.capacity_type == ct).map(|o| o.price);
+    assert_eq!(
+        zones,
+        [
+            "us-central1-a",
+            "us-central1-b",
+            "us-central1-c",
+            "us-central1-f"
+        ],
+        "only the region's zones"
+    );
+    let price = |ct: &str| {
+        e2.offerings
+            .iter()
+            .find(|o| o.capacity_type == ct)
+            .map(|o| o.price)
+    };
     assert_eq!(price("on-demand"), Some(0.067));
     assert!(price("spot") < price("on-demand"));
     assert!(e2.requirements.allows(labels::GCP_INSTANCE_FAMILY, "e2"));
-    assert!(types.iter().any(|t| t.name == "t2a-standard-2" && t.requirements.allows(labels::ARCH, "arm64")), "the arm64 image brings Arm types");
-    let g2 = types.iter().find(|t| t.name == "g2-standard-4").expect("g2");
+    assert!(
+        types
+            .iter()
+            .any(|t| t.name == "t2a-standard-2" && t.requirements.allows(labels::ARCH, "arm64")),
+        "the arm64 image brings Arm types"
+    );
+    let g2 = types
+        .iter()
+        .find(|t| t.name == "g2-standard-4")
+        .expect("g2");
     assert_eq!(g2.capacity.get("nvidia.com/gpu"), 1);
-    assert!(g2.requirements.allows(labels::GCP_INSTANCE_GPU_NAME, "nvidia-l4"));
-    let pages = fake.state().requests.iter().filter(|r| r.ends_with("/aggregated/machineTypes")).count();
+    assert!(
+        g2.requirements
+            .allows(labels::GCP_INSTANCE_GPU_NAME, "nvidia-l4")
+    );
+    let pages = fake
+        .state()
+        .requests
+        .iter()
+        .filter(|r| r.ends_with("/aggregated/machineTypes"))
+        .count();
     assert!(pages > 1, "the aggregated list was paged ({pages} pages)");
 
     let classes: Api<GCENodeClass> = Api::all(rig().client().await);
-    let status = classes.get("catalogue-demo").await.expect("node class").status.expect("status");
-    let images: Vec<&str> = status.images.iter().map(|i| i.source_image.as_str()).collect();
-    assert_eq!(images, ["projects/cos-cloud/global/images/cos-stable-117-18613-0-79", "projects/cos-cloud/global/images/cos-arm64-stable-117-18613-0-79"]);
-    assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let status = classes
+        .get("catalogue-demo")
+        .await
+        .expect("node class")
+        .status
+        .expect("status");
+    let images: Vec<&str> = status
+        .images
+        .iter()
+        .map(|i| i.source_image.as_str())
+        .collect();
+    assert_eq!(
+        images,
+        [
+            "projects/cos-cloud/global/images/cos-stable-117-18613-0-79",
+            "projects/cos-cloud/global/images/cos-arm64-stable-117-18613-0-79"
+        ]
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
 
     // An image family that does not exist makes the class not ready, and says so.
     apply(
@@ -93,37 +183,96 @@ spec:
   imageSelectorTerms: [{id: projects/nowhere/global/images/family/none}]
 "#,
     );
-    let err = provider.instance_types(&reference("catalogue-missing")).await.expect_err("no image");
-    assert!(matches!(err, CloudError::NodeClassNotReady { .. }), "{err:?}");
-    let status = classes.get("catalogue-missing").await.expect("node class").status.expect("status");
-    assert!(status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False" && c.message.contains("nowhere")), "{status:?}");
-    rig().kubectl_ok(&["delete", "gcenodeclass", "catalogue-demo", "catalogue-missing"]);
+    let err = provider
+        .instance_types(&reference("catalogue-missing"))
+        .await
+        .expect_err("no image");
+    assert!(
+        matches!(err, CloudError::NodeClassNotReady { .. }),
+        "{err:?}"
+    );
+    let status = classes
+        .get("catalogue-missing")
+        .await
+        .expect("node class")
+        .status
+        .expect("status");
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False" && c.message.contains("nowhere")),
+        "{status:?}"
+    );
+    rig().kubectl_ok(&[
+        "delete",
+        "gcenodeclass",
+        "catalogue-demo",
+        "catalogue-missing",
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_listed_by_cluster_and_deleted() {
+async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_listed_by_cluster_and_deleted()
+ {
     let fake = fake("launch-demo").await;
     // Operations stay RUNNING for two polls, so the poller really polls zoneOperations.get.
     fake.state().compute.operation_polls = 2;
     apply(&node_class("launch-demo", "launch-demo"));
     let provider = provider(&fake, "launch-demo", "launch-demo").await;
 
-    let spot_claim = claim("launch-demo-abc12", "launch-demo", &["e2-standard-2", "n2-standard-2"], &["us-central1-b"], "spot");
+    let spot_claim = claim(
+        "launch-demo-abc12",
+        "launch-demo",
+        &["e2-standard-2", "n2-standard-2"],
+        &["us-central1-b"],
+        "spot",
+    );
     let instance = launch(&provider, &spot_claim).await.expect("launched");
     let (project, zone, name) = gce(&instance.provider_id);
-    assert_eq!((project.as_str(), zone.as_str(), name.as_str()), ("launch-demo", "us-central1-b", "launch-demo-launch-demo-abc12"));
-    assert_eq!(instance.instance_type, "e2-standard-2", "the cheapest spot offering");
+    assert_eq!(
+        (project.as_str(), zone.as_str(), name.as_str()),
+        (
+            "launch-demo",
+            "us-central1-b",
+            "launch-demo-launch-demo-abc12"
+        )
+    );
+    assert_eq!(
+        instance.instance_type, "e2-standard-2",
+        "the cheapest spot offering"
+    );
     assert_eq!(instance.capacity_type, "spot");
     assert_eq!(instance.node_claim.as_deref(), Some("launch-demo-abc12"));
-    assert_eq!(instance.image_id.as_deref(), Some("projects/cos-cloud/global/images/cos-stable-117-18613-0-79"));
+    assert_eq!(
+        instance.image_id.as_deref(),
+        Some("projects/cos-cloud/global/images/cos-stable-117-18613-0-79")
+    );
     assert!(instance.price > 0.0 && instance.price < 0.067);
     assert!(!instance.terminating);
-    let polls = fake.state().requests.iter().filter(|r| r.contains("/zones/us-central1-b/operations/")).count();
-    assert!(polls >= 2, "the poller polled the zone operation ({polls} polls)");
+    let polls = fake
+        .state()
+        .requests
+        .iter()
+        .filter(|r| r.contains("/zones/us-central1-b/operations/"))
+        .count();
+    assert!(
+        polls >= 2,
+        "the poller polled the zone operation ({polls} polls)"
+    );
 
-    let vm = fake.state().compute.instance("launch-demo", "us-central1-b", &name).expect("the fake has the VM");
+    let vm = fake
+        .state()
+        .compute
+        .instance("launch-demo", "us-central1-b", &name)
+        .expect("the fake has the VM");
     assert_eq!(vm["status"], "RUNNING");
-    assert!(vm["machineType"].as_str().unwrap().ends_with("/zones/us-central1-b/machineTypes/e2-standard-2"));
+    assert!(
+        vm["machineType"]
+            .as_str()
+            .unwrap()
+            .ends_with("/zones/us-central1-b/machineTypes/e2-standard-2")
+    );
     for (key, value) in [
         ("karpenter-k8s-gcp-cluster", "launch-demo"),
         ("karpenter-sh-nodepool", "test-pool"),
@@ -139,10 +288,19 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
     let boot = &vm["disks"][0];
     assert_eq!(boot["boot"], true);
     assert_eq!(boot["diskSizeGb"], "60");
-    assert_eq!(boot["initializeParams"]["sourceImage"], "projects/cos-cloud/global/images/cos-stable-117-18613-0-79");
-    assert_eq!(boot["initializeParams"]["diskType"], "zones/us-central1-b/diskTypes/pd-balanced");
+    assert_eq!(
+        boot["initializeParams"]["sourceImage"],
+        "projects/cos-cloud/global/images/cos-stable-117-18613-0-79"
+    );
+    assert_eq!(
+        boot["initializeParams"]["diskType"],
+        "zones/us-central1-b/diskTypes/pd-balanced"
+    );
     assert_eq!(vm["tags"]["items"][0], "gke-node");
-    assert_eq!(vm["serviceAccounts"][0]["email"], "nodes@launch-demo.iam.gserviceaccount.com");
+    assert_eq!(
+        vm["serviceAccounts"][0]["email"],
+        "nodes@launch-demo.iam.gserviceaccount.com"
+    );
     let metadata: Vec<(&str, &str)> = vm["metadata"]["items"]
         .as_array()
         .unwrap()
@@ -151,99 +309,268 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
         .collect();
     assert!(metadata.contains(&("startup-script", "echo hello")));
     assert!(metadata.contains(&("karpenter-nodeclaim", "launch-demo-abc12")));
-    assert!(metadata.iter().any(|(k, v)| *k == "kube-labels" && v.contains("team.example.com/owner=ops")), "{metadata:?}");
-    assert!(metadata.iter().any(|(k, v)| *k == "kube-node-taints" && v.contains("karpenter.sh/unregistered")));
+    assert!(
+        metadata
+            .iter()
+            .any(|(k, v)| *k == "kube-labels" && v.contains("team.example.com/owner=ops")),
+        "{metadata:?}"
+    );
+    assert!(
+        metadata
+            .iter()
+            .any(|(k, v)| *k == "kube-node-taints" && v.contains("karpenter.sh/unregistered"))
+    );
 
     // get and list see it; an instance of another cluster in the project is not listed.
-    let got = provider.get(&instance.provider_id).await.expect("get").expect("found");
+    let got = provider
+        .get(&instance.provider_id)
+        .await
+        .expect("get")
+        .expect("found");
     assert_eq!(got.instance_type, "e2-standard-2");
-    let other = GcpProvider::new(config(&fake, "launch-demo", "other-cluster"), rig().client().await).await.expect("provider");
-    let other_claim = claim("other-xyz", "launch-demo", &["e2-standard-2"], &["us-central1-a"], "on-demand");
-    let other_instance = launch(&other, &other_claim).await.expect("other cluster's launch");
+    let other = GcpProvider::new(
+        config(&fake, "launch-demo", "other-cluster"),
+        rig().client().await,
+    )
+    .await
+    .expect("provider");
+    let other_claim = claim(
+        "other-xyz",
+        "launch-demo",
+        &["e2-standard-2"],
+        &["us-central1-a"],
+        "on-demand",
+    );
+    let other_instance = launch(&other, &other_claim)
+        .await
+        .expect("other cluster's launch");
     assert_eq!(other_instance.capacity_type, "on-demand");
-    let other_vm = fake.state().compute.instance("launch-demo", "us-central1-a", "other-cluster-other-xyz").expect("other VM");
+    let other_vm = fake
+        .state()
+        .compute
+        .instance("launch-demo", "us-central1-a", "other-cluster-other-xyz")
+        .expect("other VM");
     assert_eq!(other_vm["scheduling"]["provisioningModel"], "STANDARD");
     let listed = provider.list().await.expect("list");
-    assert_eq!(listed.iter().map(|i| &i.provider_id).collect::<Vec<_>>(), [&instance.provider_id]);
+    assert_eq!(
+        listed.iter().map(|i| &i.provider_id).collect::<Vec<_>>(),
+        [&instance.provider_id]
+    );
 
     // A retried launch of the same claim adopts the VM instead of making a second one.
-    let again = launch(&provider, &spot_claim).await.expect("relaunch adopts");
+    let again = launch(&provider, &spot_claim)
+        .await
+        .expect("relaunch adopts");
     assert_eq!(again.provider_id, instance.provider_id);
     assert_eq!(fake.state().compute.instances("launch-demo").len(), 2);
 
     // Delete: terminating (the operation is not waited for), then gone; again is Gone too.
     fake.state().compute.operation_polls = 0;
-    assert_eq!(provider.delete(&instance.provider_id).await.expect("delete"), DeleteOutcome::Terminating);
-    assert!(fake.state().compute.instance("launch-demo", "us-central1-b", &name).is_none());
-    assert_eq!(provider.delete(&instance.provider_id).await.expect("delete again"), DeleteOutcome::Gone);
-    assert!(provider.get(&instance.provider_id).await.expect("get").is_none());
+    assert_eq!(
+        provider
+            .delete(&instance.provider_id)
+            .await
+            .expect("delete"),
+        DeleteOutcome::Terminating
+    );
+    assert!(
+        fake.state()
+            .compute
+            .instance("launch-demo", "us-central1-b", &name)
+            .is_none()
+    );
+    assert_eq!(
+        provider
+            .delete(&instance.provider_id)
+            .await
+            .expect("delete again"),
+        DeleteOutcome::Gone
+    );
+    assert!(
+        provider
+            .get(&instance.provider_id)
+            .await
+            .expect("get")
+            .is_none()
+    );
     rig().kubectl_ok(&["delete", "gcenodeclass", "launch-demo"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stockout_or_quota_error_marks_offerings_unavailable_and_the_launch_moves_to_the_next_one() {
+async fn a_stockout_or_quota_error_marks_offerings_unavailable_and_the_launch_moves_to_the_next_one()
+ {
     let fake = fake("stockout-demo").await;
     apply(&node_class("stockout-demo", "stockout-demo"));
     let provider = provider(&fake, "stockout-demo", "stockout-demo").await;
 
     // e2-standard-2 (cheapest) has no capacity in zone a: the same launch takes n2d-standard-2.
-    fake.state().compute.stockout("us-central1-a", "e2-standard-2", true);
-    let claim1 = claim("stockout-one", "stockout-demo", &["e2-standard-2", "n2d-standard-2"], &["us-central1-a"], "on-demand");
-    let instance = launch(&provider, &claim1).await.expect("launched on the next type");
-    assert_eq!((instance.instance_type.as_str(), instance.zone.as_str()), ("n2d-standard-2", "us-central1-a"));
-    assert_eq!(provider.unavailable_offerings().keys(), ["on-demand:e2-standard-2:us-central1-a"]);
-    let inserts = fake.state().requests.iter().filter(|r| r.starts_with("POST") && r.ends_with("/instances")).count();
+    fake.state()
+        .compute
+        .stockout("us-central1-a", "e2-standard-2", true);
+    let claim1 = claim(
+        "stockout-one",
+        "stockout-demo",
+        &["e2-standard-2", "n2d-standard-2"],
+        &["us-central1-a"],
+        "on-demand",
+    );
+    let instance = launch(&provider, &claim1)
+        .await
+        .expect("launched on the next type");
+    assert_eq!(
+        (instance.instance_type.as_str(), instance.zone.as_str()),
+        ("n2d-standard-2", "us-central1-a")
+    );
+    assert_eq!(
+        provider.unavailable_offerings().keys(),
+        ["on-demand:e2-standard-2:us-central1-a"]
+    );
+    let inserts = fake
+        .state()
+        .requests
+        .iter()
+        .filter(|r| r.starts_with("POST") && r.ends_with("/instances"))
+        .count();
     assert_eq!(inserts, 2, "one failed insert, one that worked");
-    assert!(fake.state().compute.instance("stockout-demo", "us-central1-a", "stockout-demo-stockout-one").is_some());
-    let types = provider.instance_types(&reference("stockout-demo")).await.expect("catalogue");
-    let e2 = types.iter().find(|t| t.name == "e2-standard-2").expect("e2");
-    let unavailable: Vec<(&str, &str)> = e2.offerings.iter().filter(|o| !o.available).map(|o| (o.capacity_type.as_str(), o.zone.as_str())).collect();
-    assert_eq!(unavailable, [("on-demand", "us-central1-a")], "the catalogue says which offering has no capacity");
+    assert!(
+        fake.state()
+            .compute
+            .instance(
+                "stockout-demo",
+                "us-central1-a",
+                "stockout-demo-stockout-one"
+            )
+            .is_some()
+    );
+    let types = provider
+        .instance_types(&reference("stockout-demo"))
+        .await
+        .expect("catalogue");
+    let e2 = types
+        .iter()
+        .find(|t| t.name == "e2-standard-2")
+        .expect("e2");
+    let unavailable: Vec<(&str, &str)> = e2
+        .offerings
+        .iter()
+        .filter(|o| !o.available)
+        .map(|o| (o.capacity_type.as_str(), o.zone.as_str()))
+        .collect();
+    assert_eq!(
+        unavailable,
+        [("on-demand", "us-central1-a")],
+        "the catalogue says which offering has no capacity"
+    );
 
     // A quota error on n2d-standard-2 rules it out in every zone; with nothing left the launch
     // reports insufficient capacity naming what failed.
-    fake.state().compute.quota_exceeded(None, Some("n2d-standard-2"), "N2D_CPUS");
-    let claim2 = claim("stockout-two", "stockout-demo", &["n2d-standard-2"], &["us-central1-b", "us-central1-c"], "on-demand");
-    let err = launch(&provider, &claim2).await.expect_err("quota exceeded");
+    fake.state()
+        .compute
+        .quota_exceeded(None, Some("n2d-standard-2"), "N2D_CPUS");
+    let claim2 = claim(
+        "stockout-two",
+        "stockout-demo",
+        &["n2d-standard-2"],
+        &["us-central1-b", "us-central1-c"],
+        "on-demand",
+    );
+    let err = launch(&provider, &claim2)
+        .await
+        .expect_err("quota exceeded");
     match err {
-        CloudError::InsufficientCapacity { offerings } => assert_eq!(offerings, ["on-demand:n2d-standard-2:us-central1-b"]),
+        CloudError::InsufficientCapacity { offerings } => {
+            assert_eq!(offerings, ["on-demand:n2d-standard-2:us-central1-b"])
+        }
         other => panic!("expected insufficient capacity, got {other:?}"),
     }
     let keys = provider.unavailable_offerings().keys();
-    for zone in ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"] {
-        assert!(keys.contains(&format!("on-demand:n2d-standard-2:{zone}")), "{keys:?}");
+    for zone in [
+        "us-central1-a",
+        "us-central1-b",
+        "us-central1-c",
+        "us-central1-f",
+    ] {
+        assert!(
+            keys.contains(&format!("on-demand:n2d-standard-2:{zone}")),
+            "{keys:?}"
+        );
     }
     rig().kubectl_ok(&["delete", "gcenodeclass", "stockout-demo"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operation_that_finishes_with_an_error_is_a_failed_launch_and_a_preempted_vm_is_reported_terminating() {
+async fn an_operation_that_finishes_with_an_error_is_a_failed_launch_and_a_preempted_vm_is_reported_terminating()
+ {
     let fake = fake("opfail-demo").await;
     apply(&node_class("opfail-demo", "opfail-demo"));
     let provider = provider(&fake, "opfail-demo", "opfail-demo").await;
 
-    fake.state().compute.fail_next_insert("RESOURCE_OPERATION_RATE_EXCEEDED", "Operation rate exceeded for resource", 403);
-    let claim = claim("opfail-one", "opfail-demo", &["e2-standard-4"], &["us-central1-c"], "on-demand");
-    let err = launch(&provider, &claim).await.expect_err("a DONE operation with an error is a failure");
-    let chain = format!("{err} / {}", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default());
+    fake.state().compute.fail_next_insert(
+        "RESOURCE_OPERATION_RATE_EXCEEDED",
+        "Operation rate exceeded for resource",
+        403,
+    );
+    let claim = claim(
+        "opfail-one",
+        "opfail-demo",
+        &["e2-standard-4"],
+        &["us-central1-c"],
+        "on-demand",
+    );
+    let err = launch(&provider, &claim)
+        .await
+        .expect_err("a DONE operation with an error is a failure");
+    let chain = format!(
+        "{err} / {}",
+        std::error::Error::source(&err)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
     assert!(matches!(err, CloudError::Api { .. }), "{err:?}");
-    assert!(chain.contains("RESOURCE_OPERATION_RATE_EXCEEDED"), "{chain}");
-    assert!(provider.unavailable_offerings().keys().is_empty(), "not a capacity problem");
-    assert!(fake.state().compute.instances("opfail-demo").is_empty(), "no VM was made");
+    assert!(
+        chain.contains("RESOURCE_OPERATION_RATE_EXCEEDED"),
+        "{chain}"
+    );
+    assert!(
+        provider.unavailable_offerings().keys().is_empty(),
+        "not a capacity problem"
+    );
+    assert!(
+        fake.state().compute.instances("opfail-demo").is_empty(),
+        "no VM was made"
+    );
 
     // The retry works (the fault was for one insert).
     let instance = launch(&provider, &claim).await.expect("the retry launches");
     let (project, zone, name) = gce(&instance.provider_id);
 
     // Preemption: the VM is TERMINATED; get and list report it as terminating.
-    assert!(fake.state().compute.preempt(&project, &zone, &name, "TERMINATED"));
-    let got = provider.get(&instance.provider_id).await.expect("get").expect("still exists");
+    assert!(
+        fake.state()
+            .compute
+            .preempt(&project, &zone, &name, "TERMINATED")
+    );
+    let got = provider
+        .get(&instance.provider_id)
+        .await
+        .expect("get")
+        .expect("still exists");
     assert!(got.terminating);
     let listed = provider.list().await.expect("list");
-    assert!(listed.iter().any(|i| i.provider_id == instance.provider_id && i.terminating));
+    assert!(
+        listed
+            .iter()
+            .any(|i| i.provider_id == instance.provider_id && i.terminating)
+    );
     // A spot VM with termination action DELETE disappears instead.
     fake.state().compute.remove_instance(&project, &zone, &name);
-    assert!(provider.get(&instance.provider_id).await.expect("get").is_none());
+    assert!(
+        provider
+            .get(&instance.provider_id)
+            .await
+            .expect("get")
+            .is_none()
+    );
     let vm: Option<Value> = fake.state().compute.instance(&project, &zone, &name);
     assert!(vm.is_none());
     rig().kubectl_ok(&["delete", "gcenodeclass", "opfail-demo"]);
@@ -253,7 +580,10 @@ async fn an_operation_that_finishes_with_an_error_is_a_failed_launch_and_a_preem
 async fn nodes_take_gke_bootstrap_metadata_network_and_tags_from_the_clusters_node_template() {
     let fake = fake("template-demo").await;
     let subnetwork = "projects/template-demo/regions/us-central1/subnetworks/gke-subnet";
-    for (name, kube_env) in [("gke-template-demo-default-pool-0ld", "OLD"), ("gke-template-demo-default-pool-n3w", "NEW")] {
+    for (name, kube_env) in [
+        ("gke-template-demo-default-pool-0ld", "OLD"),
+        ("gke-template-demo-default-pool-n3w", "NEW"),
+    ] {
         fake.state().compute.add_instance_template(
             "template-demo",
             name,
@@ -273,7 +603,11 @@ async fn nodes_take_gke_bootstrap_metadata_network_and_tags_from_the_clusters_no
         // The second one is newer.
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    fake.state().compute.add_instance_template("template-demo", "gke-other-cluster-pool-x", serde_json::json!({"metadata": {"items": [{"key": "kube-env", "value": "OTHER"}]}}));
+    fake.state().compute.add_instance_template(
+        "template-demo",
+        "gke-other-cluster-pool-x",
+        serde_json::json!({"metadata": {"items": [{"key": "kube-env", "value": "OTHER"}]}}),
+    );
     apply(
         r#"
 apiVersion: karpenter.k8s.gcp/v1alpha1
@@ -285,21 +619,58 @@ spec:
 "#,
     );
     let provider = provider(&fake, "template-demo", "template-demo").await;
-    let claim = claim("template-demo-x1", "template-demo", &["e2-standard-2"], &["us-central1-a"], "on-demand");
+    let claim = claim(
+        "template-demo-x1",
+        "template-demo",
+        &["e2-standard-2"],
+        &["us-central1-a"],
+        "on-demand",
+    );
     let instance = launch(&provider, &claim).await.expect("launched");
     let (_, zone, name) = gce(&instance.provider_id);
-    let vm = fake.state().compute.instance("template-demo", &zone, &name).expect("VM");
-    let metadata: std::collections::BTreeMap<&str, &str> =
-        vm["metadata"]["items"].as_array().unwrap().iter().map(|i| (i["key"].as_str().unwrap(), i["value"].as_str().unwrap())).collect();
-    assert_eq!(metadata.get("kube-env"), Some(&"NEW"), "the newest template of this cluster");
+    let vm = fake
+        .state()
+        .compute
+        .instance("template-demo", &zone, &name)
+        .expect("VM");
+    let metadata: std::collections::BTreeMap<&str, &str> = vm["metadata"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap(), i["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        metadata.get("kube-env"),
+        Some(&"NEW"),
+        "the newest template of this cluster"
+    );
     assert_eq!(metadata.get("user-data"), Some(&"#cloud-config"));
     let kube_labels = metadata["kube-labels"];
-    assert!(kube_labels.contains("cloud.google.com/gke-os-distribution=cos") && kube_labels.contains("karpenter.sh/nodepool=test-pool"), "{kube_labels}");
-    assert!(!kube_labels.contains("gke-nodepool"), "not GKE's pool: {kube_labels}");
+    assert!(
+        kube_labels.contains("cloud.google.com/gke-os-distribution=cos")
+            && kube_labels.contains("karpenter.sh/nodepool=test-pool"),
+        "{kube_labels}"
+    );
+    assert!(
+        !kube_labels.contains("gke-nodepool"),
+        "not GKE's pool: {kube_labels}"
+    );
     assert_eq!(vm["networkInterfaces"][0]["subnetwork"], subnetwork);
-    assert_eq!(vm["networkInterfaces"][0]["aliasIpRanges"][0]["subnetworkRangeName"], "pods");
-    assert!(vm["networkInterfaces"][0].get("accessConfigs").is_none(), "private like the template");
-    assert_eq!(vm["tags"]["items"], serde_json::json!(["gke-template-demo-1234-node", "extra-tag"]));
-    assert_eq!(vm["serviceAccounts"][0]["email"], "gke-nodes@template-demo.iam.gserviceaccount.com");
+    assert_eq!(
+        vm["networkInterfaces"][0]["aliasIpRanges"][0]["subnetworkRangeName"],
+        "pods"
+    );
+    assert!(
+        vm["networkInterfaces"][0].get("accessConfigs").is_none(),
+        "private like the template"
+    );
+    assert_eq!(
+        vm["tags"]["items"],
+        serde_json::json!(["gke-template-demo-1234-node", "extra-tag"])
+    );
+    assert_eq!(
+        vm["serviceAccounts"][0]["email"],
+        "gke-nodes@template-demo.iam.gserviceaccount.com"
+    );
     rig().kubectl_ok(&["delete", "gcenodeclass", "template-demo"]);
 }

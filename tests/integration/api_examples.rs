@@ -15,7 +15,9 @@ fn assert_contained(expected: &Value, actual: &Value, path: &str) {
         (Value::Object(want), Value::Object(got)) => {
             for (key, value) in want {
                 let child = format!("{path}.{key}");
-                let found = got.get(key).unwrap_or_else(|| panic!("{child} was dropped by the API server"));
+                let found = got
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{child} was dropped by the API server"));
                 assert_contained(value, found, &child);
             }
         }
@@ -31,17 +33,30 @@ fn assert_contained(expected: &Value, actual: &Value, path: &str) {
 
 /// Our types read the server's object and write it back without losing or changing a field.
 fn assert_round_trips<T: DeserializeOwned + Serialize>(server: &Value, kind: &str) {
-    let typed: T = serde_json::from_value(server.clone()).unwrap_or_else(|e| panic!("{kind} does not parse: {e}"));
+    let typed: T = serde_json::from_value(server.clone())
+        .unwrap_or_else(|e| panic!("{kind} does not parse: {e}"));
     let again = serde_json::to_value(&typed).expect("serialize");
-    assert_contained(&server["spec"], &again["spec"], &format!("{kind} (typed).spec"));
-    assert_contained(&again["spec"], &server["spec"], &format!("{kind} (server).spec"));
+    assert_contained(
+        &server["spec"],
+        &again["spec"],
+        &format!("{kind} (typed).spec"),
+    );
+    assert_contained(
+        &again["spec"],
+        &server["spec"],
+        &format!("{kind} (server).spec"),
+    );
 }
 
 fn apply_and_read_back(file: &str) -> (Value, Value) {
     let rig = rig();
     let text = read_repo_file(file);
     let applied = rig.kubectl_with_input(&["apply", "-f", "-"], &text);
-    assert!(applied.status.success(), "{file} was rejected: {}", String::from_utf8_lossy(&applied.stderr));
+    assert!(
+        applied.status.success(),
+        "{file} was rejected: {}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
     let sent: Value = serde_saphyr::from_str(&text).expect("example parses as YAML");
     let kind = sent["kind"].as_str().expect("kind").to_lowercase();
     let name = sent["metadata"]["name"].as_str().expect("name");
@@ -52,14 +67,22 @@ fn apply_and_read_back(file: &str) -> (Value, Value) {
     }
     let server: Value = serde_json::from_str(&rig.kubectl_ok(&args)).expect("kubectl get -o json");
     assert_contained(&sent["spec"], &server["spec"], &format!("{file}: spec"));
-    assert_contained(&sent["metadata"], &server["metadata"], &format!("{file}: metadata"));
+    assert_contained(
+        &sent["metadata"],
+        &server["metadata"],
+        &format!("{file}: metadata"),
+    );
     (sent, server)
 }
 
 fn delete(file: &str) {
     let text = read_repo_file(file);
     let deleted = rig().kubectl_with_input(&["delete", "--wait", "-f", "-"], &text);
-    assert!(deleted.status.success(), "deleting {file}: {}", String::from_utf8_lossy(&deleted.stderr));
+    assert!(
+        deleted.status.success(),
+        "deleting {file}: {}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
 }
 
 #[test]
@@ -67,15 +90,30 @@ fn every_example_applies_and_reads_back_unchanged() {
     // The three example sets reuse the name `default`, as a user's cluster would: apply one set
     // at a time, in one test, so they never race.
     for (pool, class) in [
-        ("examples/kwok/nodepool.yaml", "examples/kwok/kwoknodeclass.yaml"),
-        ("examples/aws/nodepool.yaml", "examples/aws/ec2nodeclass.yaml"),
-        ("examples/gcp/nodepool.yaml", "examples/gcp/gcenodeclass.yaml"),
+        (
+            "examples/kwok/nodepool.yaml",
+            "examples/kwok/kwoknodeclass.yaml",
+        ),
+        (
+            "examples/aws/nodepool.yaml",
+            "examples/aws/ec2nodeclass.yaml",
+        ),
+        (
+            "examples/gcp/nodepool.yaml",
+            "examples/gcp/gcenodeclass.yaml",
+        ),
     ] {
         let (_, server_class) = apply_and_read_back(class);
         match server_class["kind"].as_str() {
-            Some("KWOKNodeClass") => assert_round_trips::<KWOKNodeClass>(&server_class, "KWOKNodeClass"),
-            Some("EC2NodeClass") => assert_round_trips::<EC2NodeClass>(&server_class, "EC2NodeClass"),
-            Some("GCENodeClass") => assert_round_trips::<GCENodeClass>(&server_class, "GCENodeClass"),
+            Some("KWOKNodeClass") => {
+                assert_round_trips::<KWOKNodeClass>(&server_class, "KWOKNodeClass")
+            }
+            Some("EC2NodeClass") => {
+                assert_round_trips::<EC2NodeClass>(&server_class, "EC2NodeClass")
+            }
+            Some("GCENodeClass") => {
+                assert_round_trips::<GCENodeClass>(&server_class, "GCENodeClass")
+            }
             other => panic!("unexpected node class kind {other:?}"),
         }
         let (_, server_pool) = apply_and_read_back(pool);
@@ -84,7 +122,10 @@ fn every_example_applies_and_reads_back_unchanged() {
         delete(class);
     }
     let (_, inflate) = apply_and_read_back("examples/inflate.yaml");
-    assert_eq!(inflate["spec"]["replicas"], 0, "inflate starts scaled to zero");
+    assert_eq!(
+        inflate["spec"]["replicas"], 0,
+        "inflate starts scaled to zero"
+    );
     delete("examples/inflate.yaml");
 }
 
@@ -102,12 +143,22 @@ spec:
       requirements: []
       nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
 "#;
-    let out = rig.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], minimal);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rig.kubectl_with_input(
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        minimal,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pool: NodePool = serde_json::from_slice(&out.stdout).expect("NodePool");
     assert_eq!(pool.spec.template.spec.expire_after.0, "720h");
     assert_eq!(pool.spec.disruption.consolidate_after.0, "0s");
-    assert_eq!(pool.spec.disruption.consolidation_policy, karpenter_core::apis::ConsolidationPolicy::WhenEmptyOrUnderutilized);
+    assert_eq!(
+        pool.spec.disruption.consolidation_policy,
+        karpenter_core::apis::ConsolidationPolicy::WhenEmptyOrUnderutilized
+    );
     assert_eq!(pool.spec.disruption.budgets.len(), 1);
     assert_eq!(pool.spec.disruption.budgets[0].nodes, "10%");
 
@@ -122,8 +173,15 @@ spec:
   subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
 "#;
-    let out = rig.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], class);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rig.kubectl_with_input(
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        class,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let class: EC2NodeClass = serde_json::from_slice(&out.stdout).expect("EC2NodeClass");
     assert_eq!(class.spec.metadata_options.http_tokens, "required");
     assert_eq!(class.spec.metadata_options.http_put_response_hop_limit, 1);

@@ -27,14 +27,23 @@ spec:
 fn rejection(manifest: &str) -> String {
     let out = rig().kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], manifest);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "the API server accepted an invalid manifest:\n{manifest}");
+    assert!(
+        !out.status.success(),
+        "the API server accepted an invalid manifest:\n{manifest}"
+    );
     stderr
 }
 
 fn assert_rejected(manifest: &str, field: &str, reason: &str) {
     let message = rejection(manifest);
-    assert!(message.contains(field), "the error does not name {field}:\n{message}");
-    assert!(message.contains(reason), "the error does not say {reason:?}:\n{message}");
+    assert!(
+        message.contains(field),
+        "the error does not name {field}:\n{message}"
+    );
+    assert!(
+        message.contains(reason),
+        "the error does not say {reason:?}:\n{message}"
+    );
 }
 
 #[test]
@@ -45,25 +54,48 @@ fn a_valid_node_pool_passes_the_same_checks() {
         "{consolidateAfter: 30s}",
     );
     let out = rig().kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &manifest);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn an_unknown_operator_is_rejected() {
-    let manifest = node_pool("bad-operator", "[{key: kubernetes.io/arch, operator: Like, values: [amd64]}]", "{consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.template.spec.requirements[0].operator", "Unsupported value: \"Like\"");
+    let manifest = node_pool(
+        "bad-operator",
+        "[{key: kubernetes.io/arch, operator: Like, values: [amd64]}]",
+        "{consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements[0].operator",
+        "Unsupported value: \"Like\"",
+    );
 }
 
 #[test]
 fn in_without_values_is_rejected() {
-    let manifest = node_pool("in-no-values", "[{key: kubernetes.io/arch, operator: In}]", "{consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.template.spec.requirements", "requirements with operator 'In' must have a value defined");
+    let manifest = node_pool(
+        "in-no-values",
+        "[{key: kubernetes.io/arch, operator: In}]",
+        "{consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements",
+        "requirements with operator 'In' must have a value defined",
+    );
 }
 
 #[test]
 fn min_values_above_the_number_of_values_is_rejected() {
-    let manifest =
-        node_pool("min-values", "[{key: kubernetes.io/arch, operator: In, values: [amd64], minValues: 2}]", "{consolidateAfter: 0s}");
+    let manifest = node_pool(
+        "min-values",
+        "[{key: kubernetes.io/arch, operator: In, values: [amd64], minValues: 2}]",
+        "{consolidateAfter: 0s}",
+    );
     assert_rejected(
         &manifest,
         "spec.template.spec.requirements",
@@ -73,20 +105,44 @@ fn min_values_above_the_number_of_values_is_rejected() {
 
 #[test]
 fn gt_with_a_non_integer_is_rejected() {
-    let manifest = node_pool("gt-text", r#"[{key: example.com/gen, operator: Gt, values: ["three"]}]"#, "{consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.template.spec.requirements", "must have a single positive integer value");
+    let manifest = node_pool(
+        "gt-text",
+        r#"[{key: example.com/gen, operator: Gt, values: ["three"]}]"#,
+        "{consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements",
+        "must have a single positive integer value",
+    );
 }
 
 #[test]
 fn gt_with_two_values_is_rejected() {
-    let manifest = node_pool("gt-two", r#"[{key: example.com/gen, operator: Lte, values: ["1", "2"]}]"#, "{consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.template.spec.requirements", "must have a single positive integer value");
+    let manifest = node_pool(
+        "gt-two",
+        r#"[{key: example.com/gen, operator: Lte, values: ["1", "2"]}]"#,
+        "{consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements",
+        "must have a single positive integer value",
+    );
 }
 
 #[test]
 fn an_unknown_consolidation_policy_is_rejected() {
-    let manifest = node_pool("bad-policy", "[]", "{consolidationPolicy: WhenIdle, consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.disruption.consolidationPolicy", "Unsupported value: \"WhenIdle\"");
+    let manifest = node_pool(
+        "bad-policy",
+        "[]",
+        "{consolidationPolicy: WhenIdle, consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.disruption.consolidationPolicy",
+        "Unsupported value: \"WhenIdle\"",
+    );
 }
 
 #[test]
@@ -101,19 +157,39 @@ spec:
     spec:
       requirements: []
 "#;
-    assert_rejected(manifest, "spec.template.spec.nodeClassRef", "Required value");
+    assert_rejected(
+        manifest,
+        "spec.template.spec.nodeClassRef",
+        "Required value",
+    );
 }
 
 #[test]
 fn a_restricted_label_in_requirements_is_rejected() {
-    let manifest = node_pool("hostname", "[{key: kubernetes.io/hostname, operator: In, values: [a]}]", "{consolidateAfter: 0s}");
-    assert_rejected(&manifest, "spec.template.spec.requirements", "label \"kubernetes.io/hostname\" is restricted");
+    let manifest = node_pool(
+        "hostname",
+        "[{key: kubernetes.io/hostname, operator: In, values: [a]}]",
+        "{consolidateAfter: 0s}",
+    );
+    assert_rejected(
+        &manifest,
+        "spec.template.spec.requirements",
+        "label \"kubernetes.io/hostname\" is restricted",
+    );
 }
 
 #[test]
 fn a_budget_schedule_without_duration_is_rejected() {
-    let manifest = node_pool("budget", "[]", r#"{consolidateAfter: 0s, budgets: [{nodes: "0", schedule: "@daily"}]}"#);
-    assert_rejected(&manifest, "spec.disruption.budgets", "'schedule' must be set with 'duration'");
+    let manifest = node_pool(
+        "budget",
+        "[]",
+        r#"{consolidateAfter: 0s, budgets: [{nodes: "0", schedule: "@daily"}]}"#,
+    );
+    assert_rejected(
+        &manifest,
+        "spec.disruption.budgets",
+        "'schedule' must be set with 'duration'",
+    );
 }
 
 #[test]
@@ -130,7 +206,11 @@ spec:
   subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
 "#;
-    assert_rejected(manifest, "spec", "must specify exactly one of ['role', 'instanceProfile']");
+    assert_rejected(
+        manifest,
+        "spec",
+        "must specify exactly one of ['role', 'instanceProfile']",
+    );
 }
 
 #[test]
@@ -150,7 +230,11 @@ spec:
         )
     };
     let created = rig.kubectl_with_input(&["apply", "-f", "-"], &claim("amd64"));
-    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
     let changed = rig.kubectl_with_input(&["apply", "-f", "-"], &claim("arm64"));
     let message = String::from_utf8_lossy(&changed.stderr).into_owned();
     rig.kubectl_ok(&["delete", "nodeclaim", "immutable-check", "--wait=false"]);

@@ -27,7 +27,11 @@ pub struct Rig {
 pub fn repo_root() -> PathBuf {
     let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     while !dir.join("tests/rig/rig").exists() {
-        assert!(dir.pop(), "tests/rig/rig not found above {}", env!("CARGO_MANIFEST_DIR"));
+        assert!(
+            dir.pop(),
+            "tests/rig/rig not found above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
     }
     dir
 }
@@ -37,7 +41,11 @@ fn rig_script() -> PathBuf {
 }
 
 fn run_checked(command: &mut Command, what: &str) -> Output {
-    let output = command.stderr(Stdio::piped()).stdout(Stdio::piped()).output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let output = command
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         output.status.success(),
         "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
@@ -52,12 +60,28 @@ fn run_checked(command: &mut Command, what: &str) -> Output {
 pub fn rig() -> &'static Rig {
     static RIG: OnceLock<Rig> = OnceLock::new();
     RIG.get_or_init(|| {
-        let bin_out = run_checked(Command::new(rig_script()).arg("bin"), "building the rig (tests/rig/rig bin)");
-        let bin = PathBuf::from(String::from_utf8_lossy(&bin_out.stdout).lines().last().unwrap_or_default().trim());
+        let bin_out = run_checked(
+            Command::new(rig_script()).arg("bin"),
+            "building the rig (tests/rig/rig bin)",
+        );
+        let bin = PathBuf::from(
+            String::from_utf8_lossy(&bin_out.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim(),
+        );
         let rig = match std::env::var_os("KARPENTER_TEST_KUBECONFIG") {
-            Some(kubeconfig) => Rig { kubeconfig: kubeconfig.into(), bin, _dir: None },
+            Some(kubeconfig) => Rig {
+                kubeconfig: kubeconfig.into(),
+                bin,
+                _dir: None,
+            },
             None => {
-                let dir = tempfile::Builder::new().prefix("karpenter-rig-").tempdir().expect("temp dir for the rig");
+                let dir = tempfile::Builder::new()
+                    .prefix("karpenter-rig-")
+                    .tempdir()
+                    .expect("temp dir for the rig");
                 run_checked(
                     Command::new(rig_script())
                         .arg("up")
@@ -66,7 +90,11 @@ pub fn rig() -> &'static Rig {
                         .arg(std::process::id().to_string()),
                     "starting the rig (tests/rig/rig up)",
                 );
-                Rig { kubeconfig: dir.path().join("kubeconfig"), bin, _dir: Some(dir) }
+                Rig {
+                    kubeconfig: dir.path().join("kubeconfig"),
+                    bin,
+                    _dir: Some(dir),
+                }
             }
         };
         rig.install_crds();
@@ -93,31 +121,58 @@ impl Rig {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run kubectl");
-        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write to kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write to kubectl");
         child.wait_with_output().expect("wait for kubectl")
     }
 
     /// Runs kubectl and fails the test if it fails; returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
-        let output = run_checked(self.kubectl().args(args), &format!("kubectl {}", args.join(" ")));
+        let output = run_checked(
+            self.kubectl().args(args),
+            &format!("kubectl {}", args.join(" ")),
+        );
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     /// A kube client for the rig (one per test: clients belong to the runtime that made them).
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read the rig's kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("load the rig's kubeconfig");
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .expect("read the rig's kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("load the rig's kubeconfig");
         kube::Client::try_from(config).expect("client for the rig")
     }
 
     fn install_crds(&self) {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let yaml = karpenter_core::apis::crds_yaml().expect("render CRDs");
-        let applied = self.kubectl_with_input(&["apply", "--server-side", "--force-conflicts", "-f", "-"], &yaml);
-        assert!(applied.status.success(), "applying the CRDs failed: {}", String::from_utf8_lossy(&applied.stderr));
-        self.kubectl_ok(&["wait", "--for", "condition=Established", "--timeout", "60s", "crd", "--all"]);
+        let applied = self.kubectl_with_input(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            &yaml,
+        );
+        assert!(
+            applied.status.success(),
+            "applying the CRDs failed: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        self.kubectl_ok(&[
+            "wait",
+            "--for",
+            "condition=Established",
+            "--timeout",
+            "60s",
+            "crd",
+            "--all",
+        ]);
     }
 }
 

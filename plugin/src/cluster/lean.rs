@@ -7,7 +7,9 @@
 //! here reads (`nodeInfo`, `images`, `addresses`...). serde skips a field it has no slot for
 //! without allocating, so decoding into these shapes costs a fraction of decoding full objects.
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use karpenter_core::apis::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use serde::Deserialize;
@@ -74,8 +76,15 @@ impl From<LeanNode> for Node {
     fn from(n: LeanNode) -> Self {
         Self {
             metadata: n.metadata.into(),
-            spec: n.spec.map(|s| NodeSpec { provider_id: s.provider_id, unschedulable: s.unschedulable, ..NodeSpec::default() }),
-            status: n.status.map(|s| NodeStatus { conditions: s.conditions, ..NodeStatus::default() }),
+            spec: n.spec.map(|s| NodeSpec {
+                provider_id: s.provider_id,
+                unschedulable: s.unschedulable,
+                ..NodeSpec::default()
+            }),
+            status: n.status.map(|s| NodeStatus {
+                conditions: s.conditions,
+                ..NodeStatus::default()
+            }),
         }
     }
 }
@@ -146,11 +155,23 @@ mod tests {
             "spec": {"providerID": "kwok://n1"},
             "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "x"}, "images": [{"names": ["a"]}]},
         });
-        let node: Node = serde_json::from_value::<LeanNode>(raw).expect("decodes").into();
+        let node: Node = serde_json::from_value::<LeanNode>(raw)
+            .expect("decodes")
+            .into();
         assert_eq!(node.metadata.name.as_deref(), Some("n1"));
-        assert_eq!(node.metadata.labels.as_ref().and_then(|l| l.get("a")).map(String::as_str), Some("b"));
+        assert_eq!(
+            node.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("a"))
+                .map(String::as_str),
+            Some("b")
+        );
         assert!(node.metadata.managed_fields.is_none());
-        assert_eq!(node.spec.and_then(|s| s.provider_id).as_deref(), Some("kwok://n1"));
+        assert_eq!(
+            node.spec.and_then(|s| s.provider_id).as_deref(),
+            Some("kwok://n1")
+        );
         let status = node.status.expect("status");
         assert_eq!(status.conditions.map(|c| c.len()), Some(1));
         assert!(status.node_info.is_none());
@@ -166,8 +187,13 @@ mod tests {
         });
         let mut full: NodeClaim = serde_json::from_value(raw.clone()).expect("full");
         full.metadata.managed_fields = None;
-        let lean: NodeClaim = serde_json::from_value::<LeanNodeClaim>(raw).expect("lean").into();
-        assert_eq!(serde_json::to_value(&lean).expect("json"), serde_json::to_value(&full).expect("json"));
+        let lean: NodeClaim = serde_json::from_value::<LeanNodeClaim>(raw)
+            .expect("lean")
+            .into();
+        assert_eq!(
+            serde_json::to_value(&lean).expect("json"),
+            serde_json::to_value(&full).expect("json")
+        );
     }
 
     #[test]
@@ -177,7 +203,9 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
             "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}], "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 0}]},
         });
-        let pod: Pod = serde_json::from_value::<LeanPod>(raw).expect("decodes").into();
+        let pod: Pod = serde_json::from_value::<LeanPod>(raw)
+            .expect("decodes")
+            .into();
         assert_eq!(pod.metadata.owner_references.map(|o| o.len()), Some(1));
         assert_eq!(pod.spec.and_then(|s| s.node_name).as_deref(), Some("n1"));
         let status = pod.status.expect("status");

@@ -40,7 +40,9 @@ impl<'a> Fields<'a> {
     fn varint(&mut self) -> anyhow::Result<u64> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
-            let Some((&byte, rest)) = self.rest.split_first() else { bail!("truncated varint") };
+            let Some((&byte, rest)) = self.rest.split_first() else {
+                bail!("truncated varint")
+            };
             self.rest = rest;
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
@@ -116,7 +118,8 @@ fn time(bytes: &[u8]) -> anyhow::Result<Time> {
             _ => {}
         }
     }
-    let at = k8s_openapi::jiff::Timestamp::new(seconds, nanos).context("a timestamp out of range")?;
+    let at =
+        k8s_openapi::jiff::Timestamp::new(seconds, nanos).context("a timestamp out of range")?;
     Ok(Time(at))
 }
 
@@ -151,11 +154,21 @@ fn object_meta(bytes: &[u8]) -> anyhow::Result<ObjectMeta> {
             9 => meta.deletion_timestamp = Some(time(b)?),
             11 | 12 => {
                 let (key, value) = map_entry(b)?;
-                let map = if number == 11 { &mut meta.labels } else { &mut meta.annotations };
+                let map = if number == 11 {
+                    &mut meta.labels
+                } else {
+                    &mut meta.annotations
+                };
                 map.get_or_insert_with(BTreeMap::new).insert(key, value);
             }
-            13 => meta.owner_references.get_or_insert_with(Vec::new).push(owner_reference(b)?),
-            14 => meta.finalizers.get_or_insert_with(Vec::new).push(string(b)?),
+            13 => meta
+                .owner_references
+                .get_or_insert_with(Vec::new)
+                .push(owner_reference(b)?),
+            14 => meta
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(string(b)?),
             _ => {}
         }
     }
@@ -198,7 +211,10 @@ fn node_status(bytes: &[u8]) -> anyhow::Result<NodeStatus> {
     let mut fields = Fields::of(bytes);
     while let Some((number, payload)) = fields.next_field()? {
         if let (4, Payload::Bytes(b)) = (number, payload) {
-            status.conditions.get_or_insert_with(Vec::new).push(node_condition(b)?);
+            status
+                .conditions
+                .get_or_insert_with(Vec::new)
+                .push(node_condition(b)?);
         }
     }
     Ok(status)
@@ -222,14 +238,19 @@ fn node(bytes: &[u8]) -> anyhow::Result<Node> {
 /// The Nodes of a `NodeList` response body: name, namespace, uid, resourceVersion, labels,
 /// annotations, timestamps, owners and finalizers; providerID and unschedulable; conditions.
 pub fn decode_node_list(body: &[u8]) -> anyhow::Result<Vec<Node>> {
-    let Some(envelope) = body.strip_prefix(MAGIC) else { bail!("not a Kubernetes protobuf body (no k8s\\0 prefix)") };
+    let Some(envelope) = body.strip_prefix(MAGIC) else {
+        bail!("not a Kubernetes protobuf body (no k8s\\0 prefix)")
+    };
     let mut raw = None;
     let mut fields = Fields::of(envelope);
     while let Some((number, payload)) = fields.next_field()? {
         match (number, payload) {
             (2, Payload::Bytes(b)) => raw = Some(b),
             (3, Payload::Bytes(encoding)) if !encoding.is_empty() => {
-                bail!("content encoding {:?} is not supported", String::from_utf8_lossy(encoding))
+                bail!(
+                    "content encoding {:?} is not supported",
+                    String::from_utf8_lossy(encoding)
+                )
             }
             _ => {}
         }
@@ -334,23 +355,51 @@ mod tests {
 
     #[test]
     fn decodes_the_fields_status_reads_and_skips_the_rest() {
-        let nodes = decode_node_list(&body(&[node_bytes("a", "True"), node_bytes("b", "False")])).unwrap();
+        let nodes =
+            decode_node_list(&body(&[node_bytes("a", "True"), node_bytes("b", "False")])).unwrap();
         assert_eq!(nodes.len(), 2);
         let a = &nodes[0];
         assert_eq!(a.metadata.name.as_deref(), Some("a"));
         assert_eq!(a.metadata.resource_version.as_deref(), Some("42"));
-        assert_eq!(a.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"], "default");
-        assert_eq!(a.metadata.finalizers.as_deref(), Some(&["karpenter.sh/termination".to_owned()][..]));
-        assert_eq!(a.metadata.creation_timestamp.as_ref().unwrap().0.as_second(), 1_764_700_000);
+        assert_eq!(
+            a.metadata.labels.as_ref().unwrap()["karpenter.sh/nodepool"],
+            "default"
+        );
+        assert_eq!(
+            a.metadata.finalizers.as_deref(),
+            Some(&["karpenter.sh/termination".to_owned()][..])
+        );
+        assert_eq!(
+            a.metadata
+                .creation_timestamp
+                .as_ref()
+                .unwrap()
+                .0
+                .as_second(),
+            1_764_700_000
+        );
         assert!(a.metadata.managed_fields.is_none());
         let spec = a.spec.as_ref().unwrap();
         assert_eq!(spec.provider_id.as_deref(), Some("kwok://a"));
         assert_eq!(spec.unschedulable, Some(true));
         let conditions = a.status.as_ref().unwrap().conditions.as_ref().unwrap();
-        assert_eq!((conditions[0].type_.as_str(), conditions[0].status.as_str()), ("Ready", "True"));
+        assert_eq!(
+            (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+            ("Ready", "True")
+        );
         assert_eq!(conditions[0].reason.as_deref(), Some("KubeletReady"));
         assert!(a.status.as_ref().unwrap().images.is_none());
-        assert_eq!(nodes[1].status.as_ref().unwrap().conditions.as_ref().unwrap()[0].status, "False");
+        assert_eq!(
+            nodes[1]
+                .status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .as_ref()
+                .unwrap()[0]
+                .status,
+            "False"
+        );
     }
 
     #[test]
@@ -363,7 +412,11 @@ mod tests {
         assert!(decode_node_list(b"{\"kind\":\"NodeList\"}").is_err());
         let whole = body(&[node_bytes("a", "True")]);
         for cut in [5, whole.len() / 2, whole.len() - 1] {
-            assert!(decode_node_list(&whole[..cut]).is_err(), "cut at {cut} of {}", whole.len());
+            assert!(
+                decode_node_list(&whole[..cut]).is_err(),
+                "cut at {cut} of {}",
+                whole.len()
+            );
         }
     }
 }

@@ -57,7 +57,10 @@ impl TypeInfo {
     /// Reads what the scheduler needs; `None` for types Kubernetes nodes cannot be (i386, mac).
     pub fn from_sdk(info: &InstanceTypeInfo) -> Option<Self> {
         let name = info.instance_type()?.as_str().to_owned();
-        let arches = info.processor_info().map(|p| p.supported_architectures()).unwrap_or_default();
+        let arches = info
+            .processor_info()
+            .map(|p| p.supported_architectures())
+            .unwrap_or_default();
         let arch = if arches.contains(&ArchitectureType::X8664) {
             "amd64"
         } else if arches.contains(&ArchitectureType::Arm64) {
@@ -82,16 +85,28 @@ impl TypeInfo {
             .unwrap_or_default();
         Some(Self {
             vcpus: to_u64(info.v_cpu_info().and_then(|v| v.default_v_cpus())),
-            memory_mib: info.memory_info().and_then(|m| m.size_in_mib()).and_then(|m| u64::try_from(m).ok()).unwrap_or_default(),
+            memory_mib: info
+                .memory_info()
+                .and_then(|m| m.size_in_mib())
+                .and_then(|m| u64::try_from(m).ok())
+                .unwrap_or_default(),
             arch: arch.to_owned(),
             max_enis: to_u64(network.and_then(|n| n.maximum_network_interfaces())),
             ipv4_per_eni: to_u64(network.and_then(|n| n.ipv4_addresses_per_interface())),
             gpus,
             neuron_devices,
             hypervisor: info.hypervisor().map(|h| h.as_str().to_owned()),
-            cpu_manufacturer: info.processor_info().and_then(|p| p.manufacturer()).map(|m| m.to_lowercase()),
-            local_nvme_gb: info.instance_storage_info().and_then(|s| s.total_size_in_gb()).and_then(|g| u64::try_from(g).ok()),
-            spot: info.supported_usage_classes().contains(&UsageClassType::Spot),
+            cpu_manufacturer: info
+                .processor_info()
+                .and_then(|p| p.manufacturer())
+                .map(|m| m.to_lowercase()),
+            local_nvme_gb: info
+                .instance_storage_info()
+                .and_then(|s| s.total_size_in_gb())
+                .and_then(|g| u64::try_from(g).ok()),
+            spot: info
+                .supported_usage_classes()
+                .contains(&UsageClassType::Spot),
             bare_metal: info.bare_metal().unwrap_or(false),
             name,
         })
@@ -105,8 +120,15 @@ impl TypeInfo {
     /// The family (`m5`), category (`m`), generation (`5`) and size (`large`).
     pub fn name_parts(&self) -> (&str, String, String, &str) {
         let (family, size) = self.name.split_once('.').unwrap_or((&self.name, ""));
-        let category: String = family.chars().take_while(char::is_ascii_alphabetic).collect();
-        let generation: String = family.chars().skip_while(char::is_ascii_alphabetic).take_while(char::is_ascii_digit).collect();
+        let category: String = family
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect();
+        let generation: String = family
+            .chars()
+            .skip_while(char::is_ascii_alphabetic)
+            .take_while(char::is_ascii_digit)
+            .collect();
         (family, category, generation, size)
     }
 
@@ -130,13 +152,25 @@ fn threshold(resource: &str, text: &str, capacity: u64) -> Option<u64> {
 
 /// The scheduler's view of a type, without offerings. `root_volume_bytes` is the node class's
 /// root volume; `kubelet` its kubelet overrides.
-pub fn instance_type(info: &TypeInfo, region: &str, root_volume_bytes: u64, kubelet: Option<&KubeletConfiguration>) -> InstanceType {
-    let memory = info.memory_mib.saturating_sub((info.memory_mib as f64 * VM_MEMORY_OVERHEAD_PERCENT).ceil() as u64) * MIB;
+pub fn instance_type(
+    info: &TypeInfo,
+    region: &str,
+    root_volume_bytes: u64,
+    kubelet: Option<&KubeletConfiguration>,
+) -> InstanceType {
+    let memory = info
+        .memory_mib
+        .saturating_sub((info.memory_mib as f64 * VM_MEMORY_OVERHEAD_PERCENT).ceil() as u64)
+        * MIB;
     let mut pods = kubelet
         .and_then(|k| k.max_pods)
         .and_then(|p| u64::try_from(p).ok())
         .unwrap_or_else(|| info.eni_limited_pods());
-    if let Some(per_core) = kubelet.and_then(|k| k.pods_per_core).and_then(|p| u64::try_from(p).ok()).filter(|p| *p > 0) {
+    if let Some(per_core) = kubelet
+        .and_then(|k| k.pods_per_core)
+        .and_then(|p| u64::try_from(p).ok())
+        .filter(|p| *p > 0)
+    {
         pods = pods.min(per_core * info.vcpus);
     }
     let mut capacity = ResourceList::new()
@@ -160,9 +194,10 @@ pub fn instance_type(info: &TypeInfo, region: &str, root_volume_bytes: u64, kube
         .with(MEMORY, (11 * pods + 255) * MIB)
         .with(EPHEMERAL_STORAGE, GIB);
     let mut system_reserved = ResourceList::new();
-    let mut eviction = ResourceList::new()
-        .with(MEMORY, 100 * MIB)
-        .with(EPHEMERAL_STORAGE, (root_volume_bytes as f64 * 0.1).ceil() as u64);
+    let mut eviction = ResourceList::new().with(MEMORY, 100 * MIB).with(
+        EPHEMERAL_STORAGE,
+        (root_volume_bytes as f64 * 0.1).ceil() as u64,
+    );
     if let Some(kubelet) = kubelet {
         for (name, value) in &kubelet.kube_reserved {
             if let Ok(amount) = resources::parse(name, value) {
@@ -187,7 +222,11 @@ pub fn instance_type(info: &TypeInfo, region: &str, root_volume_bytes: u64, kube
     }
 
     let mut it = InstanceType::new(&info.name, capacity);
-    it.overhead = Overhead { kube_reserved, system_reserved, eviction_threshold: eviction };
+    it.overhead = Overhead {
+        kube_reserved,
+        system_reserved,
+        eviction_threshold: eviction,
+    };
     let (family, category, generation, size) = info.name_parts();
     let mut requirements = vec![
         Requirement::in_values(labels::ARCH, [info.arch.as_str()]),
@@ -202,12 +241,30 @@ pub fn instance_type(info: &TypeInfo, region: &str, root_volume_bytes: u64, kube
     ];
     let optional = [
         (labels::AWS_INSTANCE_HYPERVISOR, info.hypervisor.clone()),
-        (labels::AWS_INSTANCE_CPU_MANUFACTURER, info.cpu_manufacturer.clone()),
-        (labels::AWS_INSTANCE_LOCAL_NVME, info.local_nvme_gb.map(|g| g.to_string())),
-        (labels::AWS_INSTANCE_GPU_NAME, info.gpus.as_ref().map(|g| g.name.clone())),
-        (labels::AWS_INSTANCE_GPU_MANUFACTURER, info.gpus.as_ref().map(|g| g.manufacturer.clone())),
-        (labels::AWS_INSTANCE_GPU_COUNT, info.gpus.as_ref().map(|g| g.count.to_string())),
-        (labels::AWS_INSTANCE_GPU_MEMORY, info.gpus.as_ref().map(|g| g.memory_mib.to_string())),
+        (
+            labels::AWS_INSTANCE_CPU_MANUFACTURER,
+            info.cpu_manufacturer.clone(),
+        ),
+        (
+            labels::AWS_INSTANCE_LOCAL_NVME,
+            info.local_nvme_gb.map(|g| g.to_string()),
+        ),
+        (
+            labels::AWS_INSTANCE_GPU_NAME,
+            info.gpus.as_ref().map(|g| g.name.clone()),
+        ),
+        (
+            labels::AWS_INSTANCE_GPU_MANUFACTURER,
+            info.gpus.as_ref().map(|g| g.manufacturer.clone()),
+        ),
+        (
+            labels::AWS_INSTANCE_GPU_COUNT,
+            info.gpus.as_ref().map(|g| g.count.to_string()),
+        ),
+        (
+            labels::AWS_INSTANCE_GPU_MEMORY,
+            info.gpus.as_ref().map(|g| g.memory_mib.to_string()),
+        ),
     ];
     for (key, value) in optional {
         requirements.push(match value {
@@ -234,13 +291,19 @@ pub fn offerings(
     for zone in zones {
         if let Some(price) = on_demand_price {
             let available = !unavailable(labels::CAPACITY_TYPE_ON_DEMAND, zone);
-            offerings.push(Offering { available, ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, price) });
+            offerings.push(Offering {
+                available,
+                ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, price)
+            });
         }
         if info.spot
             && let Some(price) = spot_price(zone)
         {
             let available = !unavailable(labels::CAPACITY_TYPE_SPOT, zone);
-            offerings.push(Offering { available, ..Offering::new(zone, labels::CAPACITY_TYPE_SPOT, price) });
+            offerings.push(Offering {
+                available,
+                ..Offering::new(zone, labels::CAPACITY_TYPE_SPOT, price)
+            });
         }
     }
     offerings
@@ -253,7 +316,14 @@ mod tests {
         GpuDeviceInfo, GpuInfo, MemoryInfo, NetworkInfo, ProcessorInfo, VCpuInfo,
     };
 
-    fn sdk_type(name: &str, arch: ArchitectureType, vcpus: i32, mib: i64, enis: i32, ips: i32) -> InstanceTypeInfo {
+    fn sdk_type(
+        name: &str,
+        arch: ArchitectureType,
+        vcpus: i32,
+        mib: i64,
+        enis: i32,
+        ips: i32,
+    ) -> InstanceTypeInfo {
         sdk_builder(name, arch, vcpus, mib, enis, ips).build()
     }
 
@@ -267,17 +337,35 @@ mod tests {
     ) -> aws_sdk_ec2::types::builders::InstanceTypeInfoBuilder {
         InstanceTypeInfo::builder()
             .instance_type(name.into())
-            .processor_info(ProcessorInfo::builder().supported_architectures(arch).manufacturer("Intel").build())
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_architectures(arch)
+                    .manufacturer("Intel")
+                    .build(),
+            )
             .v_cpu_info(VCpuInfo::builder().default_v_cpus(vcpus).build())
             .memory_info(MemoryInfo::builder().size_in_mib(mib).build())
-            .network_info(NetworkInfo::builder().maximum_network_interfaces(enis).ipv4_addresses_per_interface(ips).build())
+            .network_info(
+                NetworkInfo::builder()
+                    .maximum_network_interfaces(enis)
+                    .ipv4_addresses_per_interface(ips)
+                    .build(),
+            )
             .supported_usage_classes(UsageClassType::OnDemand)
             .supported_usage_classes(UsageClassType::Spot)
     }
 
     #[test]
     fn m5_large_matches_upstreams_capacity_and_overhead() {
-        let info = TypeInfo::from_sdk(&sdk_type("m5.large", ArchitectureType::X8664, 2, 8192, 3, 10)).unwrap();
+        let info = TypeInfo::from_sdk(&sdk_type(
+            "m5.large",
+            ArchitectureType::X8664,
+            2,
+            8192,
+            3,
+            10,
+        ))
+        .unwrap();
         assert_eq!(info.eni_limited_pods(), 29);
         let it = instance_type(&info, "us-west-2", DEFAULT_ROOT_VOLUME_BYTES, None);
         assert_eq!(it.capacity.get(PODS), 29);
@@ -288,23 +376,44 @@ mod tests {
         assert!(it.requirements.allows(labels::AWS_INSTANCE_FAMILY, "m5"));
         assert!(it.requirements.allows(labels::AWS_INSTANCE_CATEGORY, "m"));
         assert!(it.requirements.allows(labels::AWS_INSTANCE_GENERATION, "5"));
-        assert!(it.requirements.allows(labels::AWS_INSTANCE_CPU_MANUFACTURER, "intel"));
+        assert!(
+            it.requirements
+                .allows(labels::AWS_INSTANCE_CPU_MANUFACTURER, "intel")
+        );
         assert!(it.requirements.allows(labels::ARCH, "amd64"));
         assert!(!it.requirements.allows(labels::AWS_INSTANCE_GPU_COUNT, "1"));
     }
 
     #[test]
     fn kubelet_max_pods_and_reservations_override_the_defaults() {
-        let info = TypeInfo::from_sdk(&sdk_type("c6g.xlarge", ArchitectureType::Arm64, 4, 8192, 4, 15)).unwrap();
+        let info = TypeInfo::from_sdk(&sdk_type(
+            "c6g.xlarge",
+            ArchitectureType::Arm64,
+            4,
+            8192,
+            4,
+            15,
+        ))
+        .unwrap();
         let kubelet = KubeletConfiguration {
             max_pods: Some(110),
             pods_per_core: Some(10),
-            eviction_hard: [("memory.available".to_owned(), "5%".to_owned())].into_iter().collect(),
+            eviction_hard: [("memory.available".to_owned(), "5%".to_owned())]
+                .into_iter()
+                .collect(),
             ..KubeletConfiguration::default()
         };
-        let it = instance_type(&info, "us-west-2", DEFAULT_ROOT_VOLUME_BYTES, Some(&kubelet));
+        let it = instance_type(
+            &info,
+            "us-west-2",
+            DEFAULT_ROOT_VOLUME_BYTES,
+            Some(&kubelet),
+        );
         assert_eq!(it.capacity.get(PODS), 40);
-        assert_eq!(it.overhead.eviction_threshold.get(MEMORY), (it.capacity.get(MEMORY) as f64 * 0.05).ceil() as u64);
+        assert_eq!(
+            it.overhead.eviction_threshold.get(MEMORY),
+            (it.capacity.get(MEMORY) as f64 * 0.05).ceil() as u64
+        );
         assert!(it.requirements.allows(labels::ARCH, "arm64"));
     }
 
@@ -313,7 +422,13 @@ mod tests {
         let sdk = sdk_builder("g5.xlarge", ArchitectureType::X8664, 4, 16384, 4, 15)
             .gpu_info(
                 GpuInfo::builder()
-                    .gpus(GpuDeviceInfo::builder().name("A10G").manufacturer("NVIDIA").count(1).build())
+                    .gpus(
+                        GpuDeviceInfo::builder()
+                            .name("A10G")
+                            .manufacturer("NVIDIA")
+                            .count(1)
+                            .build(),
+                    )
                     .total_gpu_memory_in_mib(22888)
                     .build(),
             )
@@ -322,17 +437,46 @@ mod tests {
         assert!(info.is_exotic());
         let it = instance_type(&info, "us-west-2", DEFAULT_ROOT_VOLUME_BYTES, None);
         assert_eq!(it.capacity.get(NVIDIA_GPU), 1);
-        assert!(it.requirements.allows(labels::AWS_INSTANCE_GPU_NAME, "a10g"));
-        assert!(it.requirements.allows(labels::AWS_INSTANCE_GPU_MEMORY, "22888"));
+        assert!(
+            it.requirements
+                .allows(labels::AWS_INSTANCE_GPU_NAME, "a10g")
+        );
+        assert!(
+            it.requirements
+                .allows(labels::AWS_INSTANCE_GPU_MEMORY, "22888")
+        );
     }
 
     #[test]
     fn offerings_are_priced_per_zone_and_marked_unavailable_from_the_cache() {
-        let info = TypeInfo::from_sdk(&sdk_type("m5.large", ArchitectureType::X8664, 2, 8192, 3, 10)).unwrap();
+        let info = TypeInfo::from_sdk(&sdk_type(
+            "m5.large",
+            ArchitectureType::X8664,
+            2,
+            8192,
+            3,
+            10,
+        ))
+        .unwrap();
         let zones = vec!["us-west-2a".to_owned(), "us-west-2b".to_owned()];
-        let offerings = offerings(&info, &zones, Some(0.096), |z| (z == "us-west-2a").then_some(0.03), |ct, z| ct == "spot" && z == "us-west-2a");
+        let offerings = offerings(
+            &info,
+            &zones,
+            Some(0.096),
+            |z| (z == "us-west-2a").then_some(0.03),
+            |ct, z| ct == "spot" && z == "us-west-2a",
+        );
         assert_eq!(offerings.len(), 3);
-        assert!(offerings.iter().any(|o| o.capacity_type == "spot" && !o.available));
-        assert!(offerings.iter().filter(|o| o.capacity_type == "on-demand").all(|o| o.available && o.price == 0.096));
+        assert!(
+            offerings
+                .iter()
+                .any(|o| o.capacity_type == "spot" && !o.available)
+        );
+        assert!(
+            offerings
+                .iter()
+                .filter(|o| o.capacity_type == "on-demand")
+                .all(|o| o.available && o.price == 0.096)
+        );
     }
 }

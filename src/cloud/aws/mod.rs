@@ -95,7 +95,10 @@ impl AwsConfig {
 
     /// The region the SDK's default chain finds (AWS_REGION, the profile, IMDS), if any.
     pub async fn default_region() -> Option<String> {
-        aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await.region().map(ToString::to_string)
+        aws_config::load_defaults(aws_config::BehaviorVersion::latest())
+            .await
+            .region()
+            .map(ToString::to_string)
     }
 
     /// The SDK configuration: the default credential chain, this region, and the endpoint
@@ -143,7 +146,13 @@ pub fn sdk_error_code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
 }
 
 /// Codes that mean "slow down".
-const THROTTLING_CODES: [&str; 5] = ["RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException", "RequestThrottled"];
+const THROTTLING_CODES: [&str; 5] = [
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+    "RequestThrottled",
+];
 
 /// Maps an SDK error onto the provider's errors: throttling, or an API failure naming `action`.
 pub fn cloud_error<E>(action: &str, error: E) -> CloudError
@@ -151,11 +160,23 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     if error.code().is_some_and(|c| THROTTLING_CODES.contains(&c)) {
-        return CloudError::Throttled { source: Box::new(error) };
+        return CloudError::Throttled {
+            source: Box::new(error),
+        };
     }
     // The SDK's Display says only "service error"; keep the code and message in the chain.
-    let detail = format!("{}: {}", error.code().unwrap_or("unknown"), error.message().unwrap_or_default());
-    CloudError::Api { action: action.to_owned(), source: Box::new(AwsApiError { detail, source: Box::new(error) }) }
+    let detail = format!(
+        "{}: {}",
+        error.code().unwrap_or("unknown"),
+        error.message().unwrap_or_default()
+    );
+    CloudError::Api {
+        action: action.to_owned(),
+        source: Box::new(AwsApiError {
+            detail,
+            source: Box::new(error),
+        }),
+    }
 }
 
 /// An AWS error with its code and message in the text.
@@ -205,7 +226,11 @@ impl AwsProvider {
     }
 
     /// A provider with an SDK configuration of your own (tests: static credentials).
-    pub fn with_sdk_config(config: AwsConfig, sdk: &aws_config::SdkConfig, kube: kube::Client) -> Self {
+    pub fn with_sdk_config(
+        config: AwsConfig,
+        sdk: &aws_config::SdkConfig,
+        kube: kube::Client,
+    ) -> Self {
         let clients = Clients::new(sdk, &config.region, &config.cluster_name);
         Self {
             clients,
@@ -239,8 +264,16 @@ impl AwsProvider {
     async fn kubernetes_version(&self) -> Result<&str, CloudError> {
         self.k8s_version
             .get_or_try_init(|| async {
-                let info = self.kube.apiserver_version().await.map_err(|e| CloudError::api("reading the Kubernetes version", e))?;
-                let minor: String = info.minor.chars().take_while(char::is_ascii_digit).collect();
+                let info = self
+                    .kube
+                    .apiserver_version()
+                    .await
+                    .map_err(|e| CloudError::api("reading the Kubernetes version", e))?;
+                let minor: String = info
+                    .minor
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
                 Ok::<_, CloudError>(format!("{}.{minor}", info.major))
             })
             .await
@@ -257,7 +290,10 @@ impl AwsProvider {
                         name: c.cluster_name.clone(),
                         endpoint: endpoint.clone(),
                         ca_bundle: ca.clone(),
-                        service_cidr: c.service_cidr.clone().unwrap_or_else(|| "10.100.0.0/16".to_owned()),
+                        service_cidr: c
+                            .service_cidr
+                            .clone()
+                            .unwrap_or_else(|| "10.100.0.0/16".to_owned()),
                     });
                 }
                 let out = self
@@ -267,20 +303,39 @@ impl AwsProvider {
                     .name(&c.cluster_name)
                     .send()
                     .await
-                    .map_err(|e| cloud_error("reading the EKS cluster (eks:DescribeCluster) for node bootstrap", e))?;
+                    .map_err(|e| {
+                        cloud_error(
+                            "reading the EKS cluster (eks:DescribeCluster) for node bootstrap",
+                            e,
+                        )
+                    })?;
                 let cluster = out.cluster();
                 Ok(ClusterBootstrap {
                     name: c.cluster_name.clone(),
-                    endpoint: c.cluster_endpoint.clone().or_else(|| cluster.and_then(|x| x.endpoint()).map(str::to_owned)).unwrap_or_default(),
+                    endpoint: c
+                        .cluster_endpoint
+                        .clone()
+                        .or_else(|| cluster.and_then(|x| x.endpoint()).map(str::to_owned))
+                        .unwrap_or_default(),
                     ca_bundle: c
                         .cluster_ca_bundle
                         .clone()
-                        .or_else(|| cluster.and_then(|x| x.certificate_authority()).and_then(|a| a.data()).map(str::to_owned))
+                        .or_else(|| {
+                            cluster
+                                .and_then(|x| x.certificate_authority())
+                                .and_then(|a| a.data())
+                                .map(str::to_owned)
+                        })
                         .unwrap_or_default(),
                     service_cidr: c
                         .service_cidr
                         .clone()
-                        .or_else(|| cluster.and_then(|x| x.kubernetes_network_config()).and_then(|n| n.service_ipv4_cidr()).map(str::to_owned))
+                        .or_else(|| {
+                            cluster
+                                .and_then(|x| x.kubernetes_network_config())
+                                .and_then(|n| n.service_ipv4_cidr())
+                                .map(str::to_owned)
+                        })
                         .unwrap_or_else(|| "10.100.0.0/16".to_owned()),
                 })
             })
@@ -289,11 +344,20 @@ impl AwsProvider {
 
     /// Resolves a node class (reusing a recent answer for an unchanged spec) and writes its
     /// status when it changed. The function the agent's node class loop calls.
-    pub async fn resolve_node_class(&self, name: &str) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+    pub async fn resolve_node_class(
+        &self,
+        name: &str,
+    ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
         let api: kube::Api<EC2NodeClass> = kube::Api::all(self.kube.clone());
-        let class = api.get_opt(name).await.map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
+        let class = api
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
         let Some(class) = class else {
-            return Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason: format!("EC2NodeClass {name} does not exist") });
+            return Err(CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason: format!("EC2NodeClass {name} does not exist"),
+            });
         };
         if let Some(cached) = self.cached_node_class(name, &class) {
             return Ok(cached);
@@ -305,11 +369,17 @@ impl AwsProvider {
         let (status, outcome) = match result {
             Ok(resolved) => {
                 let resolved = Arc::new(resolved);
-                (nodeclass::status(&Ok((*resolved).clone()), None, generation, &previous), Ok(resolved))
+                (
+                    nodeclass::status(&Ok((*resolved).clone()), None, generation, &previous),
+                    Ok(resolved),
+                )
             }
             Err(nodeclass::ResolveError::NotReady { condition, reason }) => (
                 nodeclass::status(&Err(reason.clone()), Some(condition), generation, &previous),
-                Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason }),
+                Err(CloudError::NodeClassNotReady {
+                    name: name.to_owned(),
+                    reason,
+                }),
             ),
             Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
         };
@@ -317,25 +387,51 @@ impl AwsProvider {
             nodeclass::write_status(&self.kube, name, &status).await?;
         }
         let resolved = outcome?;
-        self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(
-            name.to_owned(),
-            CachedNodeClass { resolved_at: Instant::now(), spec: class.spec.clone(), resolved: resolved.clone() },
-        );
+        self.node_classes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                name.to_owned(),
+                CachedNodeClass {
+                    resolved_at: Instant::now(),
+                    spec: class.spec.clone(),
+                    resolved: resolved.clone(),
+                },
+            );
         Ok(resolved)
     }
 
-    fn cached_node_class(&self, name: &str, class: &EC2NodeClass) -> Option<Arc<ResolvedNodeClass>> {
-        let cache = self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn cached_node_class(
+        &self,
+        name: &str,
+        class: &EC2NodeClass,
+    ) -> Option<Arc<ResolvedNodeClass>> {
+        let cache = self
+            .node_classes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let cached = cache.get(name)?;
-        let fresh = cached.resolved_at.elapsed() < self.config.node_class_ttl && cached.spec == class.spec;
-        let ready = class.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == nodeclass::conditions::READY && c.status == "True"));
+        let fresh =
+            cached.resolved_at.elapsed() < self.config.node_class_ttl && cached.spec == class.spec;
+        let ready = class.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == nodeclass::conditions::READY && c.status == "True")
+        });
         (fresh && ready).then(|| cached.resolved.clone())
     }
 
     /// The catalogue from EC2, refreshed when older than `catalogue_ttl` (a stale one is kept
     /// when a refresh fails).
     pub async fn catalogue(&self) -> Result<Arc<CatalogueSnapshot>, CloudError> {
-        super::catalogue::cached_or_refreshed(&self.catalogue, |c| c.fetched, self.config.catalogue_ttl, "instance type", || self.fetch_catalogue()).await
+        super::catalogue::cached_or_refreshed(
+            &self.catalogue,
+            |c| c.fetched,
+            self.config.catalogue_ttl,
+            "instance type",
+            || self.fetch_catalogue(),
+        )
+        .await
     }
 
     async fn fetch_catalogue(&self) -> Result<CatalogueSnapshot, CloudError> {
@@ -346,7 +442,13 @@ impl AwsProvider {
         loop {
             let out = ec2
                 .describe_instance_types()
-                .filters(Filter::builder().name("processor-info.supported-architecture").values("x86_64").values("arm64").build())
+                .filters(
+                    Filter::builder()
+                        .name("processor-info.supported-architecture")
+                        .values("x86_64")
+                        .values("arm64")
+                        .build(),
+                )
                 .set_next_token(token)
                 .send()
                 .await
@@ -356,7 +458,10 @@ impl AwsProvider {
                     types.insert(t.name.clone(), t);
                 }
             }
-            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
             if token.is_none() {
                 break;
             }
@@ -373,10 +478,16 @@ impl AwsProvider {
                 .map_err(|e| cloud_error("describing instance type offerings", e))?;
             for o in out.instance_type_offerings() {
                 if let (Some(t), Some(zone)) = (o.instance_type(), o.location()) {
-                    zones.entry(t.as_str().to_owned()).or_default().push(zone.to_owned());
+                    zones
+                        .entry(t.as_str().to_owned())
+                        .or_default()
+                        .push(zone.to_owned());
                 }
             }
-            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
             if token.is_none() {
                 break;
             }
@@ -388,27 +499,42 @@ impl AwsProvider {
                 .describe_spot_price_history()
                 .product_descriptions("Linux/UNIX")
                 .product_descriptions("Linux/UNIX (Amazon VPC)")
-                .start_time(aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now()))
+                .start_time(aws_sdk_ec2::primitives::DateTime::from(
+                    std::time::SystemTime::now(),
+                ))
                 .set_next_token(token)
                 .send()
                 .await
                 .map_err(|e| cloud_error("describing spot prices", e))?;
             for p in out.spot_price_history() {
-                let (Some(t), Some(zone), Some(price)) = (p.instance_type(), p.availability_zone(), p.spot_price().and_then(|s| s.parse::<f64>().ok())) else {
+                let (Some(t), Some(zone), Some(price)) = (
+                    p.instance_type(),
+                    p.availability_zone(),
+                    p.spot_price().and_then(|s| s.parse::<f64>().ok()),
+                ) else {
                     continue;
                 };
                 let at = p.timestamp().map(|t| t.secs()).unwrap_or_default();
-                let entry = spot.entry((t.as_str().to_owned(), zone.to_owned())).or_insert((price, at));
+                let entry = spot
+                    .entry((t.as_str().to_owned(), zone.to_owned()))
+                    .or_insert((price, at));
                 if at > entry.1 {
                     *entry = (price, at);
                 }
             }
-            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
             if token.is_none() {
                 break;
             }
         }
-        tracing::info!(types = types.len(), elapsed_ms = started.elapsed().as_millis(), "refreshed the EC2 instance type catalogue");
+        tracing::info!(
+            types = types.len(),
+            elapsed_ms = started.elapsed().as_millis(),
+            "refreshed the EC2 instance type catalogue"
+        );
         Ok(CatalogueSnapshot {
             fetched: Some(Instant::now()),
             types,
@@ -419,7 +545,11 @@ impl AwsProvider {
 
     /// The catalogue for a resolved node class: types some AMI can boot, offered in its
     /// subnets' zones, priced, with the unavailable-offerings cache applied.
-    pub fn instance_types_for(&self, resolved: &ResolvedNodeClass, snapshot: &CatalogueSnapshot) -> Vec<InstanceType> {
+    pub fn instance_types_for(
+        &self,
+        resolved: &ResolvedNodeClass,
+        snapshot: &CatalogueSnapshot,
+    ) -> Vec<InstanceType> {
         let zones: Vec<String> = {
             let mut z: Vec<String> = resolved.subnets.iter().map(|s| s.zone.clone()).collect();
             z.dedup();
@@ -430,32 +560,70 @@ impl AwsProvider {
         snapshot
             .types
             .values()
-            .filter(|info| resolved.amis.iter().any(|a| a.fits(&info.arch, info.gpus.is_some() || info.neuron_devices > 0)))
+            .filter(|info| {
+                resolved
+                    .amis
+                    .iter()
+                    .any(|a| a.fits(&info.arch, info.gpus.is_some() || info.neuron_devices > 0))
+            })
             .map(|info| {
-                let mut it = catalogue::instance_type(info, &self.config.region, root_volume, kubelet);
+                let mut it =
+                    catalogue::instance_type(info, &self.config.region, root_volume, kubelet);
                 let offered: Vec<String> = snapshot
                     .zones
                     .get(&info.name)
-                    .map(|z| zones.iter().filter(|zone| z.contains(zone)).cloned().collect())
+                    .map(|z| {
+                        zones
+                            .iter()
+                            .filter(|zone| z.contains(zone))
+                            .cloned()
+                            .collect()
+                    })
                     .unwrap_or_default();
                 it.offerings = catalogue::offerings(
                     info,
                     &offered,
                     self.config.prices.on_demand(&info.name),
-                    |zone| snapshot.spot.get(&(info.name.clone(), zone.to_owned())).copied(),
-                    |capacity_type, zone| self.unavailable.is_unavailable(capacity_type, &info.name, zone),
+                    |zone| {
+                        snapshot
+                            .spot
+                            .get(&(info.name.clone(), zone.to_owned()))
+                            .copied()
+                    },
+                    |capacity_type, zone| {
+                        self.unavailable
+                            .is_unavailable(capacity_type, &info.name, zone)
+                    },
                 );
                 it
             })
             .collect()
     }
 
-    fn instance_from_ec2(&self, instance: &aws_sdk_ec2::types::Instance, snapshot: &CatalogueSnapshot) -> Option<Instance> {
+    fn instance_from_ec2(
+        &self,
+        instance: &aws_sdk_ec2::types::Instance,
+        snapshot: &CatalogueSnapshot,
+    ) -> Option<Instance> {
         let id = instance.instance_id()?;
-        let zone = instance.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_owned();
-        let instance_type = instance.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
-        let tags: HashMap<&str, &str> = instance.tags().iter().filter_map(|t| Some((t.key()?, t.value()?))).collect();
-        let capacity_type = if instance.instance_lifecycle().is_some_and(|l| l.as_str() == "spot") {
+        let zone = instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_owned();
+        let instance_type = instance
+            .instance_type()
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default();
+        let tags: HashMap<&str, &str> = instance
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?, t.value()?)))
+            .collect();
+        let capacity_type = if instance
+            .instance_lifecycle()
+            .is_some_and(|l| l.as_str() == "spot")
+        {
             labels::CAPACITY_TYPE_SPOT
         } else {
             labels::CAPACITY_TYPE_ON_DEMAND
@@ -463,37 +631,70 @@ impl AwsProvider {
         let state = instance.state().and_then(|s| s.name());
         let terminating = matches!(
             state,
-            Some(InstanceStateName::ShuttingDown | InstanceStateName::Terminated | InstanceStateName::Stopping | InstanceStateName::Stopped)
+            Some(
+                InstanceStateName::ShuttingDown
+                    | InstanceStateName::Terminated
+                    | InstanceStateName::Stopping
+                    | InstanceStateName::Stopped
+            )
         );
         let info = snapshot.types.get(&instance_type);
-        let it = info.map(|info| catalogue::instance_type(info, &self.config.region, catalogue::DEFAULT_ROOT_VOLUME_BYTES, None));
-        let mut node_labels = it.as_ref().map(InstanceType::fixed_labels).unwrap_or_default();
+        let it = info.map(|info| {
+            catalogue::instance_type(
+                info,
+                &self.config.region,
+                catalogue::DEFAULT_ROOT_VOLUME_BYTES,
+                None,
+            )
+        });
+        let mut node_labels = it
+            .as_ref()
+            .map(InstanceType::fixed_labels)
+            .unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.clone());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
         let price = if capacity_type == labels::CAPACITY_TYPE_SPOT {
-            snapshot.spot.get(&(instance_type.clone(), zone.clone())).copied()
+            snapshot
+                .spot
+                .get(&(instance_type.clone(), zone.clone()))
+                .copied()
         } else {
             self.config.prices.on_demand(&instance_type)
         };
         Some(Instance {
-            provider_id: ProviderId::Aws { zone: zone.clone(), instance_id: id.to_owned() },
+            provider_id: ProviderId::Aws {
+                zone: zone.clone(),
+                instance_id: id.to_owned(),
+            },
             node_claim: tags.get(NODE_CLAIM_TAG).map(|s| (*s).to_owned()),
             node_pool: tags.get(labels::NODE_POOL).map(|s| (*s).to_owned()),
             instance_type,
             zone,
             capacity_type: capacity_type.to_owned(),
             image_id: instance.image_id().map(str::to_owned),
-            capacity: it.as_ref().map(|it| it.capacity.clone()).unwrap_or_default(),
-            allocatable: it.as_ref().map(InstanceType::allocatable).unwrap_or_default(),
+            capacity: it
+                .as_ref()
+                .map(|it| it.capacity.clone())
+                .unwrap_or_default(),
+            allocatable: it
+                .as_ref()
+                .map(InstanceType::allocatable)
+                .unwrap_or_default(),
             labels: node_labels,
             price: price.unwrap_or_default(),
-            created: instance.launch_time().and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.secs()).ok()),
+            created: instance
+                .launch_time()
+                .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.secs()).ok()),
             terminating,
         })
     }
 
-    async fn describe_instances(&self, filters: Vec<Filter>, ids: Vec<String>) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
+    async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+        ids: Vec<String>,
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
         let mut instances = Vec::new();
         let mut token = None;
         loop {
@@ -508,13 +709,18 @@ impl AwsProvider {
                 .await
             {
                 Ok(out) => out,
-                Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => return Ok(Vec::new()),
+                Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => {
+                    return Ok(Vec::new());
+                }
                 Err(e) => return Err(cloud_error("describing instances", e)),
             };
             for reservation in out.reservations() {
                 instances.extend(reservation.instances().iter().cloned());
             }
-            token = out.next_token().filter(|t| !t.is_empty()).map(str::to_owned);
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
             if token.is_none() {
                 return Ok(instances);
             }
@@ -526,7 +732,9 @@ fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
     let strip = |s: &EC2NodeClassStatus| {
         let mut s = s.clone();
         for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
         }
         s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
         s
@@ -555,12 +763,19 @@ impl CloudProvider for AwsProvider {
         "aws"
     }
 
-    async fn create(&self, claim: &NodeClaim, candidates: &[InstanceType]) -> Result<Instance, CloudError> {
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        candidates: &[InstanceType],
+    ) -> Result<Instance, CloudError> {
         let reference = &claim.spec.node_class_ref;
         if !is_ec2_node_class(reference) {
             return Err(CloudError::NodeClassNotReady {
                 name: reference.name.clone(),
-                reason: format!("{}/{} is not an EC2NodeClass; the aws provider launches only those", reference.group, reference.kind),
+                reason: format!(
+                    "{}/{} is not an EC2NodeClass; the aws provider launches only those",
+                    reference.group, reference.kind
+                ),
             });
         }
         let resolved = self.resolve_node_class(&reference.name).await?;
@@ -570,11 +785,23 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
-        let ProviderId::Aws { instance_id, .. } = id else { return Ok(DeleteOutcome::Gone) };
-        match self.clients.ec2.terminate_instances().instance_ids(instance_id).send().await {
+        let ProviderId::Aws { instance_id, .. } = id else {
+            return Ok(DeleteOutcome::Gone);
+        };
+        match self
+            .clients
+            .ec2
+            .terminate_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
             Ok(out) => {
                 let change = out.terminating_instances().first();
-                let was_terminated = change.and_then(|c| c.previous_state()).and_then(|s| s.name()) == Some(&InstanceStateName::Terminated);
+                let was_terminated = change
+                    .and_then(|c| c.previous_state())
+                    .and_then(|s| s.name())
+                    == Some(&InstanceStateName::Terminated);
                 if change.is_none() || was_terminated {
                     Ok(DeleteOutcome::Gone)
                 } else {
@@ -582,15 +809,23 @@ impl CloudProvider for AwsProvider {
                     Ok(DeleteOutcome::Terminating)
                 }
             }
-            Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => Ok(DeleteOutcome::Gone),
+            Err(e) if sdk_error_code(&e) == Some("InvalidInstanceID.NotFound") => {
+                Ok(DeleteOutcome::Gone)
+            }
             Err(e) => Err(cloud_error("terminating the instance", e)),
         }
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Option<Instance>, CloudError> {
-        let ProviderId::Aws { instance_id, .. } = id else { return Ok(None) };
-        let instances = self.describe_instances(Vec::new(), vec![instance_id.clone()]).await?;
-        let Some(instance) = instances.into_iter().next() else { return Ok(None) };
+        let ProviderId::Aws { instance_id, .. } = id else {
+            return Ok(None);
+        };
+        let instances = self
+            .describe_instances(Vec::new(), vec![instance_id.clone()])
+            .await?;
+        let Some(instance) = instances.into_iter().next() else {
+            return Ok(None);
+        };
         if instance.state().and_then(|s| s.name()) == Some(&InstanceStateName::Terminated) {
             return Ok(None);
         }
@@ -600,8 +835,14 @@ impl CloudProvider for AwsProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
         let filters = vec![
-            Filter::builder().name(format!("tag:{}", cluster_tag(&self.config.cluster_name))).values("owned").build(),
-            Filter::builder().name("tag-key").values(labels::NODE_POOL).build(),
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name("tag-key")
+                .values(labels::NODE_POOL)
+                .build(),
             Filter::builder()
                 .name("instance-state-name")
                 .values("pending")
@@ -613,14 +854,23 @@ impl CloudProvider for AwsProvider {
         ];
         let instances = self.describe_instances(filters, Vec::new()).await?;
         let snapshot = self.catalogue().await?;
-        Ok(instances.iter().filter_map(|i| self.instance_from_ec2(i, &snapshot)).collect())
+        Ok(instances
+            .iter()
+            .filter_map(|i| self.instance_from_ec2(i, &snapshot))
+            .collect())
     }
 
-    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
+    async fn instance_types(
+        &self,
+        node_class: &NodeClassReference,
+    ) -> Result<Arc<[InstanceType]>, CloudError> {
         if !is_ec2_node_class(node_class) {
             return Err(CloudError::NodeClassNotReady {
                 name: node_class.name.clone(),
-                reason: format!("{}/{} is not an EC2NodeClass; the aws provider serves only those", node_class.group, node_class.kind),
+                reason: format!(
+                    "{}/{} is not an EC2NodeClass; the aws provider serves only those",
+                    node_class.group, node_class.kind
+                ),
             });
         }
         let resolved = self.resolve_node_class(&node_class.name).await?;

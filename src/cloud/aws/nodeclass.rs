@@ -2,8 +2,10 @@
 //! instance profile a launch uses, and reports them (or why they could not be found) in the
 //! node class's status, as upstream's `nodeclass` controller does.
 
-use super::{FIELD_MANAGER, Clients, sdk_error_code};
-use crate::apis::ec2nodeclass::{AmiSelectorTerm, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+use super::{Clients, FIELD_MANAGER, sdk_error_code};
+use crate::apis::ec2nodeclass::{
+    AmiSelectorTerm, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
+};
 use crate::apis::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, labels};
 use crate::cloud::CloudError;
 use aws_sdk_ec2::types::Filter;
@@ -78,7 +80,10 @@ impl AmiFamily {
 pub enum ResolveError {
     /// The selectors match nothing usable; `condition` is the status condition that says so.
     #[error("{reason}")]
-    NotReady { condition: &'static str, reason: String },
+    NotReady {
+        condition: &'static str,
+        reason: String,
+    },
     /// An AWS call failed.
     #[error(transparent)]
     Cloud(#[from] CloudError),
@@ -86,13 +91,19 @@ pub enum ResolveError {
 
 impl ResolveError {
     fn not_ready(condition: &'static str, reason: impl Into<String>) -> Self {
-        Self::NotReady { condition, reason: reason.into() }
+        Self::NotReady {
+            condition,
+            reason: reason.into(),
+        }
     }
 
     /// As the provider reports it.
     pub fn into_cloud_error(self, name: &str) -> CloudError {
         match self {
-            Self::NotReady { reason, .. } => CloudError::NodeClassNotReady { name: name.to_owned(), reason },
+            Self::NotReady { reason, .. } => CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason,
+            },
             Self::Cloud(e) => e,
         }
     }
@@ -105,7 +116,12 @@ pub mod conditions {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     pub const AMIS_READY: &str = "AMIsReady";
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
-    pub const ALL: [&str; 4] = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY];
+    pub const ALL: [&str; 4] = [
+        SUBNETS_READY,
+        SECURITY_GROUPS_READY,
+        AMIS_READY,
+        INSTANCE_PROFILE_READY,
+    ];
 }
 
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
@@ -129,7 +145,9 @@ pub fn instance_profile_name(cluster: &str, region: &str, node_class: &str) -> S
 
 /// FNV-1a, 64 bits: a stable hash for names (not for security).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// One SSM parameter of an alias: its name, the architecture of its image, and whether the
@@ -137,45 +155,77 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 pub type AliasParameter = (String, &'static str, Option<bool>);
 
 /// The SSM parameters an alias (`al2023@latest`) stands for, with the nodes each image is for.
-pub fn alias_parameters(alias: &str, k8s_version: &str) -> Result<(AmiFamily, Vec<AliasParameter>), String> {
-    let (family, version) = alias.split_once('@').ok_or_else(|| format!("alias {alias:?} is not family@version"))?;
+pub fn alias_parameters(
+    alias: &str,
+    k8s_version: &str,
+) -> Result<(AmiFamily, Vec<AliasParameter>), String> {
+    let (family, version) = alias
+        .split_once('@')
+        .ok_or_else(|| format!("alias {alias:?} is not family@version"))?;
     let latest = version == "latest";
     match family {
         "al2023" => {
             let path = |arch: &str, variant: &str| {
                 if latest {
-                    format!("/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/recommended/image_id")
+                    format!(
+                        "/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/recommended/image_id"
+                    )
                 } else {
                     format!(
                         "/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/amazon-eks-node-al2023-{arch}-{variant}-{k8s_version}-{version}/image_id"
                     )
                 }
             };
-            Ok((AmiFamily::AL2023, vec![
-                (path("x86_64", "standard"), "amd64", Some(false)),
-                (path("arm64", "standard"), "arm64", Some(false)),
-                (path("x86_64", "nvidia"), "amd64", Some(true)),
-            ]))
+            Ok((
+                AmiFamily::AL2023,
+                vec![
+                    (path("x86_64", "standard"), "amd64", Some(false)),
+                    (path("arm64", "standard"), "arm64", Some(false)),
+                    (path("x86_64", "nvidia"), "amd64", Some(true)),
+                ],
+            ))
         }
         "al2" => {
-            let tail = if latest { "recommended/image_id".to_owned() } else { format!("amazon-eks-node-{k8s_version}-{version}/image_id") };
-            let path = |variant: &str| format!("/aws/service/eks/optimized-ami/{k8s_version}/{variant}/{tail}");
-            Ok((AmiFamily::AL2, vec![
-                (path("amazon-linux-2"), "amd64", Some(false)),
-                (path("amazon-linux-2-arm64"), "arm64", Some(false)),
-                (path("amazon-linux-2-gpu"), "amd64", Some(true)),
-            ]))
+            let tail = if latest {
+                "recommended/image_id".to_owned()
+            } else {
+                format!("amazon-eks-node-{k8s_version}-{version}/image_id")
+            };
+            let path = |variant: &str| {
+                format!("/aws/service/eks/optimized-ami/{k8s_version}/{variant}/{tail}")
+            };
+            Ok((
+                AmiFamily::AL2,
+                vec![
+                    (path("amazon-linux-2"), "amd64", Some(false)),
+                    (path("amazon-linux-2-arm64"), "arm64", Some(false)),
+                    (path("amazon-linux-2-gpu"), "amd64", Some(true)),
+                ],
+            ))
         }
         "bottlerocket" => {
-            let version = if latest { "latest".to_owned() } else { version.trim_start_matches('v').to_owned() };
-            let path = |flavour: &str, arch: &str| format!("/aws/service/bottlerocket/aws-k8s-{k8s_version}{flavour}/{arch}/{version}/image_id");
-            Ok((AmiFamily::Bottlerocket, vec![
-                (path("", "x86_64"), "amd64", Some(false)),
-                (path("", "arm64"), "arm64", Some(false)),
-                (path("-nvidia", "x86_64"), "amd64", Some(true)),
-            ]))
+            let version = if latest {
+                "latest".to_owned()
+            } else {
+                version.trim_start_matches('v').to_owned()
+            };
+            let path = |flavour: &str, arch: &str| {
+                format!(
+                    "/aws/service/bottlerocket/aws-k8s-{k8s_version}{flavour}/{arch}/{version}/image_id"
+                )
+            };
+            Ok((
+                AmiFamily::Bottlerocket,
+                vec![
+                    (path("", "x86_64"), "amd64", Some(false)),
+                    (path("", "arm64"), "arm64", Some(false)),
+                    (path("-nvidia", "x86_64"), "amd64", Some(true)),
+                ],
+            ))
         }
-        other => Err(format!("AMI family {other:?} is not supported by this agent (use al2023, al2 or bottlerocket)")),
+        other => Err(format!(
+            "AMI family {other:?} is not supported by this agent (use al2023, al2 or bottlerocket)"
+        )),
     }
 }
 
@@ -188,17 +238,32 @@ fn arch_label(arch: Option<&aws_sdk_ec2::types::ArchitectureValues>) -> Option<&
 }
 
 /// Resolves a node class against EC2, SSM and IAM, creating the instance profile for `role`.
-pub async fn resolve(clients: &Clients, class: &EC2NodeClass, k8s_version: &str) -> Result<ResolvedNodeClass, ResolveError> {
+pub async fn resolve(
+    clients: &Clients,
+    class: &EC2NodeClass,
+    k8s_version: &str,
+) -> Result<ResolvedNodeClass, ResolveError> {
     let name = kube::ResourceExt::name_any(class);
     let spec = &class.spec;
     let subnets = resolve_subnets(clients, spec).await?;
     let security_groups = resolve_security_groups(clients, spec).await?;
     let (family, amis) = resolve_amis(clients, spec, k8s_version).await?;
     let instance_profile = resolve_instance_profile(clients, spec, &name).await?;
-    Ok(ResolvedNodeClass { name, spec: spec.clone(), subnets, security_groups, amis, instance_profile, family })
+    Ok(ResolvedNodeClass {
+        name,
+        spec: spec.clone(),
+        subnets,
+        security_groups,
+        amis,
+        instance_profile,
+        family,
+    })
 }
 
-async fn resolve_subnets(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<Vec<Subnet>, ResolveError> {
+async fn resolve_subnets(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+) -> Result<Vec<Subnet>, ResolveError> {
     let mut subnets: Vec<Subnet> = Vec::new();
     for term in &spec.subnet_selector_terms {
         let mut request = clients.ec2.describe_subnets();
@@ -214,7 +279,9 @@ async fn resolve_subnets(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<V
             Err(e) => return Err(super::cloud_error("describing subnets", e).into()),
         };
         for s in out.subnets() {
-            let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else { continue };
+            let (Some(id), Some(zone)) = (s.subnet_id(), s.availability_zone()) else {
+                continue;
+            };
             if !subnets.iter().any(|x| x.id == id) {
                 subnets.push(Subnet {
                     id: id.to_owned(),
@@ -226,13 +293,24 @@ async fn resolve_subnets(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<V
         }
     }
     if subnets.is_empty() {
-        return Err(ResolveError::not_ready(conditions::SUBNETS_READY, "no subnets match subnetSelectorTerms"));
+        return Err(ResolveError::not_ready(
+            conditions::SUBNETS_READY,
+            "no subnets match subnetSelectorTerms",
+        ));
     }
-    subnets.sort_by(|a, b| a.zone.cmp(&b.zone).then(b.available_ips.cmp(&a.available_ips)).then(a.id.cmp(&b.id)));
+    subnets.sort_by(|a, b| {
+        a.zone
+            .cmp(&b.zone)
+            .then(b.available_ips.cmp(&a.available_ips))
+            .then(a.id.cmp(&b.id))
+    });
     Ok(subnets)
 }
 
-async fn resolve_security_groups(clients: &Clients, spec: &EC2NodeClassSpec) -> Result<Vec<ResolvedSecurityGroup>, ResolveError> {
+async fn resolve_security_groups(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+) -> Result<Vec<ResolvedSecurityGroup>, ResolveError> {
     let mut groups: Vec<ResolvedSecurityGroup> = Vec::new();
     for term in &spec.security_group_selector_terms {
         let mut request = clients.ec2.describe_security_groups();
@@ -253,12 +331,18 @@ async fn resolve_security_groups(clients: &Clients, spec: &EC2NodeClassSpec) -> 
         for g in out.security_groups() {
             let Some(id) = g.group_id() else { continue };
             if !groups.iter().any(|x| x.id == id) {
-                groups.push(ResolvedSecurityGroup { id: id.to_owned(), name: g.group_name().map(str::to_owned) });
+                groups.push(ResolvedSecurityGroup {
+                    id: id.to_owned(),
+                    name: g.group_name().map(str::to_owned),
+                });
             }
         }
     }
     if groups.is_empty() {
-        return Err(ResolveError::not_ready(conditions::SECURITY_GROUPS_READY, "no security groups match securityGroupSelectorTerms"));
+        return Err(ResolveError::not_ready(
+            conditions::SECURITY_GROUPS_READY,
+            "no security groups match securityGroupSelectorTerms",
+        ));
     }
     groups.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(groups)
@@ -277,7 +361,10 @@ async fn describe_images(
     ids: Vec<String>,
     term: Option<&AmiSelectorTerm>,
 ) -> Result<Vec<aws_sdk_ec2::types::Image>, ResolveError> {
-    let mut request = clients.ec2.describe_images().set_image_ids((!ids.is_empty()).then_some(ids));
+    let mut request = clients
+        .ec2
+        .describe_images()
+        .set_image_ids((!ids.is_empty()).then_some(ids));
     if let Some(term) = term {
         if let Some(name) = &term.name {
             request = request.filters(Filter::builder().name("name").values(name).build());
@@ -291,31 +378,43 @@ async fn describe_images(
     }
     match request.send().await {
         Ok(out) => Ok(out.images().to_vec()),
-        Err(e) if sdk_error_code(&e).is_some_and(|c| c.starts_with("InvalidAMIID")) => Ok(Vec::new()),
+        Err(e) if sdk_error_code(&e).is_some_and(|c| c.starts_with("InvalidAMIID")) => {
+            Ok(Vec::new())
+        }
         Err(e) => Err(super::cloud_error("describing images", e).into()),
     }
 }
 
-async fn resolve_amis(clients: &Clients, spec: &EC2NodeClassSpec, k8s_version: &str) -> Result<(AmiFamily, Vec<Ami>), ResolveError> {
+async fn resolve_amis(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+    k8s_version: &str,
+) -> Result<(AmiFamily, Vec<Ami>), ResolveError> {
     let mut family = spec.ami_family.as_deref().and_then(AmiFamily::parse);
     let mut amis: Vec<Ami> = Vec::new();
     for term in &spec.ami_selector_terms {
         if let Some(alias) = &term.alias {
-            let (alias_family, parameters) =
-                alias_parameters(alias, k8s_version).map_err(|reason| ResolveError::not_ready(conditions::AMIS_READY, reason))?;
+            let (alias_family, parameters) = alias_parameters(alias, k8s_version)
+                .map_err(|reason| ResolveError::not_ready(conditions::AMIS_READY, reason))?;
             family = Some(alias_family);
             for (parameter, arch, accelerated) in parameters {
                 let Some(id) = ssm_parameter(clients, &parameter).await? else {
                     tracing::debug!(parameter, "no such SSM parameter; that variant is skipped");
                     continue;
                 };
-                let image = describe_images(clients, vec![id.clone()], None).await?.into_iter().next();
+                let image = describe_images(clients, vec![id.clone()], None)
+                    .await?
+                    .into_iter()
+                    .next();
                 amis.push(Ami {
                     id,
                     name: image.as_ref().and_then(|i| i.name()).map(str::to_owned),
                     arch: arch.to_owned(),
                     accelerated,
-                    created: image.as_ref().and_then(|i| i.creation_date()).map(str::to_owned),
+                    created: image
+                        .as_ref()
+                        .and_then(|i| i.creation_date())
+                        .map(str::to_owned),
                 });
             }
             continue;
@@ -330,7 +429,10 @@ async fn resolve_amis(clients: &Clients, spec: &EC2NodeClassSpec, k8s_version: &
             describe_images(clients, ids, (term.id.is_none()).then_some(term)).await?
         };
         for image in images {
-            let (Some(id), Some(arch)) = (image.image_id(), arch_label(image.architecture())) else { continue };
+            let (Some(id), Some(arch)) = (image.image_id(), arch_label(image.architecture()))
+            else {
+                continue;
+            };
             amis.push(Ami {
                 id: id.to_owned(),
                 name: image.name().map(str::to_owned),
@@ -344,89 +446,193 @@ async fn resolve_amis(clients: &Clients, spec: &EC2NodeClassSpec, k8s_version: &
     amis.sort_by(|a, b| b.created.cmp(&a.created).then(a.id.cmp(&b.id)));
     let mut kept: Vec<Ami> = Vec::new();
     for ami in amis {
-        if !kept.iter().any(|k| k.arch == ami.arch && k.accelerated == ami.accelerated) {
+        if !kept
+            .iter()
+            .any(|k| k.arch == ami.arch && k.accelerated == ami.accelerated)
+        {
             kept.push(ami);
         }
     }
     if kept.is_empty() {
-        return Err(ResolveError::not_ready(conditions::AMIS_READY, "no AMIs match amiSelectorTerms"));
+        return Err(ResolveError::not_ready(
+            conditions::AMIS_READY,
+            "no AMIs match amiSelectorTerms",
+        ));
     }
-    let family = family.ok_or_else(|| ResolveError::not_ready(conditions::AMIS_READY, "amiFamily is not one this agent supports"))?;
+    let family = family.ok_or_else(|| {
+        ResolveError::not_ready(
+            conditions::AMIS_READY,
+            "amiFamily is not one this agent supports",
+        )
+    })?;
     Ok((family, kept))
 }
 
-async fn resolve_instance_profile(clients: &Clients, spec: &EC2NodeClassSpec, class_name: &str) -> Result<String, ResolveError> {
-    let not_ready = |reason: String| ResolveError::not_ready(conditions::INSTANCE_PROFILE_READY, reason);
+async fn resolve_instance_profile(
+    clients: &Clients,
+    spec: &EC2NodeClassSpec,
+    class_name: &str,
+) -> Result<String, ResolveError> {
+    let not_ready =
+        |reason: String| ResolveError::not_ready(conditions::INSTANCE_PROFILE_READY, reason);
     if let Some(profile) = &spec.instance_profile {
-        return match clients.iam.get_instance_profile().instance_profile_name(profile).send().await {
+        return match clients
+            .iam
+            .get_instance_profile()
+            .instance_profile_name(profile)
+            .send()
+            .await
+        {
             Ok(_) => Ok(profile.clone()),
-            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => Err(not_ready(format!("instance profile {profile} does not exist"))),
+            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => Err(not_ready(format!(
+                "instance profile {profile} does not exist"
+            ))),
             Err(e) => Err(super::cloud_error("reading the instance profile", e).into()),
         };
     }
     let Some(role) = spec.role.as_deref() else {
-        return Err(not_ready("neither role nor instanceProfile is set".to_owned()));
+        return Err(not_ready(
+            "neither role nor instanceProfile is set".to_owned(),
+        ));
     };
     // A role may be given as an ARN; IAM wants the name.
     let role = role.rsplit('/').next().unwrap_or(role);
     let name = instance_profile_name(&clients.cluster_name, &clients.region, class_name);
-    let existing = match clients.iam.get_instance_profile().instance_profile_name(&name).send().await {
+    let existing = match clients
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+    {
         Ok(out) => out.instance_profile().cloned(),
         Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => None,
         Err(e) => return Err(super::cloud_error("reading the instance profile", e).into()),
     };
-    let roles: Vec<String> = existing.as_ref().map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect()).unwrap_or_default();
+    let roles: Vec<String> = existing
+        .as_ref()
+        .map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect())
+        .unwrap_or_default();
     if existing.is_none() {
-        let tag = |k: &str, v: &str| aws_sdk_iam::types::Tag::builder().key(k).value(v).build().ok();
+        let tag = |k: &str, v: &str| {
+            aws_sdk_iam::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .ok()
+        };
         let tags = [
-            tag(&format!("kubernetes.io/cluster/{}", clients.cluster_name), "owned"),
+            tag(
+                &format!("kubernetes.io/cluster/{}", clients.cluster_name),
+                "owned",
+            ),
             tag(labels::AWS_EC2_NODE_CLASS, class_name),
             tag("eks:eks-cluster-name", &clients.cluster_name),
             tag("topology.kubernetes.io/region", &clients.region),
         ];
-        match clients.iam.create_instance_profile().instance_profile_name(&name).set_tags(Some(tags.into_iter().flatten().collect())).send().await {
-            Ok(_) => tracing::info!(instance_profile = %name, node_class = class_name, "created instance profile"),
+        match clients
+            .iam
+            .create_instance_profile()
+            .instance_profile_name(&name)
+            .set_tags(Some(tags.into_iter().flatten().collect()))
+            .send()
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(instance_profile = %name, node_class = class_name, "created instance profile")
+            }
             Err(e) if sdk_error_code(&e) == Some("EntityAlreadyExists") => {}
             Err(e) => return Err(super::cloud_error("creating the instance profile", e).into()),
         }
     }
     if !roles.iter().any(|r| r == role) {
         for old in &roles {
-            let _ = clients.iam.remove_role_from_instance_profile().instance_profile_name(&name).role_name(old).send().await;
+            let _ = clients
+                .iam
+                .remove_role_from_instance_profile()
+                .instance_profile_name(&name)
+                .role_name(old)
+                .send()
+                .await;
         }
-        match clients.iam.add_role_to_instance_profile().instance_profile_name(&name).role_name(role).send().await {
+        match clients
+            .iam
+            .add_role_to_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(role)
+            .send()
+            .await
+        {
             Ok(_) => {}
-            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => return Err(not_ready(format!("role {role} does not exist"))),
+            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => {
+                return Err(not_ready(format!("role {role} does not exist")));
+            }
             Err(e) if sdk_error_code(&e) == Some("LimitExceeded") => {}
-            Err(e) => return Err(super::cloud_error("adding the role to the instance profile", e).into()),
+            Err(e) => {
+                return Err(
+                    super::cloud_error("adding the role to the instance profile", e).into(),
+                );
+            }
         }
     }
     Ok(name)
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>, previous: &[Condition]) -> Condition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
     let status = if ok { "True" } else { "False" }.to_owned();
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()));
-    Condition { type_: type_.to_owned(), status, reason: reason.to_owned(), message: message.to_owned(), last_transition_time, observed_generation: generation }
+    Condition {
+        type_: type_.to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time,
+        observed_generation: generation,
+    }
 }
 
 /// The status a resolution (or its failure) amounts to; `previous` keeps transition times.
-pub fn status(result: &Result<ResolvedNodeClass, String>, failed_condition: Option<&str>, generation: Option<i64>, previous: &EC2NodeClassStatus) -> EC2NodeClassStatus {
+pub fn status(
+    result: &Result<ResolvedNodeClass, String>,
+    failed_condition: Option<&str>,
+    generation: Option<i64>,
+    previous: &EC2NodeClassStatus,
+) -> EC2NodeClassStatus {
     let prev = &previous.conditions;
     match result {
         Ok(resolved) => {
-            let mut conditions: Vec<Condition> =
-                conditions::ALL.iter().map(|t| condition(t, true, t, "", generation, prev)).collect();
-            conditions.push(condition(conditions::READY, true, "Ready", "", generation, prev));
+            let mut conditions: Vec<Condition> = conditions::ALL
+                .iter()
+                .map(|t| condition(t, true, t, "", generation, prev))
+                .collect();
+            conditions.push(condition(
+                conditions::READY,
+                true,
+                "Ready",
+                "",
+                generation,
+                prev,
+            ));
             EC2NodeClassStatus {
                 subnets: resolved
                     .subnets
                     .iter()
-                    .map(|s| ResolvedSubnet { id: s.id.clone(), zone: s.zone.clone(), zone_id: s.zone_id.clone() })
+                    .map(|s| ResolvedSubnet {
+                        id: s.id.clone(),
+                        zone: s.zone.clone(),
+                        zone_id: s.zone_id.clone(),
+                    })
                     .collect(),
                 security_groups: resolved.security_groups.clone(),
                 capacity_reservations: Vec::new(),
@@ -442,11 +648,21 @@ pub fn status(result: &Result<ResolvedNodeClass, String>, failed_condition: Opti
                         if let Some(accelerated) = a.accelerated {
                             requirements.push(NodeSelectorRequirement {
                                 key: labels::AWS_INSTANCE_GPU_COUNT.to_owned(),
-                                operator: if accelerated { "Exists" } else { "DoesNotExist" }.to_owned(),
+                                operator: if accelerated {
+                                    "Exists"
+                                } else {
+                                    "DoesNotExist"
+                                }
+                                .to_owned(),
                                 values: None,
                             });
                         }
-                        ResolvedAmi { id: a.id.clone(), name: a.name.clone(), deprecated: None, requirements }
+                        ResolvedAmi {
+                            id: a.id.clone(),
+                            name: a.name.clone(),
+                            deprecated: None,
+                            requirements,
+                        }
                     })
                     .collect(),
                 instance_profile: Some(resolved.instance_profile.clone()),
@@ -455,23 +671,48 @@ pub fn status(result: &Result<ResolvedNodeClass, String>, failed_condition: Opti
         }
         Err(reason) => {
             let failed = failed_condition.unwrap_or(conditions::READY);
-            let mut conditions: Vec<Condition> = previous.conditions.iter().filter(|c| c.type_ != failed && c.type_ != conditions::READY).cloned().collect();
+            let mut conditions: Vec<Condition> = previous
+                .conditions
+                .iter()
+                .filter(|c| c.type_ != failed && c.type_ != conditions::READY)
+                .cloned()
+                .collect();
             if failed != conditions::READY {
-                conditions.push(condition(failed, false, "NotFound", reason, generation, prev));
+                conditions.push(condition(
+                    failed, false, "NotFound", reason, generation, prev,
+                ));
             }
-            conditions.push(condition(conditions::READY, false, "NotReady", reason, generation, prev));
-            EC2NodeClassStatus { conditions, ..previous.clone() }
+            conditions.push(condition(
+                conditions::READY,
+                false,
+                "NotReady",
+                reason,
+                generation,
+                prev,
+            ));
+            EC2NodeClassStatus {
+                conditions,
+                ..previous.clone()
+            }
         }
     }
 }
 
 /// Writes a node class's status (server-side apply, the agent's field manager).
-pub async fn write_status(client: &kube::Client, name: &str, status: &EC2NodeClassStatus) -> Result<(), CloudError> {
+pub async fn write_status(
+    client: &kube::Client,
+    name: &str,
+    status: &EC2NodeClassStatus,
+) -> Result<(), CloudError> {
     let api: Api<EC2NodeClass> = Api::all(client.clone());
     let patch = serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "status": status});
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|e| CloudError::api("writing the EC2NodeClass status", e))?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| CloudError::api("writing the EC2NodeClass status", e))?;
     Ok(())
 }
 
@@ -483,14 +724,30 @@ mod tests {
     fn aliases_name_the_eks_ssm_parameters_for_each_kind_of_node() {
         let (family, params) = alias_parameters("al2023@latest", "1.34").unwrap();
         assert_eq!(family, AmiFamily::AL2023);
-        assert_eq!(params[0].0, "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/recommended/image_id");
+        assert_eq!(
+            params[0].0,
+            "/aws/service/eks/optimized-ami/1.34/amazon-linux-2023/x86_64/standard/recommended/image_id"
+        );
         assert_eq!(params[1].1, "arm64");
         let (_, pinned) = alias_parameters("al2023@v20240807", "1.30").unwrap();
-        assert!(pinned[0].0.ends_with("amazon-eks-node-al2023-x86_64-standard-1.30-v20240807/image_id"), "{}", pinned[0].0);
+        assert!(
+            pinned[0]
+                .0
+                .ends_with("amazon-eks-node-al2023-x86_64-standard-1.30-v20240807/image_id"),
+            "{}",
+            pinned[0].0
+        );
         let (family, params) = alias_parameters("bottlerocket@latest", "1.34").unwrap();
         assert_eq!(family, AmiFamily::Bottlerocket);
-        assert_eq!(params[0].0, "/aws/service/bottlerocket/aws-k8s-1.34/x86_64/latest/image_id");
-        assert!(alias_parameters("windows2022@latest", "1.34").unwrap_err().contains("not supported"));
+        assert_eq!(
+            params[0].0,
+            "/aws/service/bottlerocket/aws-k8s-1.34/x86_64/latest/image_id"
+        );
+        assert!(
+            alias_parameters("windows2022@latest", "1.34")
+                .unwrap_err()
+                .contains("not supported")
+        );
     }
 
     #[test]
@@ -503,11 +760,20 @@ mod tests {
 
     #[test]
     fn an_ami_fits_by_architecture_and_accelerators() {
-        let standard = Ami { id: "ami-1".into(), name: None, arch: "amd64".into(), accelerated: Some(false), created: None };
+        let standard = Ami {
+            id: "ami-1".into(),
+            name: None,
+            arch: "amd64".into(),
+            accelerated: Some(false),
+            created: None,
+        };
         assert!(standard.fits("amd64", false));
         assert!(!standard.fits("amd64", true));
         assert!(!standard.fits("arm64", false));
-        let any = Ami { accelerated: None, ..standard };
+        let any = Ami {
+            accelerated: None,
+            ..standard
+        };
         assert!(any.fits("amd64", true));
     }
 }

@@ -107,7 +107,12 @@ fn size_factor(size: &str) -> Option<f64> {
         "medium" => Some(0.5),
         "large" => Some(1.0),
         "xlarge" => Some(2.0),
-        _ => size.strip_suffix("xlarge")?.parse::<u32>().ok().filter(|n| *n > 0).map(|n| 2.0 * f64::from(n)),
+        _ => size
+            .strip_suffix("xlarge")?
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(|n| 2.0 * f64::from(n)),
     }
 }
 
@@ -130,7 +135,8 @@ impl PriceTable {
 
     /// The shipped table with `json` (`{"m5.large": 0.107, ...}`) taking precedence.
     pub fn with_overrides(json: &str) -> Result<Self, InvalidPriceFile> {
-        let overrides: HashMap<String, f64> = serde_json::from_str(json).map_err(InvalidPriceFile)?;
+        let overrides: HashMap<String, f64> =
+            serde_json::from_str(json).map_err(InvalidPriceFile)?;
         Ok(Self { overrides })
     }
 
@@ -169,7 +175,8 @@ mod tests {
 
     #[test]
     fn a_price_file_overrides_the_table() {
-        let table = PriceTable::with_overrides(r#"{"m5.large": 0.107, "u-6tb1.56xlarge": 40.0}"#).unwrap_or_default();
+        let table = PriceTable::with_overrides(r#"{"m5.large": 0.107, "u-6tb1.56xlarge": 40.0}"#)
+            .unwrap_or_default();
         assert_eq!(table.on_demand("m5.large"), Some(0.107));
         assert_eq!(table.on_demand("u-6tb1.56xlarge"), Some(40.0));
         assert_eq!(table.on_demand("m5.xlarge"), Some(0.192));

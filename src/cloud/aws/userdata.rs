@@ -34,13 +34,24 @@ pub struct NodeBootstrap<'a> {
 fn taint_flag(taints: &[Taint]) -> String {
     taints
         .iter()
-        .map(|t| format!("{}={}:{}", t.key, t.value.as_deref().unwrap_or_default(), t.effect))
+        .map(|t| {
+            format!(
+                "{}={}:{}",
+                t.key,
+                t.value.as_deref().unwrap_or_default(),
+                t.effect
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
 
 fn label_flag(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The user data text (not yet base64-encoded).
@@ -51,13 +62,21 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
         flags.push(format!("--node-labels={}", label_flag(&node.labels)));
     }
     if !node.taints.is_empty() {
-        flags.push(format!("--register-with-taints={}", taint_flag(&node.taints)));
+        flags.push(format!(
+            "--register-with-taints={}",
+            taint_flag(&node.taints)
+        ));
     }
     match family {
         AmiFamily::AL2023 => {
-            let mut out = String::from("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n");
+            let mut out = String::from(
+                "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n",
+            );
             if let Some(custom) = node.custom {
-                let _ = write!(out, "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{custom}\n\n");
+                let _ = write!(
+                    out,
+                    "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{custom}\n\n"
+                );
             }
             let _ = write!(
                 out,
@@ -77,7 +96,9 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             out
         }
         AmiFamily::AL2 => {
-            let mut out = String::from("#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n");
+            let mut out = String::from(
+                "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
+            );
             if let Some(custom) = node.custom {
                 let _ = writeln!(out, "{custom}");
             }
@@ -113,7 +134,11 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
                 out.push_str("\n[settings.kubernetes.node-taints]\n");
                 let mut by_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
                 for t in &node.taints {
-                    by_key.entry(&t.key).or_default().push(format!("{}:{}", t.value.as_deref().unwrap_or_default(), t.effect));
+                    by_key.entry(&t.key).or_default().push(format!(
+                        "{}:{}",
+                        t.value.as_deref().unwrap_or_default(),
+                        t.effect
+                    ));
                 }
                 for (k, values) in by_key {
                     let _ = writeln!(out, "{k:?} = {values:?}");
@@ -130,7 +155,11 @@ pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -148,7 +177,12 @@ mod tests {
     use super::*;
 
     fn cluster() -> ClusterBootstrap {
-        ClusterBootstrap { name: "demo".into(), endpoint: "https://ABC.eks.amazonaws.com".into(), ca_bundle: "Q0E=".into(), service_cidr: "10.100.0.0/16".into() }
+        ClusterBootstrap {
+            name: "demo".into(),
+            endpoint: "https://ABC.eks.amazonaws.com".into(),
+            ca_bundle: "Q0E=".into(),
+            service_cidr: "10.100.0.0/16".into(),
+        }
     }
 
     #[test]
@@ -156,8 +190,14 @@ mod tests {
         let cluster = cluster();
         let node = NodeBootstrap {
             cluster: &cluster,
-            labels: [("karpenter.sh/nodepool".to_owned(), "default".to_owned())].into_iter().collect(),
-            taints: vec![Taint { key: "karpenter.sh/unregistered".into(), effect: "NoExecute".into(), ..Taint::default() }],
+            labels: [("karpenter.sh/nodepool".to_owned(), "default".to_owned())]
+                .into_iter()
+                .collect(),
+            taints: vec![Taint {
+                key: "karpenter.sh/unregistered".into(),
+                effect: "NoExecute".into(),
+                ..Taint::default()
+            }],
             max_pods: Some(110),
             custom: None,
         };

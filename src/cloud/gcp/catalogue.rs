@@ -36,9 +36,16 @@ impl MachineTypeInfo {
         let name = mt.name.clone()?;
         let vcpus = u64::try_from(mt.guest_cpus?).ok().filter(|v| *v > 0)?;
         let memory_mib = u64::try_from(mt.memory_mb.unwrap_or(0)).unwrap_or(0);
-        let arch = match mt.architecture.as_ref().map(|a| a.name().unwrap_or_default().to_owned()).as_deref() {
+        let arch = match mt
+            .architecture
+            .as_ref()
+            .map(|a| a.name().unwrap_or_default().to_owned())
+            .as_deref()
+        {
             Some("ARM64") => "arm64",
-            _ if name.starts_with("t2a") || name.starts_with("c4a") || name.starts_with("n4a") => "arm64",
+            _ if name.starts_with("t2a") || name.starts_with("c4a") || name.starts_with("n4a") => {
+                "arm64"
+            }
             _ => "amd64",
         };
         let gpus = mt.accelerators.first().and_then(|a| {
@@ -46,7 +53,14 @@ impl MachineTypeInfo {
             let count = u64::try_from(a.guest_accelerator_count?).ok()?;
             Some((kind, count))
         });
-        Some(Self { name, vcpus, memory_mib, arch: arch.to_owned(), shared_cpu: mt.is_shared_cpu.unwrap_or(false), gpus })
+        Some(Self {
+            name,
+            vcpus,
+            memory_mib,
+            arch: arch.to_owned(),
+            shared_cpu: mt.is_shared_cpu.unwrap_or(false),
+            gpus,
+        })
     }
 
     /// `n2d` of `n2d-standard-4`.
@@ -61,7 +75,13 @@ pub fn kube_reserved_memory_bytes(memory_bytes: u64) -> u64 {
     if memory_bytes < GIB {
         return 255 * MIB;
     }
-    let tiers = [(4 * GIB, 25), (4 * GIB, 20), (8 * GIB, 10), (112 * GIB, 6), (u64::MAX, 2)];
+    let tiers = [
+        (4 * GIB, 25),
+        (4 * GIB, 20),
+        (8 * GIB, 10),
+        (112 * GIB, 6),
+        (u64::MAX, 2),
+    ];
     let mut remaining = memory_bytes;
     let mut reserved = 0u64;
     for (size, percent) in tiers {
@@ -81,7 +101,10 @@ pub fn instance_type(info: &MachineTypeInfo, region: &str, boot_disk_gib: u64) -
         .with(PODS, MAX_PODS)
         .with(EPHEMERAL_STORAGE, boot_disk_gib * GIB);
     if let Some((_, count)) = &info.gpus
-        && info.gpus.as_ref().is_some_and(|(kind, _)| kind.starts_with("nvidia"))
+        && info
+            .gpus
+            .as_ref()
+            .is_some_and(|(kind, _)| kind.starts_with("nvidia"))
     {
         capacity = capacity.with(NVIDIA_GPU, *count);
     }
@@ -92,14 +115,20 @@ pub fn instance_type(info: &MachineTypeInfo, region: &str, boot_disk_gib: u64) -
             .with(MEMORY, kube_reserved_memory_bytes(memory))
             .with(EPHEMERAL_STORAGE, (boot_disk_gib * GIB / 10).min(100 * GIB)),
         system_reserved: ResourceList::new(),
-        eviction_threshold: ResourceList::new().with(MEMORY, 100 * MIB).with(EPHEMERAL_STORAGE, boot_disk_gib * GIB / 10),
+        eviction_threshold: ResourceList::new()
+            .with(MEMORY, 100 * MIB)
+            .with(EPHEMERAL_STORAGE, boot_disk_gib * GIB / 10),
     };
     let family = info.family();
     let mut parts = info.name.splitn(3, '-');
     let _ = parts.next();
     let shape = parts.next().unwrap_or_default();
     let size = parts.next().unwrap_or_default();
-    let generation: String = family.chars().skip_while(char::is_ascii_alphabetic).take_while(char::is_ascii_digit).collect();
+    let generation: String = family
+        .chars()
+        .skip_while(char::is_ascii_alphabetic)
+        .take_while(char::is_ascii_digit)
+        .collect();
     let (vcpu, memory_mib) = (info.vcpus.to_string(), info.memory_mib.to_string());
     let gpu_count = info.gpus.as_ref().map_or(0, |(_, n)| *n).to_string();
     let mut requirements = vec![
@@ -118,10 +147,16 @@ pub fn instance_type(info: &MachineTypeInfo, region: &str, boot_disk_gib: u64) -
         requirements.push(Requirement::in_values(labels::GCP_INSTANCE_SIZE, [size]));
     }
     if !generation.is_empty() {
-        requirements.push(Requirement::in_values(labels::GCP_INSTANCE_GENERATION, [generation.as_str()]));
+        requirements.push(Requirement::in_values(
+            labels::GCP_INSTANCE_GENERATION,
+            [generation.as_str()],
+        ));
     }
     if let Some((kind, _)) = &info.gpus {
-        requirements.push(Requirement::in_values(labels::GCP_INSTANCE_GPU_NAME, [kind.as_str()]));
+        requirements.push(Requirement::in_values(
+            labels::GCP_INSTANCE_GPU_NAME,
+            [kind.as_str()],
+        ));
     }
     for requirement in requirements {
         it.requirements.add(requirement);
@@ -141,7 +176,10 @@ pub fn offerings(
     let price = gcp_prices::price(&info.name, info.vcpus, info.memory_mib, region)?;
     let mut out = Vec::with_capacity(zones.len() * 2);
     for zone in zones {
-        for (capacity_type, price) in [(labels::CAPACITY_TYPE_SPOT, price.spot), (labels::CAPACITY_TYPE_ON_DEMAND, price.on_demand)] {
+        for (capacity_type, price) in [
+            (labels::CAPACITY_TYPE_SPOT, price.spot),
+            (labels::CAPACITY_TYPE_ON_DEMAND, price.on_demand),
+        ] {
             let mut offering = Offering::new(zone, capacity_type, price);
             offering.available = !is_unavailable(capacity_type, zone);
             out.push(offering);
@@ -155,7 +193,14 @@ mod tests {
     use super::*;
 
     fn n2d_standard_4() -> MachineTypeInfo {
-        MachineTypeInfo { name: "n2d-standard-4".into(), vcpus: 4, memory_mib: 16384, arch: "amd64".into(), shared_cpu: false, gpus: None }
+        MachineTypeInfo {
+            name: "n2d-standard-4".into(),
+            vcpus: 4,
+            memory_mib: 16384,
+            arch: "amd64".into(),
+            shared_cpu: false,
+            gpus: None,
+        }
     }
 
     #[test]
@@ -165,7 +210,10 @@ mod tests {
         assert_eq!(kube_reserved_memory_bytes(4 * GIB) / MIB, 1024);
         // 16 GiB: 1 GiB + 0.8 GiB + 0.8 GiB = 2.6 GiB.
         let reserved = kube_reserved_memory_bytes(16 * GIB);
-        assert!((reserved as f64 / GIB as f64 - 2.6).abs() < 0.01, "{reserved}");
+        assert!(
+            (reserved as f64 / GIB as f64 - 2.6).abs() < 0.01,
+            "{reserved}"
+        );
     }
 
     #[test]
@@ -189,14 +237,29 @@ mod tests {
     #[test]
     fn offerings_are_priced_and_carry_the_unavailable_cache() {
         let zones = vec!["us-central1-a".to_owned(), "us-central1-b".to_owned()];
-        let offers = offerings(&n2d_standard_4(), &zones, "us-central1", |ct, z| ct == "spot" && z == "us-central1-a")
-            .unwrap_or_default();
+        let offers = offerings(&n2d_standard_4(), &zones, "us-central1", |ct, z| {
+            ct == "spot" && z == "us-central1-a"
+        })
+        .unwrap_or_default();
         assert_eq!(offers.len(), 4);
-        assert!(offers.iter().any(|o| !o.available && o.zone == "us-central1-a" && o.capacity_type == "spot"));
-        let spot = offers.iter().find(|o| o.capacity_type == "spot").map(|o| o.price);
-        let od = offers.iter().find(|o| o.capacity_type == "on-demand").map(|o| o.price);
+        assert!(
+            offers
+                .iter()
+                .any(|o| !o.available && o.zone == "us-central1-a" && o.capacity_type == "spot")
+        );
+        let spot = offers
+            .iter()
+            .find(|o| o.capacity_type == "spot")
+            .map(|o| o.price);
+        let od = offers
+            .iter()
+            .find(|o| o.capacity_type == "on-demand")
+            .map(|o| o.price);
         assert!(spot < od);
-        let unknown = MachineTypeInfo { name: "zz9-standard-2".into(), ..n2d_standard_4() };
+        let unknown = MachineTypeInfo {
+            name: "zz9-standard-2".into(),
+            ..n2d_standard_4()
+        };
         assert!(offerings(&unknown, &zones, "us-central1", |_, _| false).is_none());
     }
 }

@@ -7,8 +7,9 @@
 
 use super::nodeclass::{Image, ResolvedNodeClass};
 use super::{
-    CLUSTER_LABEL, CatalogueSnapshot, GcpApiError, GcpProvider, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_CLASS_LABEL,
-    NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate, gce_label_key, gce_label_value,
+    CLUSTER_LABEL, CatalogueSnapshot, GcpApiError, GcpProvider, NODE_CLAIM_LABEL,
+    NODE_CLAIM_METADATA, NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate,
+    gce_label_key, gce_label_value,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::catalogue::InstanceType;
@@ -20,7 +21,10 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// Operation error codes that mean "no capacity for this offering in this zone now".
-pub const STOCKOUT_CODES: [&str; 2] = ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"];
+pub const STOCKOUT_CODES: [&str; 2] = [
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+];
 /// Operation error codes that mean "the project may not have more of this".
 pub const QUOTA_CODES: [&str; 1] = ["QUOTA_EXCEEDED"];
 
@@ -43,18 +47,25 @@ pub fn plan(
     is_unavailable: impl Fn(&str, &str, &str) -> bool,
 ) -> Option<(&'static str, Vec<Attempt>)> {
     let arch_of = |it: &InstanceType| {
-        ["amd64", "arm64"].into_iter().find(|arch| it.requirements.allows(labels::ARCH, arch)).unwrap_or("amd64")
+        ["amd64", "arm64"]
+            .into_iter()
+            .find(|arch| it.requirements.allows(labels::ARCH, arch))
+            .unwrap_or("amd64")
     };
     let usable = |it: &InstanceType, capacity_type: &str| -> Vec<(String, f64)> {
         it.offerings
             .iter()
-            .filter(|o| o.capacity_type == capacity_type && o.available && o.allowed_by(requirements))
+            .filter(|o| {
+                o.capacity_type == capacity_type && o.available && o.allowed_by(requirements)
+            })
             .filter(|o| !is_unavailable(capacity_type, &it.name, &o.zone))
             .map(|o| (o.zone.clone(), o.price))
             .collect()
     };
-    let bootable: Vec<(&InstanceType, &Image)> =
-        candidates.iter().filter_map(|it| resolved.image_for(arch_of(it)).map(|image| (it, image))).collect();
+    let bootable: Vec<(&InstanceType, &Image)> = candidates
+        .iter()
+        .filter_map(|it| resolved.image_for(arch_of(it)).map(|image| (it, image)))
+        .collect();
     let cheapest_on_demand = bootable
         .iter()
         .flat_map(|(it, _)| usable(it, labels::CAPACITY_TYPE_ON_DEMAND))
@@ -62,9 +73,14 @@ pub fn plan(
         .fold(f64::INFINITY, f64::min);
     let allows = |ct: &str| requirements.allows(labels::CAPACITY_TYPE, ct);
     let spot_offers = |it: &InstanceType| -> Vec<(String, f64)> {
-        usable(it, labels::CAPACITY_TYPE_SPOT).into_iter().filter(|(_, p)| *p <= cheapest_on_demand).collect()
+        usable(it, labels::CAPACITY_TYPE_SPOT)
+            .into_iter()
+            .filter(|(_, p)| *p <= cheapest_on_demand)
+            .collect()
     };
-    let capacity_type = if allows(labels::CAPACITY_TYPE_SPOT) && bootable.iter().any(|(it, _)| !spot_offers(it).is_empty()) {
+    let capacity_type = if allows(labels::CAPACITY_TYPE_SPOT)
+        && bootable.iter().any(|(it, _)| !spot_offers(it).is_empty())
+    {
         labels::CAPACITY_TYPE_SPOT
     } else if allows(labels::CAPACITY_TYPE_ON_DEMAND) {
         labels::CAPACITY_TYPE_ON_DEMAND
@@ -74,8 +90,17 @@ pub fn plan(
     let mut attempts: Vec<Attempt> = bootable
         .iter()
         .flat_map(|(it, image)| {
-            let offers = if capacity_type == labels::CAPACITY_TYPE_SPOT { spot_offers(it) } else { usable(it, capacity_type) };
-            offers.into_iter().map(|(zone, price)| Attempt { instance_type: it.name.clone(), zone, price, image: (*image).clone() })
+            let offers = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+                spot_offers(it)
+            } else {
+                usable(it, capacity_type)
+            };
+            offers.into_iter().map(|(zone, price)| Attempt {
+                instance_type: it.name.clone(),
+                zone,
+                price,
+                image: (*image).clone(),
+            })
         })
         .collect();
     // Stable: equal prices keep the candidates' order (the scheduler's preference).
@@ -88,12 +113,23 @@ pub fn plan(
 /// instance it already created.
 pub fn instance_name(cluster: &str, claim: &str) -> String {
     let raw = format!("{cluster}-{claim}").to_ascii_lowercase();
-    let mut name: String = raw.chars().map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' }).collect();
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
     if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
         name.insert_str(0, "k-");
     }
     if name.len() > 63 {
-        let hash = raw.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let hash = raw.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
         name.truncate(54);
         name = format!("{}-{:08x}", name.trim_end_matches('-'), hash & 0xffff_ffff);
     }
@@ -101,7 +137,10 @@ pub fn instance_name(cluster: &str, claim: &str) -> String {
 }
 
 fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&str>) -> Value {
-    let category = disk.category.clone().unwrap_or_else(|| "pd-balanced".to_owned());
+    let category = disk
+        .category
+        .clone()
+        .unwrap_or_else(|| "pd-balanced".to_owned());
     if category == "local-ssd" {
         return json!({"type": "SCRATCH", "interface": "NVME", "autoDelete": true,
             "initializeParams": {"diskType": format!("zones/{zone}/diskTypes/local-ssd"), "diskSizeGb": "375"}});
@@ -124,11 +163,22 @@ fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&
 }
 
 /// The instance labels: the node class's, then cluster, pool, claim and class (ours win).
-pub fn instance_labels(cluster: &str, claim: &NodeClaim, resolved: &ResolvedNodeClass) -> BTreeMap<String, String> {
-    let mut out: BTreeMap<String, String> =
-        resolved.spec.labels.iter().map(|(k, v)| (gce_label_key(k), gce_label_value(v))).collect();
+pub fn instance_labels(
+    cluster: &str,
+    claim: &NodeClaim,
+    resolved: &ResolvedNodeClass,
+) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = resolved
+        .spec
+        .labels
+        .iter()
+        .map(|(k, v)| (gce_label_key(k), gce_label_value(v)))
+        .collect();
     out.insert(CLUSTER_LABEL.to_owned(), gce_label_value(cluster));
-    out.insert(NODE_CLAIM_LABEL.to_owned(), gce_label_value(&claim.name_any()));
+    out.insert(
+        NODE_CLAIM_LABEL.to_owned(),
+        gce_label_value(&claim.name_any()),
+    );
     out.insert(NODE_CLASS_LABEL.to_owned(), gce_label_value(&resolved.name));
     if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
         out.insert(NODE_POOL_LABEL.to_owned(), gce_label_value(pool));
@@ -159,24 +209,50 @@ pub fn instance_body(
             "onHostMaintenance": if accelerated { "TERMINATE" } else { "MIGRATE" }})
     };
     let mut disks: Vec<Value> = Vec::new();
-    let boot = spec.disks.iter().find(|d| d.boot).cloned().unwrap_or(crate::apis::gcenodeclass::Disk {
-        size_gib: i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).unwrap_or(100),
-        category: Some("pd-balanced".to_owned()),
-        boot: true,
-        ..Default::default()
-    });
+    let boot =
+        spec.disks
+            .iter()
+            .find(|d| d.boot)
+            .cloned()
+            .unwrap_or(crate::apis::gcenodeclass::Disk {
+                size_gib: i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).unwrap_or(100),
+                category: Some("pd-balanced".to_owned()),
+                boot: true,
+                ..Default::default()
+            });
     disks.push(disk_json(&boot, zone, Some(&attempt.image.source)));
-    disks.extend(spec.disks.iter().filter(|d| !d.boot).map(|d| disk_json(d, zone, None)));
+    disks.extend(
+        spec.disks
+            .iter()
+            .filter(|d| !d.boot)
+            .map(|d| disk_json(d, zone, None)),
+    );
 
     let network = spec.network_config.clone().unwrap_or_default();
     let template_nic = template.and_then(|t| t.network_interface.as_ref());
-    let template_field = |key: &str| template_nic.and_then(|n| n.get(key)).and_then(Value::as_str).map(str::to_owned);
-    let mut primary = match (network.subnetwork.as_ref().or(config.subnetwork.as_ref()), template_field("subnetwork")) {
-        (Some(subnetwork), _) => json!({"subnetwork": subnetwork}),
-        (None, Some(subnetwork)) => json!({"subnetwork": subnetwork, "network": template_field("network")}),
-        (None, None) => json!({"network": config.network.clone().unwrap_or_else(|| "global/networks/default".to_owned())}),
+    let template_field = |key: &str| {
+        template_nic
+            .and_then(|n| n.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     };
-    let template_public = template_nic.is_none_or(|n| n.get("accessConfigs").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    let mut primary = match (
+        network.subnetwork.as_ref().or(config.subnetwork.as_ref()),
+        template_field("subnetwork"),
+    ) {
+        (Some(subnetwork), _) => json!({"subnetwork": subnetwork}),
+        (None, Some(subnetwork)) => {
+            json!({"subnetwork": subnetwork, "network": template_field("network")})
+        }
+        (None, None) => {
+            json!({"network": config.network.clone().unwrap_or_else(|| "global/networks/default".to_owned())})
+        }
+    };
+    let template_public = template_nic.is_none_or(|n| {
+        n.get("accessConfigs")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+    });
     let public = match network.enable_private_nodes {
         Some(private) => !private,
         None => template_public,
@@ -201,7 +277,9 @@ pub fn instance_body(
     }
 
     let claim_name = claim.name_any();
-    let mut metadata: BTreeMap<String, String> = template.map(|t| t.metadata.iter().cloned().collect()).unwrap_or_default();
+    let mut metadata: BTreeMap<String, String> = template
+        .map(|t| t.metadata.iter().cloned().collect())
+        .unwrap_or_default();
     metadata.extend(spec.metadata.clone());
     metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim_name.clone());
     if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
@@ -209,25 +287,41 @@ pub fn instance_body(
     }
     metadata.insert("cluster-name".to_owned(), config.cluster_name.clone());
     // What GKE's node bootstrap reads for the kubelet's labels and taints.
-    let mut kube_labels: Vec<String> =
-        metadata
+    let mut kube_labels: Vec<String> = metadata
         .get("kube-labels")
         .map(|l| {
             // The template's node pool label would claim the node for GKE's pool.
-            l.split(',').filter(|l| !l.is_empty() && !l.starts_with("cloud.google.com/gke-nodepool=")).map(str::to_owned).collect()
+            l.split(',')
+                .filter(|l| !l.is_empty() && !l.starts_with("cloud.google.com/gke-nodepool="))
+                .map(str::to_owned)
+                .collect()
         })
         .unwrap_or_default();
-    kube_labels.extend(claim
-        .labels()
-        .iter()
-        .filter(|(k, _)| {
-            let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
-            !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
-        })
-        .map(|(k, v)| format!("{k}={v}")));
+    kube_labels.extend(
+        claim
+            .labels()
+            .iter()
+            .filter(|(k, _)| {
+                let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
+                !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
+            })
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
-    let mut taints: Vec<String> =
-        claim.spec.taints.iter().chain(&claim.spec.startup_taints).map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect)).collect();
+    let mut taints: Vec<String> = claim
+        .spec
+        .taints
+        .iter()
+        .chain(&claim.spec.startup_taints)
+        .map(|t| {
+            format!(
+                "{}={}:{}",
+                t.key,
+                t.value.clone().unwrap_or_default(),
+                t.effect
+            )
+        })
+        .collect();
     taints.push(format!("{}=:NoExecute", labels::UNREGISTERED_TAINT_KEY));
     metadata.insert("kube-node-taints".to_owned(), taints.join(","));
 
@@ -243,7 +337,13 @@ pub fn instance_body(
         "metadata": {"items": metadata.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()},
     });
     let mut tags: Vec<String> = template.map(|t| t.tags.clone()).unwrap_or_default();
-    tags.extend(spec.network_tags.iter().filter(|t| !tags.contains(t)).cloned().collect::<Vec<_>>());
+    tags.extend(
+        spec.network_tags
+            .iter()
+            .filter(|t| !tags.contains(t))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     if !tags.is_empty() {
         body["tags"] = json!({"items": tags});
     }
@@ -269,28 +369,45 @@ pub enum OperationFailure {
 }
 
 /// Classifies a DONE operation: `None` when it succeeded.
-pub fn operation_failure(op: &google_cloud_compute_v1::model::Operation) -> Option<OperationFailure> {
+pub fn operation_failure(
+    op: &google_cloud_compute_v1::model::Operation,
+) -> Option<OperationFailure> {
     let error = op.error.as_ref()?;
     let first = error.errors.first();
     let code = first.and_then(|e| e.code.clone()).unwrap_or_default();
     let message = error
         .errors
         .iter()
-        .map(|e| format!("{}: {}", e.code.as_deref().unwrap_or("UNKNOWN"), e.message.as_deref().unwrap_or_default()))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.code.as_deref().unwrap_or("UNKNOWN"),
+                e.message.as_deref().unwrap_or_default()
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ");
     let message = if message.is_empty() {
-        format!("operation failed with HTTP {}", op.http_error_status_code.unwrap_or_default())
+        format!(
+            "operation failed with HTTP {}",
+            op.http_error_status_code.unwrap_or_default()
+        )
     } else {
         message
     };
-    Some(if error.errors.iter().any(|e| e.code.as_deref().is_some_and(|c| STOCKOUT_CODES.contains(&c))) {
-        OperationFailure::Stockout(message)
-    } else if QUOTA_CODES.contains(&code.as_str()) {
-        OperationFailure::Quota(message)
-    } else {
-        OperationFailure::Other(message)
-    })
+    Some(
+        if error.errors.iter().any(|e| {
+            e.code
+                .as_deref()
+                .is_some_and(|c| STOCKOUT_CODES.contains(&c))
+        }) {
+            OperationFailure::Stockout(message)
+        } else if QUOTA_CODES.contains(&code.as_str()) {
+            OperationFailure::Quota(message)
+        } else {
+            OperationFailure::Other(message)
+        },
+    )
 }
 
 /// A failed operation, as an error with its codes and messages.
@@ -311,24 +428,42 @@ pub(super) async fn launch(
     template: Option<&NodeTemplate>,
 ) -> Result<Instance, CloudError> {
     let claim_name = claim.name_any();
-    let requirements =
-        Requirements::from_api(&claim.spec.requirements).map_err(|e| CloudError::api("reading the NodeClaim's requirements", e))?;
+    let requirements = Requirements::from_api(&claim.spec.requirements)
+        .map_err(|e| CloudError::api("reading the NodeClaim's requirements", e))?;
     let unavailable = provider.unavailable.clone();
-    let Some((capacity_type, attempts)) = plan(&requirements, candidates, resolved, |ct, it, z| unavailable.is_unavailable(ct, it, z)) else {
-        return Err(CloudError::InsufficientCapacity { offerings: candidates.iter().map(|it| it.name.clone()).collect() });
+    let Some((capacity_type, attempts)) = plan(&requirements, candidates, resolved, |ct, it, z| {
+        unavailable.is_unavailable(ct, it, z)
+    }) else {
+        return Err(CloudError::InsufficientCapacity {
+            offerings: candidates.iter().map(|it| it.name.clone()).collect(),
+        });
     };
     let config = &provider.config;
     let name = instance_name(&config.cluster_name, &claim_name);
     let mut failed = Vec::new();
     for attempt in attempts.iter().take(config.max_launch_attempts.max(1)) {
         let offering = format!("{capacity_type}:{}:{}", attempt.instance_type, attempt.zone);
-        if provider.unavailable.is_unavailable(capacity_type, &attempt.instance_type, &attempt.zone) {
+        if provider
+            .unavailable
+            .is_unavailable(capacity_type, &attempt.instance_type, &attempt.zone)
+        {
             continue; // a quota error on an earlier attempt ruled it out
         }
-        let accelerated = snapshot.types.get(&attempt.instance_type).is_some_and(|t| t.gpus.is_some());
-        let body = instance_body(provider, claim, resolved, attempt, capacity_type, accelerated, template);
-        let instance: google_cloud_compute_v1::model::Instance =
-            serde_json::from_value(body).map_err(|e| CloudError::api("building the instance request", e))?;
+        let accelerated = snapshot
+            .types
+            .get(&attempt.instance_type)
+            .is_some_and(|t| t.gpus.is_some());
+        let body = instance_body(
+            provider,
+            claim,
+            resolved,
+            attempt,
+            capacity_type,
+            accelerated,
+            template,
+        );
+        let instance: google_cloud_compute_v1::model::Instance = serde_json::from_value(body)
+            .map_err(|e| CloudError::api("building the instance request", e))?;
         // No requestId: GCE would answer a retry of a failed insert with the same failed
         // operation for an hour. The deterministic name makes a retry a 409 instead, and the
         // instance is adopted below.
@@ -349,13 +484,22 @@ pub(super) async fn launch(
                 // if it is this claim's.
                 let existing = provider.instance_by_name(&attempt.zone, &name).await?;
                 match existing {
-                    Some(found) if found.node_claim.as_deref() == Some(claim_name.as_str()) => return Ok(found),
-                    _ => return Err(CloudError::api("creating the instance", GcpApiError::from(e))),
+                    Some(found) if found.node_claim.as_deref() == Some(claim_name.as_str()) => {
+                        return Ok(found);
+                    }
+                    _ => {
+                        return Err(CloudError::api(
+                            "creating the instance",
+                            GcpApiError::from(e),
+                        ));
+                    }
                 }
             }
             Err(e) if super::is_quota_or_stockout(&e) => {
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, error = %GcpApiError::from(e), "no capacity; trying the next offering");
-                provider.unavailable.mark(capacity_type, &attempt.instance_type, &attempt.zone);
+                provider
+                    .unavailable
+                    .mark(capacity_type, &attempt.instance_type, &attempt.zone);
                 failed.push(offering);
                 continue;
             }
@@ -364,29 +508,50 @@ pub(super) async fn launch(
         match operation_failure(&op) {
             None => {
                 tracing::info!(nodeclaim = %claim_name, instance = %name, offering = %offering, "instance inserted");
-                let mut launched = provider.instance_by_name(&attempt.zone, &name).await?.ok_or_else(|| {
-                    CloudError::api("reading the new instance", OperationError { operation: op.name.clone().unwrap_or_default(), message: "the instance is gone".to_owned() })
-                })?;
+                let mut launched = provider
+                    .instance_by_name(&attempt.zone, &name)
+                    .await?
+                    .ok_or_else(|| {
+                        CloudError::api(
+                            "reading the new instance",
+                            OperationError {
+                                operation: op.name.clone().unwrap_or_default(),
+                                message: "the instance is gone".to_owned(),
+                            },
+                        )
+                    })?;
                 launched.image_id = Some(attempt.image.source.clone());
                 launched.price = attempt.price;
                 return Ok(launched);
             }
             Some(OperationFailure::Stockout(message)) => {
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "zone has no capacity; trying the next offering");
-                provider.unavailable.mark(capacity_type, &attempt.instance_type, &attempt.zone);
+                provider
+                    .unavailable
+                    .mark(capacity_type, &attempt.instance_type, &attempt.zone);
                 failed.push(offering);
             }
             Some(OperationFailure::Quota(message)) => {
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "quota exceeded; trying the next offering");
-                for zone in snapshot.zones_of.get(&attempt.instance_type).into_iter().flatten() {
-                    provider.unavailable.mark(capacity_type, &attempt.instance_type, zone);
+                for zone in snapshot
+                    .zones_of
+                    .get(&attempt.instance_type)
+                    .into_iter()
+                    .flatten()
+                {
+                    provider
+                        .unavailable
+                        .mark(capacity_type, &attempt.instance_type, zone);
                 }
                 failed.push(offering);
             }
             Some(OperationFailure::Other(message)) => {
                 let operation = op.name.clone().unwrap_or_default();
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %operation, %message, "instance insert failed");
-                return Err(CloudError::api("creating the instance", OperationError { operation, message }));
+                return Err(CloudError::api(
+                    "creating the instance",
+                    OperationError { operation, message },
+                ));
             }
         }
     }
@@ -400,10 +565,16 @@ mod tests {
     #[test]
     fn instance_names_are_valid_gce_names() {
         assert_eq!(instance_name("demo", "default-abc12"), "demo-default-abc12");
-        assert_eq!(instance_name("Demo.Cluster", "pool.x-1"), "demo-cluster-pool-x-1");
+        assert_eq!(
+            instance_name("Demo.Cluster", "pool.x-1"),
+            "demo-cluster-pool-x-1"
+        );
         assert_eq!(instance_name("1c", "p"), "k-1c-p");
         let long = instance_name(&"c".repeat(40), &"p".repeat(40));
         assert!(long.len() <= 63, "{long}");
-        assert_ne!(long, instance_name(&"c".repeat(40), &format!("{}q", "p".repeat(39))));
+        assert_ne!(
+            long,
+            instance_name(&"c".repeat(40), &format!("{}q", "p".repeat(39)))
+        );
     }
 }

@@ -57,7 +57,13 @@ pub fn gce_label_value(value: &str) -> String {
     let mut out: String = value
         .to_ascii_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     out.truncate(63);
     out
@@ -98,7 +104,11 @@ pub struct GcpConfig {
 
 impl GcpConfig {
     /// Defaults for a cluster in a project and region.
-    pub fn new(project: impl Into<String>, cluster_name: impl Into<String>, region: impl Into<String>) -> Self {
+    pub fn new(
+        project: impl Into<String>,
+        cluster_name: impl Into<String>,
+        region: impl Into<String>,
+    ) -> Self {
         Self {
             project: project.into(),
             cluster_name: cluster_name.into(),
@@ -129,7 +139,9 @@ pub struct GcpApiError {
 impl From<google_cloud_compute_v1::Error> for GcpApiError {
     fn from(source: google_cloud_compute_v1::Error) -> Self {
         let detail = match (source.http_status_code(), source.status()) {
-            (Some(http), Some(status)) => format!("HTTP {http} {:?}: {}", status.code, status.message),
+            (Some(http), Some(status)) => {
+                format!("HTTP {http} {:?}: {}", status.code, status.message)
+            }
             (None, Some(status)) => format!("{:?}: {}", status.code, status.message),
             _ => source.to_string(),
         };
@@ -144,16 +156,29 @@ fn is_quota_or_stockout(error: &google_cloud_compute_v1::Error) -> bool {
         let text = String::from_utf8_lossy(p);
         text.contains("quotaExceeded") || text.contains("ZONE_RESOURCE_POOL_EXHAUSTED")
     });
-    reason_says || (error.http_status_code() == Some(403) && error.status().is_some_and(|s| s.code == Code::ResourceExhausted))
+    reason_says
+        || (error.http_status_code() == Some(403)
+            && error
+                .status()
+                .is_some_and(|s| s.code == Code::ResourceExhausted))
 }
 
 /// Maps a Compute error: rate limits become throttling, the rest an API failure naming `action`.
 fn cloud_error(action: &str, error: google_cloud_compute_v1::Error) -> CloudError {
     use google_cloud_gax::error::rpc::Code;
     let rate_limited = error.http_status_code() == Some(429)
-        || error.http_payload().is_some_and(|p| String::from_utf8_lossy(p).contains("rateLimitExceeded"));
-    if rate_limited || (error.status().is_some_and(|s| s.code == Code::ResourceExhausted) && !is_quota_or_stockout(&error)) {
-        return CloudError::Throttled { source: Box::new(GcpApiError::from(error)) };
+        || error
+            .http_payload()
+            .is_some_and(|p| String::from_utf8_lossy(p).contains("rateLimitExceeded"));
+    if rate_limited
+        || (error
+            .status()
+            .is_some_and(|s| s.code == Code::ResourceExhausted)
+            && !is_quota_or_stockout(&error))
+    {
+        return CloudError::Throttled {
+            source: Box::new(GcpApiError::from(error)),
+        };
     }
     CloudError::api(action, GcpApiError::from(error))
 }
@@ -180,19 +205,23 @@ impl Clients {
             ($client:ty) => {{
                 let mut builder = <$client>::builder();
                 if let Some(endpoint) = &config.endpoint {
-                    builder = builder
-                        .with_endpoint(endpoint.clone())
-                        .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+                    builder = builder.with_endpoint(endpoint.clone()).with_credentials(
+                        google_cloud_auth::credentials::anonymous::Builder::new().build(),
+                    );
                 }
                 if let Some(initial) = config.polling_initial_delay {
-                    let backoff = google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder::new()
-                        .with_initial_delay(initial)
-                        .with_maximum_delay(initial * 10)
-                        .build()
-                        .map_err(|e| ClientsError(Box::new(e)))?;
+                    let backoff =
+                        google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder::new()
+                            .with_initial_delay(initial)
+                            .with_maximum_delay(initial * 10)
+                            .build()
+                            .map_err(|e| ClientsError(Box::new(e)))?;
                     builder = builder.with_polling_backoff_policy(backoff);
                 }
-                builder.build().await.map_err(|e| ClientsError(Box::new(e)))?
+                builder
+                    .build()
+                    .await
+                    .map_err(|e| ClientsError(Box::new(e)))?
             }};
         }
         Ok(Self {
@@ -239,7 +268,12 @@ impl NodeTemplate {
             .and_then(|v| v.as_array())
             .into_iter()
             .flatten()
-            .filter_map(|item| Some((item.get("key")?.as_str()?.to_owned(), item.get("value")?.as_str().unwrap_or_default().to_owned())))
+            .filter_map(|item| {
+                Some((
+                    item.get("key")?.as_str()?.to_owned(),
+                    item.get("value")?.as_str().unwrap_or_default().to_owned(),
+                ))
+            })
             .collect();
         let tags = properties
             .pointer("/tags/items")
@@ -252,14 +286,20 @@ impl NodeTemplate {
             name: json.get("name")?.as_str()?.to_owned(),
             metadata,
             tags,
-            service_account: properties.pointer("/serviceAccounts/0/email").and_then(|v| v.as_str()).map(str::to_owned),
+            service_account: properties
+                .pointer("/serviceAccounts/0/email")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned),
             network_interface: properties.pointer("/networkInterfaces/0").cloned(),
         })
     }
 
     /// One metadata value.
     pub fn metadata(&self, key: &str) -> Option<&str> {
-        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -340,7 +380,9 @@ impl GcpProvider {
                         .map_err(|e| cloud_error("listing instance templates", e))?;
                     for template in &page.items {
                         let created = template.creation_timestamp.clone().unwrap_or_default();
-                        let Some(parsed) = NodeTemplate::from_api(template) else { continue };
+                        let Some(parsed) = NodeTemplate::from_api(template) else {
+                            continue;
+                        };
                         if parsed.name.starts_with(&prefix)
                             && parsed.metadata("kube-env").is_some()
                             && newest.as_ref().is_none_or(|(at, _)| created > *at)
@@ -357,8 +399,12 @@ impl GcpProvider {
             }
         };
         match &found {
-            Some(t) => tracing::info!(template = %t.name, "nodes take their bootstrap from this instance template"),
-            None => tracing::warn!(cluster = %self.config.cluster_name, "no GKE node template found; nodes get only the node class's metadata and may not join the cluster"),
+            Some(t) => {
+                tracing::info!(template = %t.name, "nodes take their bootstrap from this instance template")
+            }
+            None => {
+                tracing::warn!(cluster = %self.config.cluster_name, "no GKE node template found; nodes get only the node class's metadata and may not join the cluster")
+            }
         }
         let found = found.map(Arc::new);
         *cached = Some((Instant::now(), found.clone()));
@@ -377,14 +423,26 @@ impl GcpProvider {
 
     /// Resolves a node class (reusing a recent answer for an unchanged spec) and writes its
     /// status when it changed.
-    pub async fn resolve_node_class(&self, name: &str) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+    pub async fn resolve_node_class(
+        &self,
+        name: &str,
+    ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
         let api: kube::Api<GCENodeClass> = kube::Api::all(self.kube.clone());
-        let class = api.get_opt(name).await.map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
+        let class = api
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
         let Some(class) = class else {
-            return Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason: format!("GCENodeClass {name} does not exist") });
+            return Err(CloudError::NodeClassNotReady {
+                name: name.to_owned(),
+                reason: format!("GCENodeClass {name} does not exist"),
+            });
         };
         {
-            let cache = self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let cache = self
+                .node_classes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(cached) = cache.get(name)
                 && cached.spec == class.spec
                 && cached.resolved_at.elapsed() < self.config.node_class_ttl
@@ -394,34 +452,62 @@ impl GcpProvider {
         }
         let previous = class.status.clone().unwrap_or_default();
         let result = nodeclass::resolve(&self.clients.images, &class, &self.config.project).await;
-        let (status, outcome): (GCENodeClassStatus, Result<Arc<ResolvedNodeClass>, CloudError>) = match result {
+        let (status, outcome): (
+            GCENodeClassStatus,
+            Result<Arc<ResolvedNodeClass>, CloudError>,
+        ) = match result {
             Ok(resolved) => {
-                let status = nodeclass::status(&Ok(resolved.clone()), class.metadata.generation, &previous);
+                let status =
+                    nodeclass::status(&Ok(resolved.clone()), class.metadata.generation, &previous);
                 (status, Ok(Arc::new(resolved)))
             }
             Err(nodeclass::ResolveError::NotReady { reason }) => (
                 nodeclass::status(&Err(reason.clone()), class.metadata.generation, &previous),
-                Err(CloudError::NodeClassNotReady { name: name.to_owned(), reason }),
+                Err(CloudError::NodeClassNotReady {
+                    name: name.to_owned(),
+                    reason,
+                }),
             ),
             Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
         };
         if status.images != previous.images
-            || status.conditions.iter().map(|c| (&c.status, &c.reason, &c.message)).ne(previous.conditions.iter().map(|c| (&c.status, &c.reason, &c.message)))
+            || status
+                .conditions
+                .iter()
+                .map(|c| (&c.status, &c.reason, &c.message))
+                .ne(previous
+                    .conditions
+                    .iter()
+                    .map(|c| (&c.status, &c.reason, &c.message)))
         {
             nodeclass::write_status(&self.kube, name, &status).await?;
         }
         let resolved = outcome?;
-        self.node_classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(
-            name.to_owned(),
-            CachedNodeClass { resolved_at: Instant::now(), spec: class.spec.clone(), resolved: resolved.clone() },
-        );
+        self.node_classes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                name.to_owned(),
+                CachedNodeClass {
+                    resolved_at: Instant::now(),
+                    spec: class.spec.clone(),
+                    resolved: resolved.clone(),
+                },
+            );
         Ok(resolved)
     }
 
     /// The catalogue from Compute, refreshed when older than `catalogue_ttl` (a stale one is
     /// kept when a refresh fails).
     pub async fn catalogue(&self) -> Result<Arc<CatalogueSnapshot>, CloudError> {
-        super::catalogue::cached_or_refreshed(&self.catalogue, |c| c.fetched, self.config.catalogue_ttl, "machine type", || self.fetch_catalogue()).await
+        super::catalogue::cached_or_refreshed(
+            &self.catalogue,
+            |c| c.fetched,
+            self.config.catalogue_ttl,
+            "machine type",
+            || self.fetch_catalogue(),
+        )
+        .await
     }
 
     async fn fetch_catalogue(&self) -> Result<CatalogueSnapshot, CloudError> {
@@ -440,9 +526,15 @@ impl GcpProvider {
                 .await
                 .map_err(|e| cloud_error("listing zones", e))?;
             for zone in page.items {
-                let (Some(name), Some(region)) = (zone.name.clone(), zone.region.clone()) else { continue };
+                let (Some(name), Some(region)) = (zone.name.clone(), zone.region.clone()) else {
+                    continue;
+                };
                 let up = zone.status.as_ref().and_then(|s| s.name()) != Some("DOWN");
-                let wanted = if self.config.zones.is_empty() { last_segment(&region) == self.config.region } else { self.config.zones.contains(&name) };
+                let wanted = if self.config.zones.is_empty() {
+                    last_segment(&region) == self.config.region
+                } else {
+                    self.config.zones.contains(&name)
+                };
                 if up && wanted {
                     zones.push(name);
                 }
@@ -472,8 +564,13 @@ impl GcpProvider {
                     continue;
                 }
                 for mt in &list.machine_types {
-                    let Some(info) = MachineTypeInfo::from_api(mt) else { continue };
-                    zones_of.entry(info.name.clone()).or_default().push(zone.clone());
+                    let Some(info) = MachineTypeInfo::from_api(mt) else {
+                        continue;
+                    };
+                    zones_of
+                        .entry(info.name.clone())
+                        .or_default()
+                        .push(zone.clone());
                     types.entry(info.name.clone()).or_insert(info);
                 }
             }
@@ -485,13 +582,27 @@ impl GcpProvider {
         for list in zones_of.values_mut() {
             list.sort();
         }
-        tracing::info!(types = types.len(), zones = zones.len(), elapsed_ms = started.elapsed().as_millis(), "refreshed the Compute Engine machine type catalogue");
-        Ok(CatalogueSnapshot { fetched: Some(Instant::now()), types, zones_of, zones })
+        tracing::info!(
+            types = types.len(),
+            zones = zones.len(),
+            elapsed_ms = started.elapsed().as_millis(),
+            "refreshed the Compute Engine machine type catalogue"
+        );
+        Ok(CatalogueSnapshot {
+            fetched: Some(Instant::now()),
+            types,
+            zones_of,
+            zones,
+        })
     }
 
     /// The catalogue for a resolved node class: types some image of the class can boot,
     /// offered in the configured zones, priced, with the unavailable-offerings cache applied.
-    pub fn instance_types_for(&self, resolved: &ResolvedNodeClass, snapshot: &CatalogueSnapshot) -> Vec<InstanceType> {
+    pub fn instance_types_for(
+        &self,
+        resolved: &ResolvedNodeClass,
+        snapshot: &CatalogueSnapshot,
+    ) -> Vec<InstanceType> {
         let boot_gib = resolved
             .spec
             .disks
@@ -520,8 +631,20 @@ impl GcpProvider {
     }
 
     /// Reads one instance by zone and name (`None` when it does not exist).
-    pub async fn instance_by_name(&self, zone: &str, name: &str) -> Result<Option<Instance>, CloudError> {
-        let found = self.clients.instances.get().set_project(&self.config.project).set_zone(zone).set_instance(name).send().await;
+    pub async fn instance_by_name(
+        &self,
+        zone: &str,
+        name: &str,
+    ) -> Result<Option<Instance>, CloudError> {
+        let found = self
+            .clients
+            .instances
+            .get()
+            .set_project(&self.config.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await;
         match found {
             Ok(instance) => {
                 let snapshot = self.catalogue().await?;
@@ -532,46 +655,107 @@ impl GcpProvider {
         }
     }
 
-    fn instance_from_api(&self, instance: &google_cloud_compute_v1::model::Instance, snapshot: &CatalogueSnapshot) -> Option<Instance> {
+    fn instance_from_api(
+        &self,
+        instance: &google_cloud_compute_v1::model::Instance,
+        snapshot: &CatalogueSnapshot,
+    ) -> Option<Instance> {
         let json = serde_json::to_value(instance).ok()?;
         let name = json.get("name")?.as_str()?.to_owned();
         let zone = last_segment(json.get("zone")?.as_str()?).to_owned();
-        let machine_type = last_segment(json.get("machineType").and_then(|v| v.as_str()).unwrap_or_default()).to_owned();
+        let machine_type = last_segment(
+            json.get("machineType")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default(),
+        )
+        .to_owned();
         let metadata: HashMap<String, String> = json
             .pointer("/metadata/items")
             .and_then(|v| v.as_array())
             .into_iter()
             .flatten()
-            .filter_map(|item| Some((item.get("key")?.as_str()?.to_owned(), item.get("value")?.as_str()?.to_owned())))
+            .filter_map(|item| {
+                Some((
+                    item.get("key")?.as_str()?.to_owned(),
+                    item.get("value")?.as_str()?.to_owned(),
+                ))
+            })
             .collect();
         let label = |key: &str| instance.labels.get(key).cloned();
-        let spot = json.pointer("/scheduling/provisioningModel").and_then(|v| v.as_str()) == Some("SPOT")
-            || json.pointer("/scheduling/preemptible").and_then(serde_json::Value::as_bool) == Some(true);
-        let capacity_type = if spot { labels::CAPACITY_TYPE_SPOT } else { labels::CAPACITY_TYPE_ON_DEMAND };
-        let status = json.get("status").and_then(|v| v.as_str()).unwrap_or_default();
-        let terminating = matches!(status, "STOPPING" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "TERMINATED");
+        let spot = json
+            .pointer("/scheduling/provisioningModel")
+            .and_then(|v| v.as_str())
+            == Some("SPOT")
+            || json
+                .pointer("/scheduling/preemptible")
+                .and_then(serde_json::Value::as_bool)
+                == Some(true);
+        let capacity_type = if spot {
+            labels::CAPACITY_TYPE_SPOT
+        } else {
+            labels::CAPACITY_TYPE_ON_DEMAND
+        };
+        let status = json
+            .get("status")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let terminating = matches!(
+            status,
+            "STOPPING" | "STOPPED" | "SUSPENDING" | "SUSPENDED" | "TERMINATED"
+        );
         let info = snapshot.types.get(&machine_type);
-        let it = info.map(|info| catalogue::instance_type(info, &self.config.region, catalogue::DEFAULT_BOOT_DISK_GIB));
-        let mut node_labels = it.as_ref().map(InstanceType::fixed_labels).unwrap_or_default();
+        let it = info.map(|info| {
+            catalogue::instance_type(info, &self.config.region, catalogue::DEFAULT_BOOT_DISK_GIB)
+        });
+        let mut node_labels = it
+            .as_ref()
+            .map(InstanceType::fixed_labels)
+            .unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), machine_type.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.clone());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
         let price = info
-            .and_then(|info| crate::cloud::gcp_prices::price(&info.name, info.vcpus, info.memory_mib, &self.config.region))
+            .and_then(|info| {
+                crate::cloud::gcp_prices::price(
+                    &info.name,
+                    info.vcpus,
+                    info.memory_mib,
+                    &self.config.region,
+                )
+            })
             .map(|p| if spot { p.spot } else { p.on_demand });
         Some(Instance {
-            provider_id: ProviderId::Gce { project: self.config.project.clone(), zone: zone.clone(), name },
-            node_claim: metadata.get(NODE_CLAIM_METADATA).cloned().or_else(|| label(NODE_CLAIM_LABEL)),
-            node_pool: metadata.get(NODE_POOL_METADATA).cloned().or_else(|| label(NODE_POOL_LABEL)),
+            provider_id: ProviderId::Gce {
+                project: self.config.project.clone(),
+                zone: zone.clone(),
+                name,
+            },
+            node_claim: metadata
+                .get(NODE_CLAIM_METADATA)
+                .cloned()
+                .or_else(|| label(NODE_CLAIM_LABEL)),
+            node_pool: metadata
+                .get(NODE_POOL_METADATA)
+                .cloned()
+                .or_else(|| label(NODE_POOL_LABEL)),
             instance_type: machine_type,
             zone,
             capacity_type: capacity_type.to_owned(),
             image_id: None,
-            capacity: it.as_ref().map(|it| it.capacity.clone()).unwrap_or_default(),
-            allocatable: it.as_ref().map(InstanceType::allocatable).unwrap_or_default(),
+            capacity: it
+                .as_ref()
+                .map(|it| it.capacity.clone())
+                .unwrap_or_default(),
+            allocatable: it
+                .as_ref()
+                .map(InstanceType::allocatable)
+                .unwrap_or_default(),
             labels: node_labels,
             price: price.unwrap_or_default(),
-            created: instance.creation_timestamp.as_deref().and_then(|t| t.parse().ok()),
+            created: instance
+                .creation_timestamp
+                .as_deref()
+                .and_then(|t| t.parse().ok()),
             terminating,
         })
     }
@@ -589,7 +773,10 @@ fn is_gce_node_class(reference: &NodeClassReference) -> bool {
 fn not_a_gce_node_class(reference: &NodeClassReference) -> CloudError {
     CloudError::NodeClassNotReady {
         name: reference.name.clone(),
-        reason: format!("{}/{} is not a GCENodeClass; the gcp provider serves only those", reference.group, reference.kind),
+        reason: format!(
+            "{}/{} is not a GCENodeClass; the gcp provider serves only those",
+            reference.group, reference.kind
+        ),
     }
 }
 
@@ -598,7 +785,11 @@ impl CloudProvider for GcpProvider {
         "gcp"
     }
 
-    async fn create(&self, claim: &NodeClaim, candidates: &[InstanceType]) -> Result<Instance, CloudError> {
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        candidates: &[InstanceType],
+    ) -> Result<Instance, CloudError> {
         let reference = &claim.spec.node_class_ref;
         if !is_gce_node_class(reference) {
             return Err(not_a_gce_node_class(reference));
@@ -606,19 +797,45 @@ impl CloudProvider for GcpProvider {
         let resolved = self.resolve_node_class(&reference.name).await?;
         let snapshot = self.catalogue().await?;
         let template = self.node_template().await?;
-        launch::launch(self, claim, candidates, &resolved, &snapshot, template.as_deref()).await
+        launch::launch(
+            self,
+            claim,
+            candidates,
+            &resolved,
+            &snapshot,
+            template.as_deref(),
+        )
+        .await
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
-        let ProviderId::Gce { project, zone, name } = id else { return Ok(DeleteOutcome::Gone) };
-        let sent = self.clients.instances.delete().set_project(project).set_zone(zone).set_instance(name).send().await;
+        let ProviderId::Gce {
+            project,
+            zone,
+            name,
+        } = id
+        else {
+            return Ok(DeleteOutcome::Gone);
+        };
+        let sent = self
+            .clients
+            .instances
+            .delete()
+            .set_project(project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await;
         match sent {
             Ok(op) => {
                 if let Some(failure) = launch::operation_failure(&op) {
                     tracing::warn!(instance = %name, ?failure, "instance delete failed");
                     return Err(CloudError::api(
                         "deleting the instance",
-                        launch::OperationError { operation: op.name.unwrap_or_default(), message: format!("{failure:?}") },
+                        launch::OperationError {
+                            operation: op.name.unwrap_or_default(),
+                            message: format!("{failure:?}"),
+                        },
                     ));
                 }
                 tracing::info!(instance = %name, zone = %zone, "deleting instance");
@@ -630,7 +847,14 @@ impl CloudProvider for GcpProvider {
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Option<Instance>, CloudError> {
-        let ProviderId::Gce { project, zone, name } = id else { return Ok(None) };
+        let ProviderId::Gce {
+            project,
+            zone,
+            name,
+        } = id
+        else {
+            return Ok(None);
+        };
         if *project != self.config.project {
             return Ok(None);
         }
@@ -638,7 +862,10 @@ impl CloudProvider for GcpProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let filter = format!("(labels.{CLUSTER_LABEL} = \"{}\") AND (labels.{NODE_POOL_LABEL}:*)", gce_label_value(&self.config.cluster_name));
+        let filter = format!(
+            "(labels.{CLUSTER_LABEL} = \"{}\") AND (labels.{NODE_POOL_LABEL}:*)",
+            gce_label_value(&self.config.cluster_name)
+        );
         let mut found = Vec::new();
         let mut token = String::new();
         loop {
@@ -661,10 +888,16 @@ impl CloudProvider for GcpProvider {
             }
         }
         let snapshot = self.catalogue().await?;
-        Ok(found.iter().filter_map(|i| self.instance_from_api(i, &snapshot)).collect())
+        Ok(found
+            .iter()
+            .filter_map(|i| self.instance_from_api(i, &snapshot))
+            .collect())
     }
 
-    async fn instance_types(&self, node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
+    async fn instance_types(
+        &self,
+        node_class: &NodeClassReference,
+    ) -> Result<Arc<[InstanceType]>, CloudError> {
         if !is_gce_node_class(node_class) {
             return Err(not_a_gce_node_class(node_class));
         }

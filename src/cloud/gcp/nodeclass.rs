@@ -54,28 +54,57 @@ type Lookup = (String, String, bool);
 /// The public image projects and families behind each OS family name, per architecture.
 fn families(os: &str) -> Option<(&'static str, [(&'static str, &'static str); 2])> {
     match os {
-        "ContainerOptimizedOS" => Some(("cos-cloud", [("cos-stable", "amd64"), ("cos-arm64-stable", "arm64")])),
-        "Ubuntu" | "Ubuntu2404" => Some(("ubuntu-os-cloud", [("ubuntu-2404-lts-amd64", "amd64"), ("ubuntu-2404-lts-arm64", "arm64")])),
-        "Ubuntu2204" => Some(("ubuntu-os-cloud", [("ubuntu-2204-lts", "amd64"), ("ubuntu-2204-lts-arm64", "arm64")])),
+        "ContainerOptimizedOS" => Some((
+            "cos-cloud",
+            [("cos-stable", "amd64"), ("cos-arm64-stable", "arm64")],
+        )),
+        "Ubuntu" | "Ubuntu2404" => Some((
+            "ubuntu-os-cloud",
+            [
+                ("ubuntu-2404-lts-amd64", "amd64"),
+                ("ubuntu-2404-lts-arm64", "arm64"),
+            ],
+        )),
+        "Ubuntu2204" => Some((
+            "ubuntu-os-cloud",
+            [
+                ("ubuntu-2204-lts", "amd64"),
+                ("ubuntu-2204-lts-arm64", "arm64"),
+            ],
+        )),
         _ => None,
     }
 }
 
 /// What to look up for one term; `project` is where bare image ids live.
-pub fn lookups(term: &ImageSelectorTerm, default_family: Option<&str>, project: &str) -> Result<Vec<Lookup>, String> {
+pub fn lookups(
+    term: &ImageSelectorTerm,
+    default_family: Option<&str>,
+    project: &str,
+) -> Result<Vec<Lookup>, String> {
     if let Some(id) = &term.id {
         let path = id.split("/compute/v1/").nth(1).unwrap_or(id);
         let parts: Vec<&str> = path.split('/').collect();
         return Ok(vec![match parts.as_slice() {
-            ["projects", p, "global", "images", "family", f] => ((*p).to_owned(), (*f).to_owned(), true),
-            ["projects", p, "global", "images", name] => ((*p).to_owned(), (*name).to_owned(), false),
+            ["projects", p, "global", "images", "family", f] => {
+                ((*p).to_owned(), (*f).to_owned(), true)
+            }
+            ["projects", p, "global", "images", name] => {
+                ((*p).to_owned(), (*name).to_owned(), false)
+            }
             ["global", "images", name] | [name] => (project.to_owned(), (*name).to_owned(), false),
-            _ => return Err(format!("image id {id:?} is not an image name or projects/P/global/images/NAME")),
+            _ => {
+                return Err(format!(
+                    "image id {id:?} is not an image name or projects/P/global/images/NAME"
+                ));
+            }
         }]);
     }
     let (os, version) = match (&term.alias, &term.family) {
         (Some(alias), _) => {
-            let (os, version) = alias.split_once('@').ok_or_else(|| format!("alias {alias:?} is not FAMILY@VERSION"))?;
+            let (os, version) = alias
+                .split_once('@')
+                .ok_or_else(|| format!("alias {alias:?} is not FAMILY@VERSION"))?;
             (os.to_owned(), Some(version.to_owned()))
         }
         (None, Some(family)) => (family.clone(), term.version.clone()),
@@ -84,59 +113,113 @@ pub fn lookups(term: &ImageSelectorTerm, default_family: Option<&str>, project: 
             None => return Err("an image selector term names no alias, family or id".to_owned()),
         },
     };
-    let (image_project, per_arch) = families(&os).ok_or_else(|| format!("image family {os:?} is not supported"))?;
+    let (image_project, per_arch) =
+        families(&os).ok_or_else(|| format!("image family {os:?} is not supported"))?;
     Ok(match version.as_deref() {
-        None | Some("latest" | "") => per_arch.iter().map(|(f, _)| (image_project.to_owned(), (*f).to_owned(), true)).collect(),
+        None | Some("latest" | "") => per_arch
+            .iter()
+            .map(|(f, _)| (image_project.to_owned(), (*f).to_owned(), true))
+            .collect(),
         Some(pinned) => vec![(image_project.to_owned(), pinned.to_owned(), false)],
     })
 }
 
 fn arch_of(image: &google_cloud_compute_v1::model::Image) -> String {
-    let named = image.architecture.as_ref().and_then(|a| a.name()).unwrap_or_default();
+    let named = image
+        .architecture
+        .as_ref()
+        .and_then(|a| a.name())
+        .unwrap_or_default();
     let name = image.name.as_deref().unwrap_or_default();
-    if named == "ARM64" || (named.is_empty() && name.contains("arm64")) { "arm64" } else { "amd64" }.to_owned()
+    if named == "ARM64" || (named.is_empty() && name.contains("arm64")) {
+        "arm64"
+    } else {
+        "amd64"
+    }
+    .to_owned()
 }
 
 /// Resolves the images of a node class; images that do not exist are skipped, and none at all
 /// makes the class not ready.
-pub async fn resolve(images: &Images, class: &GCENodeClass, project: &str) -> Result<ResolvedNodeClass, ResolveError> {
+pub async fn resolve(
+    images: &Images,
+    class: &GCENodeClass,
+    project: &str,
+) -> Result<ResolvedNodeClass, ResolveError> {
     let mut found: Vec<Image> = Vec::new();
     let mut problems = Vec::new();
     for term in &class.spec.image_selector_terms {
-        let wanted = lookups(term, class.spec.image_family.as_deref(), project).map_err(|reason| ResolveError::NotReady { reason })?;
+        let wanted = lookups(term, class.spec.image_family.as_deref(), project)
+            .map_err(|reason| ResolveError::NotReady { reason })?;
         for (image_project, what, is_family) in wanted {
             let result = if is_family {
-                images.get_from_family().set_project(&image_project).set_family(&what).send().await
+                images
+                    .get_from_family()
+                    .set_project(&image_project)
+                    .set_family(&what)
+                    .send()
+                    .await
             } else {
-                images.get().set_project(&image_project).set_image(&what).send().await
+                images
+                    .get()
+                    .set_project(&image_project)
+                    .set_image(&what)
+                    .send()
+                    .await
             };
             match result {
                 Ok(image) => {
                     let name = image.name.clone().unwrap_or(what);
-                    let resolved = Image { source: format!("projects/{image_project}/global/images/{name}"), arch: arch_of(&image) };
+                    let resolved = Image {
+                        source: format!("projects/{image_project}/global/images/{name}"),
+                        arch: arch_of(&image),
+                    };
                     if !found.iter().any(|i| i.arch == resolved.arch) {
                         found.push(resolved);
                     }
                 }
                 Err(e) if e.http_status_code() == Some(404) => {
-                    problems.push(format!("{image_project}/{}{what}", if is_family { "family/" } else { "" }));
+                    problems.push(format!(
+                        "{image_project}/{}{what}",
+                        if is_family { "family/" } else { "" }
+                    ));
                 }
-                Err(e) => return Err(CloudError::api("reading images", GcpApiError::from(e)).into()),
+                Err(e) => {
+                    return Err(CloudError::api("reading images", GcpApiError::from(e)).into());
+                }
             }
         }
     }
     if found.is_empty() {
-        return Err(ResolveError::NotReady { reason: format!("no image matched imageSelectorTerms (not found: {})", problems.join(", ")) });
+        return Err(ResolveError::NotReady {
+            reason: format!(
+                "no image matched imageSelectorTerms (not found: {})",
+                problems.join(", ")
+            ),
+        });
     }
-    Ok(ResolvedNodeClass { name: class.name_any(), spec: class.spec.clone(), images: found })
+    Ok(ResolvedNodeClass {
+        name: class.name_any(),
+        spec: class.spec.clone(),
+        images: found,
+    })
 }
 
-fn condition(ready: bool, reason: &str, message: &str, generation: Option<i64>, previous: &[Condition]) -> Condition {
+fn condition(
+    ready: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    previous: &[Condition],
+) -> Condition {
     let status = if ready { "True" } else { "False" }.to_owned();
     let since = previous
         .iter()
         .find(|c| c.type_ == "Ready" && c.status == status)
-        .map_or_else(|| Time(k8s_openapi::jiff::Timestamp::now()), |c| c.last_transition_time.clone());
+        .map_or_else(
+            || Time(k8s_openapi::jiff::Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
     Condition {
         type_: "Ready".to_owned(),
         status,
@@ -148,7 +231,11 @@ fn condition(ready: bool, reason: &str, message: &str, generation: Option<i64>, 
 }
 
 /// The status a resolution gives the class.
-pub fn status(result: &Result<ResolvedNodeClass, String>, generation: Option<i64>, previous: &GCENodeClassStatus) -> GCENodeClassStatus {
+pub fn status(
+    result: &Result<ResolvedNodeClass, String>,
+    generation: Option<i64>,
+    previous: &GCENodeClassStatus,
+) -> GCENodeClassStatus {
     match result {
         Ok(resolved) => GCENodeClassStatus {
             images: resolved
@@ -163,22 +250,42 @@ pub fn status(result: &Result<ResolvedNodeClass, String>, generation: Option<i64
                     }],
                 })
                 .collect(),
-            conditions: vec![condition(true, "Ready", "", generation, &previous.conditions)],
+            conditions: vec![condition(
+                true,
+                "Ready",
+                "",
+                generation,
+                &previous.conditions,
+            )],
         },
         Err(reason) => GCENodeClassStatus {
             images: Vec::new(),
-            conditions: vec![condition(false, "ImagesNotFound", reason, generation, &previous.conditions)],
+            conditions: vec![condition(
+                false,
+                "ImagesNotFound",
+                reason,
+                generation,
+                &previous.conditions,
+            )],
         },
     }
 }
 
 /// Writes a node class's status by server-side apply.
-pub async fn write_status(client: &kube::Client, name: &str, status: &GCENodeClassStatus) -> Result<(), CloudError> {
+pub async fn write_status(
+    client: &kube::Client,
+    name: &str,
+    status: &GCENodeClassStatus,
+) -> Result<(), CloudError> {
     let api: Api<GCENodeClass> = Api::all(client.clone());
     let patch = serde_json::json!({"apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass", "status": status});
-    api.patch_status(name, &PatchParams::apply(super::FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|e| CloudError::api("writing the GCENodeClass status", e))?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(super::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| CloudError::api("writing the GCENodeClass status", e))?;
     Ok(())
 }
 
@@ -187,21 +294,51 @@ mod tests {
     use super::*;
 
     fn term(alias: Option<&str>, family: Option<&str>, id: Option<&str>) -> ImageSelectorTerm {
-        ImageSelectorTerm { alias: alias.map(Into::into), family: family.map(Into::into), id: id.map(Into::into), ..Default::default() }
+        ImageSelectorTerm {
+            alias: alias.map(Into::into),
+            family: family.map(Into::into),
+            id: id.map(Into::into),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn aliases_families_and_ids_name_the_images_to_look_up() {
-        let cos = lookups(&term(Some("ContainerOptimizedOS@latest"), None, None), None, "p").unwrap();
+        let cos = lookups(
+            &term(Some("ContainerOptimizedOS@latest"), None, None),
+            None,
+            "p",
+        )
+        .unwrap();
         assert_eq!(cos[0], ("cos-cloud".into(), "cos-stable".into(), true));
         assert_eq!(cos[1].1, "cos-arm64-stable");
-        let pinned = lookups(&term(Some("ContainerOptimizedOS@cos-stable-117"), None, None), None, "p").unwrap();
-        assert_eq!(pinned, vec![("cos-cloud".into(), "cos-stable-117".into(), false)]);
+        let pinned = lookups(
+            &term(Some("ContainerOptimizedOS@cos-stable-117"), None, None),
+            None,
+            "p",
+        )
+        .unwrap();
+        assert_eq!(
+            pinned,
+            vec![("cos-cloud".into(), "cos-stable-117".into(), false)]
+        );
         let ubuntu = lookups(&term(None, Some("Ubuntu2204"), None), None, "p").unwrap();
         assert_eq!(ubuntu[1].1, "ubuntu-2204-lts-arm64");
-        let url = lookups(&term(None, None, Some("https://www.googleapis.com/compute/v1/projects/x/global/images/img")), None, "p").unwrap();
+        let url = lookups(
+            &term(
+                None,
+                None,
+                Some("https://www.googleapis.com/compute/v1/projects/x/global/images/img"),
+            ),
+            None,
+            "p",
+        )
+        .unwrap();
         assert_eq!(url, vec![("x".into(), "img".into(), false)]);
-        assert_eq!(lookups(&term(None, None, Some("img")), None, "p").unwrap()[0].0, "p");
+        assert_eq!(
+            lookups(&term(None, None, Some("img")), None, "p").unwrap()[0].0,
+            "p"
+        );
         assert!(lookups(&term(Some("Windows@latest"), None, None), None, "p").is_err());
     }
 }

@@ -38,14 +38,42 @@ enum Cloud {
     Gcp,
 }
 
-const fn aws(name: &'static str, arch: &'static str, vcpu: u64, memory_gib: u64, max_pods: u64, on_demand: f64, spot: f64) -> Shape {
-    Shape { name, cloud: Cloud::Aws, arch, vcpu, memory_gib, max_pods, gpus: 0, on_demand, spot }
+const fn aws(
+    name: &'static str,
+    arch: &'static str,
+    vcpu: u64,
+    memory_gib: u64,
+    max_pods: u64,
+    on_demand: f64,
+    spot: f64,
+) -> Shape {
+    Shape {
+        name,
+        cloud: Cloud::Aws,
+        arch,
+        vcpu,
+        memory_gib,
+        max_pods,
+        gpus: 0,
+        on_demand,
+        spot,
+    }
 }
 
 /// A Google Cloud shape; its prices come from the table the gcp provider uses too
 /// ([`crate::cloud::gcp_prices`]).
 const fn gcp(name: &'static str, arch: &'static str, vcpu: u64, memory_gib: u64) -> Shape {
-    Shape { name, cloud: Cloud::Gcp, arch, vcpu, memory_gib, max_pods: GCP_MAX_PODS, gpus: 0, on_demand: 0.0, spot: 0.0 }
+    Shape {
+        name,
+        cloud: Cloud::Gcp,
+        arch,
+        vcpu,
+        memory_gib,
+        max_pods: GCP_MAX_PODS,
+        gpus: 0,
+        on_demand: 0.0,
+        spot: 0.0,
+    }
 }
 
 const fn with_gpus(mut shape: Shape, gpus: u64) -> Shape {
@@ -115,7 +143,11 @@ impl Shape {
             .with(MEMORY, self.memory_gib * GIB)
             .with(PODS, self.max_pods)
             .with(EPHEMERAL_STORAGE, 20 * GIB);
-        let capacity = if self.gpus > 0 { capacity.with(NVIDIA_GPU, self.gpus) } else { capacity };
+        let capacity = if self.gpus > 0 {
+            capacity.with(NVIDIA_GPU, self.gpus)
+        } else {
+            capacity
+        };
         let mut it = InstanceType::new(self.name, capacity);
         it.overhead = Overhead {
             kube_reserved: ResourceList::new()
@@ -123,7 +155,9 @@ impl Shape {
                 .with(MEMORY, (11 * self.max_pods + 255) * MIB)
                 .with(EPHEMERAL_STORAGE, GIB),
             system_reserved: ResourceList::new(),
-            eviction_threshold: ResourceList::new().with(MEMORY, 100 * MIB).with(EPHEMERAL_STORAGE, 2 * GIB),
+            eviction_threshold: ResourceList::new()
+                .with(MEMORY, 100 * MIB)
+                .with(EPHEMERAL_STORAGE, 2 * GIB),
         };
         let family = self.family();
         let size = self.name.rsplit(['.', '-']).next().unwrap_or_default();
@@ -136,9 +170,15 @@ impl Shape {
         ];
         match self.cloud {
             Cloud::Aws => {
-                let category: String = family.chars().take_while(char::is_ascii_alphabetic).collect();
-                let generation: String =
-                    family.chars().skip_while(char::is_ascii_alphabetic).take_while(char::is_ascii_digit).collect();
+                let category: String = family
+                    .chars()
+                    .take_while(char::is_ascii_alphabetic)
+                    .collect();
+                let generation: String = family
+                    .chars()
+                    .skip_while(char::is_ascii_alphabetic)
+                    .take_while(char::is_ascii_digit)
+                    .collect();
                 requirements.extend([
                     Requirement::in_values(labels::AWS_INSTANCE_CATEGORY, [category.as_str()]),
                     Requirement::in_values(labels::AWS_INSTANCE_FAMILY, [family]),
@@ -162,10 +202,15 @@ impl Shape {
         for requirement in requirements {
             it.requirements.add(requirement);
         }
-        let zones = if self.cloud == Cloud::Aws { AWS_ZONES } else { GCP_ZONES };
+        let zones = if self.cloud == Cloud::Aws {
+            AWS_ZONES
+        } else {
+            GCP_ZONES
+        };
         let (on_demand, spot) = match self.cloud {
             Cloud::Aws => (self.on_demand, self.spot),
-            Cloud::Gcp => gcp_prices::listed(self.name).map_or((self.on_demand, self.spot), |p| (p.on_demand, p.spot)),
+            Cloud::Gcp => gcp_prices::listed(self.name)
+                .map_or((self.on_demand, self.spot), |p| (p.on_demand, p.spot)),
         };
         it.offerings = zones
             .iter()
@@ -204,8 +249,16 @@ mod tests {
         let types = catalogue();
         assert!(types.len() >= 40, "{}", types.len());
         for it in &types {
-            let spot = it.offerings.iter().find(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT).map(|o| o.price);
-            let od = it.offerings.iter().find(|o| o.capacity_type == labels::CAPACITY_TYPE_ON_DEMAND).map(|o| o.price);
+            let spot = it
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT)
+                .map(|o| o.price);
+            let od = it
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == labels::CAPACITY_TYPE_ON_DEMAND)
+                .map(|o| o.price);
             assert!(spot < od, "{}: spot {spot:?} on-demand {od:?}", it.name);
             assert!(it.allocatable().get(CPU) < it.capacity.get(CPU));
         }
@@ -214,14 +267,21 @@ mod tests {
     #[test]
     fn labels_describe_each_type() {
         let types = catalogue();
-        let m6g = types.iter().find(|t| t.name == "m6g.xlarge").map(|t| t.requirements.clone());
+        let m6g = types
+            .iter()
+            .find(|t| t.name == "m6g.xlarge")
+            .map(|t| t.requirements.clone());
         let m6g = m6g.unwrap_or_else(Requirements::new);
         assert!(m6g.allows(labels::ARCH, "arm64"));
         assert!(m6g.allows(labels::AWS_INSTANCE_FAMILY, "m6g"));
         assert!(m6g.allows(labels::AWS_INSTANCE_CATEGORY, "m"));
         assert!(m6g.allows(labels::AWS_INSTANCE_GENERATION, "6"));
         assert!(m6g.allows(labels::AWS_INSTANCE_CPU, "4"));
-        let e2 = types.iter().find(|t| t.name == "e2-standard-4").map(|t| t.requirements.clone()).unwrap_or_default();
+        let e2 = types
+            .iter()
+            .find(|t| t.name == "e2-standard-4")
+            .map(|t| t.requirements.clone())
+            .unwrap_or_default();
         assert!(e2.allows(labels::GCP_INSTANCE_FAMILY, "e2"));
     }
 }

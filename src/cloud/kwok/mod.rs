@@ -33,7 +33,11 @@ impl KwokProvider {
 
     /// A provider with a catalogue of your own.
     pub fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
-        Self { nodes: Api::all(client.clone()), node_classes: Api::all(client), catalogue: catalogue.into() }
+        Self {
+            nodes: Api::all(client.clone()),
+            node_classes: Api::all(client),
+            catalogue: catalogue.into(),
+        }
     }
 
     fn instance_from_node(&self, node: &Node) -> Option<Instance> {
@@ -43,20 +47,31 @@ impl KwokProvider {
         }
         let name = node.metadata.name.clone()?;
         let status = node.status.clone().unwrap_or_default();
-        let quantities = |q: Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+        let quantities = |q: Option<
+            BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| {
             ResourceList::from_quantities(&q.unwrap_or_default()).unwrap_or_default()
         };
         Some(Instance {
             provider_id: ProviderId::Kwok { name: name.clone() },
             node_claim: labels.get(NODE_CLAIM_LABEL).cloned(),
             node_pool: labels.get(labels::NODE_POOL).cloned(),
-            instance_type: labels.get(labels::INSTANCE_TYPE).cloned().unwrap_or_default(),
+            instance_type: labels
+                .get(labels::INSTANCE_TYPE)
+                .cloned()
+                .unwrap_or_default(),
             zone: labels.get(labels::ZONE).cloned().unwrap_or_default(),
-            capacity_type: labels.get(labels::CAPACITY_TYPE).cloned().unwrap_or_default(),
+            capacity_type: labels
+                .get(labels::CAPACITY_TYPE)
+                .cloned()
+                .unwrap_or_default(),
             image_id: None,
             capacity: quantities(status.capacity),
             allocatable: quantities(status.allocatable),
-            price: labels.get(labels::INSTANCE_PRICE).and_then(|p| p.parse().ok()).unwrap_or_default(),
+            price: labels
+                .get(labels::INSTANCE_PRICE)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_default(),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: node.metadata.deletion_timestamp.is_some(),
             labels,
@@ -74,7 +89,10 @@ pub fn cheapest_launchable<'a>(
 ) -> Option<(&'a InstanceType, &'a super::catalogue::Offering)> {
     candidates
         .iter()
-        .filter_map(|it| it.cheapest_offering(claim_requirements).map(|offering| (it, offering)))
+        .filter_map(|it| {
+            it.cheapest_offering(claim_requirements)
+                .map(|offering| (it, offering))
+        })
         .fold(None, |best, (it, offering)| match best {
             Some((_, b)) if b.price <= offering.price => best,
             _ => Some((it, offering)),
@@ -87,7 +105,9 @@ fn single_values(requirements: &Requirements) -> BTreeMap<String, String> {
         .filter_map(|r| {
             let mut values = r.values();
             match (values.next(), values.next(), r.operator()) {
-                (Some(value), None, crate::apis::RequirementOperator::In) => Some((r.key().to_owned(), value.to_owned())),
+                (Some(value), None, crate::apis::RequirementOperator::In) => {
+                    Some((r.key().to_owned(), value.to_owned()))
+                }
                 _ => None,
             }
         })
@@ -99,10 +119,18 @@ impl CloudProvider for KwokProvider {
         "kwok"
     }
 
-    async fn create(&self, claim: &NodeClaim, candidates: &[InstanceType]) -> Result<Instance, CloudError> {
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        candidates: &[InstanceType],
+    ) -> Result<Instance, CloudError> {
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         let class_name = &claim.spec.node_class_ref.name;
-        let class = self.node_classes.get_opt(class_name).await.map_err(|e| CloudError::api("reading the KWOKNodeClass", e))?;
+        let class = self
+            .node_classes
+            .get_opt(class_name)
+            .await
+            .map_err(|e| CloudError::api("reading the KWOKNodeClass", e))?;
         let Some(class) = class else {
             return Err(CloudError::NodeClassNotReady {
                 name: class_name.clone(),
@@ -125,11 +153,20 @@ impl CloudProvider for KwokProvider {
         node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.name.clone());
         node_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), offering.capacity_type.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.to_owned(),
+            offering.capacity_type.clone(),
+        );
         node_labels.insert(labels::HOSTNAME.to_owned(), claim_name.clone());
-        node_labels.insert(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned());
+        node_labels.insert(
+            labels::KWOK_NODE.to_owned(),
+            labels::KWOK_NODE_FAKE.to_owned(),
+        );
         node_labels.insert(NODE_CLAIM_LABEL.to_owned(), claim_name.clone());
-        node_labels.insert(labels::INSTANCE_PRICE.to_owned(), format!("{:.4}", offering.price));
+        node_labels.insert(
+            labels::INSTANCE_PRICE.to_owned(),
+            format!("{:.4}", offering.price),
+        );
 
         let mut taints: Vec<Taint> = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());
@@ -140,16 +177,27 @@ impl CloudProvider for KwokProvider {
         });
         let capacity = instance_type.capacity.to_quantities();
         let allocatable = instance_type.allocatable().to_quantities();
-        let arch = node_labels.get(labels::ARCH).cloned().unwrap_or_else(|| "amd64".to_owned());
+        let arch = node_labels
+            .get(labels::ARCH)
+            .cloned()
+            .unwrap_or_else(|| "amd64".to_owned());
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(claim_name.clone()),
                 labels: Some(node_labels.clone()),
-                annotations: Some(BTreeMap::from([(labels::KWOK_NODE.to_owned(), labels::KWOK_NODE_FAKE.to_owned())])),
+                annotations: Some(BTreeMap::from([(
+                    labels::KWOK_NODE.to_owned(),
+                    labels::KWOK_NODE_FAKE.to_owned(),
+                )])),
                 ..ObjectMeta::default()
             },
             spec: Some(NodeSpec {
-                provider_id: Some(ProviderId::Kwok { name: claim_name.clone() }.to_string()),
+                provider_id: Some(
+                    ProviderId::Kwok {
+                        name: claim_name.clone(),
+                    }
+                    .to_string(),
+                ),
                 taints: Some(taints),
                 ..NodeSpec::default()
             }),
@@ -168,19 +216,26 @@ impl CloudProvider for KwokProvider {
         let created = match self.nodes.create(&PostParams::default(), &node).await {
             Ok(node) => node,
             // A restart between launching and recording the launch: adopt what is there.
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                self.nodes.get(&claim_name).await.map_err(|e| CloudError::api("reading the simulated node", e))?
-            }
+            Err(kube::Error::Api(status)) if status.code == 409 => self
+                .nodes
+                .get(&claim_name)
+                .await
+                .map_err(|e| CloudError::api("reading the simulated node", e))?,
             Err(e) => return Err(CloudError::api("creating the simulated node", e)),
         };
-        self.instance_from_node(&created).ok_or_else(|| CloudError::NodeClassNotReady {
-            name: class_name.clone(),
-            reason: format!("node {claim_name} exists but was not created by the kwok provider"),
-        })
+        self.instance_from_node(&created)
+            .ok_or_else(|| CloudError::NodeClassNotReady {
+                name: class_name.clone(),
+                reason: format!(
+                    "node {claim_name} exists but was not created by the kwok provider"
+                ),
+            })
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
-        let ProviderId::Kwok { name } = id else { return Ok(DeleteOutcome::Gone) };
+        let ProviderId::Kwok { name } = id else {
+            return Ok(DeleteOutcome::Gone);
+        };
         match self.nodes.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(DeleteOutcome::Terminating),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(DeleteOutcome::Gone),
@@ -189,22 +244,40 @@ impl CloudProvider for KwokProvider {
     }
 
     async fn get(&self, id: &ProviderId) -> Result<Option<Instance>, CloudError> {
-        let ProviderId::Kwok { name } = id else { return Ok(None) };
-        let node = self.nodes.get_opt(name).await.map_err(|e| CloudError::api("reading the simulated node", e))?;
+        let ProviderId::Kwok { name } = id else {
+            return Ok(None);
+        };
+        let node = self
+            .nodes
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::api("reading the simulated node", e))?;
         Ok(node.as_ref().and_then(|n| self.instance_from_node(n)))
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let selector = format!("{}={},{}", labels::KWOK_NODE, labels::KWOK_NODE_FAKE, NODE_CLAIM_LABEL);
+        let selector = format!(
+            "{}={},{}",
+            labels::KWOK_NODE,
+            labels::KWOK_NODE_FAKE,
+            NODE_CLAIM_LABEL
+        );
         let nodes = self
             .nodes
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
-        Ok(nodes.items.iter().filter_map(|n| self.instance_from_node(n)).collect())
+        Ok(nodes
+            .items
+            .iter()
+            .filter_map(|n| self.instance_from_node(n))
+            .collect())
     }
 
-    async fn instance_types(&self, _node_class: &NodeClassReference) -> Result<Arc<[InstanceType]>, CloudError> {
+    async fn instance_types(
+        &self,
+        _node_class: &NodeClassReference,
+    ) -> Result<Arc<[InstanceType]>, CloudError> {
         Ok(self.catalogue.clone())
     }
 }
