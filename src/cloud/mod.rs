@@ -1,7 +1,7 @@
 //! What the cloud offers and how to get it.
 //!
-//! [`catalogue`] holds the pure data the scheduler reads: instance types with their capacity,
-//! overhead and priced offerings. The `CloudProvider` trait (create, delete, get, list,
+//! Providers build the scheduler's instance-type values ([`crate::scheduling::InstanceType`]);
+//! [`catalogue`] holds the helpers they share. The `CloudProvider` trait (create, delete, get, list,
 //! instance types, drift) and the aws/, gcp/, kwok/ and fake providers build on these types and
 //! live beside this module.
 
@@ -13,8 +13,6 @@ pub mod aws;
 pub mod gcp;
 pub mod gcp_prices;
 pub mod unavailable;
-
-pub use catalogue::{InstanceType, Offering, Overhead};
 
 pub mod kwok;
 pub mod provider;

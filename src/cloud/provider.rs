@@ -5,9 +5,9 @@
 //! `delete` returns what happened as a value (`Gone` is a normal outcome, not an error), `get`
 //! returns an `Option`, and errors are a small set the controllers act on differently.
 
-use super::catalogue::InstanceType;
 use crate::apis::{NodeClaim, NodeClassReference};
 use crate::resources::ResourceList;
+use crate::scheduling::InstanceType;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;

@@ -8,7 +8,8 @@
 use super::{Context, Error, FIELD_MANAGER, conditions};
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, NodeClaimStatus, labels};
-use crate::cloud::{CloudError, CloudProvider, DeleteOutcome, Instance, InstanceType, ProviderId};
+use crate::cloud::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};

@@ -16,9 +16,8 @@
 //!
 //! ```
 //! use karpenter_core::apis::NodePool;
-//! use karpenter_core::cloud::{InstanceType, Offering};
 //! use karpenter_core::resources::ResourceList;
-//! use karpenter_core::scheduling::{schedule, Input, PoolInput};
+//! use karpenter_core::scheduling::{schedule, Input, InstanceType, Offering, PoolInput};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool: NodePool = serde_json::from_value(serde_json::json!({
 //!     "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
@@ -110,6 +109,7 @@
 //! anti-affinity term selects, pruned lazily since counts only grow). The benchmark in `tests/benches/` compares the result with upstream's own.
 
 mod explain;
+mod instance_type;
 mod pod;
 pub mod requirements;
 pub mod selector;
@@ -118,11 +118,11 @@ pub mod taints;
 mod topology;
 
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
+pub use instance_type::{InstanceType, Offering, Overhead};
 pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
-use crate::cloud::InstanceType;
 use crate::resources::{QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use std::collections::BTreeMap;

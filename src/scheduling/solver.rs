@@ -7,6 +7,7 @@
 //! requirements; a *shape* is an interned pod description at one relaxation level. Memo tables
 //! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
 
+use super::InstanceType;
 use super::explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
 use super::pod::{HostPort, PodSpecInfo, PodTerm, PodView};
 use super::requirements::{self, Requirement, Requirements};
@@ -16,7 +17,6 @@ use super::{
     ExistingPlacement, Input, InstanceTypeOption, NewClaim, Plan, PreferencePolicy, Target,
 };
 use crate::apis::labels;
-use crate::cloud::InstanceType;
 use crate::resources::{self, ResourceList};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::apis::labels;
-use crate::cloud::Offering;
 use crate::resources::{CPU, MEMORY, NVIDIA_GPU, PODS};
+use crate::scheduling::Offering;
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};

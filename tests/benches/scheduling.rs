@@ -22,9 +22,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::apis::NodePool;
-use karpenter_core::cloud::{InstanceType, Offering};
 use karpenter_core::resources::ResourceList;
 use karpenter_core::scheduling::{Input, PoolInput, Requirement, schedule};
+use karpenter_core::scheduling::{InstanceType, Offering};
 use serde_json::json;
 use std::time::{Duration, Instant};
 

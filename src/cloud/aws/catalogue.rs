@@ -8,9 +8,10 @@
 //! threshold of 100Mi of memory and 10 % of the root volume.
 
 use crate::apis::{KubeletConfiguration, labels};
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
+use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::resources::{self, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
+use crate::scheduling::{InstanceType, Offering, Overhead};
 use aws_sdk_ec2::types::{ArchitectureType, InstanceTypeInfo, UsageClassType};
 
 const MIB: u64 = 1 << 20;

@@ -12,8 +12,8 @@ use super::{
     NODE_CLAIM_TAG, cloud_error, cluster_tag, sdk_error_code,
 };
 use crate::apis::{NodeClaim, labels};
-use crate::cloud::catalogue::InstanceType;
 use crate::cloud::provider::{CloudError, Instance, ProviderId};
+use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
@@ -559,8 +559,8 @@ pub struct LaunchError(String);
 mod tests {
     use super::*;
     use crate::cloud::aws::nodeclass::{AmiFamily, Subnet};
-    use crate::cloud::catalogue::Offering;
     use crate::resources::ResourceList;
+    use crate::scheduling::Offering;
     use crate::scheduling::Requirement;
 
     fn info(name: &str, gpus: bool) -> TypeInfo {

@@ -22,9 +22,9 @@ pub mod pricing;
 pub mod unavailable;
 pub mod userdata;
 
-use super::catalogue::InstanceType;
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
 use crate::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClassReference, labels};
+use crate::scheduling::InstanceType;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{Filter, InstanceStateName, LocationType};
 use catalogue::TypeInfo;

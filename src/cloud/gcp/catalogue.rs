@@ -5,10 +5,11 @@
 //! provider fetches and caches, this module only shapes.
 
 use crate::apis::labels;
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
+use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
+use crate::scheduling::{InstanceType, Offering, Overhead};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;

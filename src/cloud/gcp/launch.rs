@@ -12,8 +12,8 @@ use super::{
     gce_label_key, gce_label_value,
 };
 use crate::apis::{NodeClaim, labels};
-use crate::cloud::catalogue::InstanceType;
 use crate::cloud::provider::{CloudError, Instance};
+use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use google_cloud_lro::Poller;
 use kube::ResourceExt;

@@ -16,10 +16,10 @@ pub mod catalogue;
 pub mod launch;
 pub mod nodeclass;
 
-use super::catalogue::InstanceType;
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{GCENodeClass, GCENodeClassStatus, NodeClaim, NodeClassReference, labels};
+use crate::scheduling::InstanceType;
 use catalogue::MachineTypeInfo;
 use google_cloud_compute_v1::client::{Images, InstanceTemplates, Instances, MachineTypes, Zones};
 use nodeclass::ResolvedNodeClass;

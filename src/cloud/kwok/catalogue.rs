@@ -8,10 +8,11 @@
 //! for EKS (kube-reserved from vCPUs and max pods, 100Mi eviction threshold).
 
 use crate::apis::labels;
-use crate::cloud::catalogue::{InstanceType, Offering, Overhead, kube_reserved_cpu_millis};
+use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
+use crate::scheduling::{InstanceType, Offering, Overhead};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;

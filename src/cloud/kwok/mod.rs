@@ -5,10 +5,10 @@
 
 pub mod catalogue;
 
-use super::catalogue::InstanceType;
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
 use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
 use crate::resources::ResourceList;
+use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -86,7 +86,7 @@ pub const NODE_CLAIM_LABEL: &str = "karpenter.kwok.sh/nodeclaim";
 pub fn cheapest_launchable<'a>(
     claim_requirements: &Requirements,
     candidates: &'a [InstanceType],
-) -> Option<(&'a InstanceType, &'a super::catalogue::Offering)> {
+) -> Option<(&'a InstanceType, &'a crate::scheduling::Offering)> {
     candidates
         .iter()
         .filter_map(|it| {
