@@ -23,13 +23,6 @@ pub enum RequirementOperator {
     Lte,
 }
 
-impl RequirementOperator {
-    /// The operators that compare one integer value.
-    pub fn is_numeric(self) -> bool {
-        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
-    }
-}
-
 impl std::fmt::Display for RequirementOperator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = match self {
