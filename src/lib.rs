@@ -9,6 +9,8 @@ pub mod apis;
 pub mod cloud;
 pub mod controllers;
 pub mod explain;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
 pub mod resources;
 pub mod scheduling;

@@ -1,0 +1,227 @@
+//! The layer rule, checked by reading the source: every `crate::…` path in library code must
+//! point down. From the bottom: `resources` and `metrics`; `apis`; `scheduling` (pure: no client,
+//! no cloud SDK, no async); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
+//! `state` (watched stores and the pure step from them to the scheduler's input); `explain`
+//! (pure facts); `controllers` and `setup` on top, side by side, neither importing the other.
+//!
+//! Test code is exempt (a scheduler test may borrow a provider's catalogue as a fixture): files
+//! named `tests.rs` and `#[cfg(test)] mod …` blocks are not read. A module may import its own
+//! layer and any lower one, never a higher one or a sibling at its own height.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Each top-level module with its height; a module may import only lower heights (and itself).
+const LAYERS: &[(&str, u8)] = &[
+    ("resources", 0),
+    ("metrics", 0),
+    ("apis", 1),
+    ("scheduling", 2),
+    ("cloud", 3),
+    ("state", 4),
+    ("explain", 5),
+    ("controllers", 6),
+    ("setup", 6),
+];
+
+/// Text that must not appear in a layer's library code, with why.
+const FORBIDDEN: &[(&str, &str, &str)] = &[
+    ("scheduling", "kube::Client", "the scheduler has no client"),
+    ("scheduling", "Api<", "the scheduler has no client"),
+    ("scheduling", "aws_sdk_", "the scheduler sees no cloud SDK"),
+    ("scheduling", "google_cloud_", "the scheduler sees no cloud SDK"),
+    ("scheduling", "async fn", "the scheduler is synchronous"),
+    ("scheduling", ".await", "the scheduler is synchronous"),
+    ("scheduling", "tokio::", "the scheduler is synchronous"),
+    ("cloud", "PatchParams", "cloud makes no Kubernetes writes"),
+    ("cloud", "PostParams", "cloud makes no Kubernetes writes"),
+    ("cloud", "DeleteParams", "cloud makes no Kubernetes writes"),
+    ("cloud", "Recorder", "cloud records no Kubernetes Events"),
+    ("state", "kube::Client", "state is what the watches hold, not a client"),
+    ("state", "Api<", "state is what the watches hold, not a client"),
+    ("state", ".await", "state's step to the scheduler's input is pure"),
+    ("explain", "kube::Client", "explain states facts from objects it is given"),
+    ("explain", "Api<", "explain states facts from objects it is given"),
+    ("explain", ".await", "explain states facts from objects it is given"),
+];
+
+/// Where a rule above does not hold, and why.
+const EXEMPT: &[(&str, &str)] = &[
+    // The kwok provider's cloud *is* the API server: launching an instance creates its Node,
+    // as upstream's kwok provider does.
+    ("src/cloud/kwok/", "cloud"),
+];
+
+fn height(module: &str) -> Option<u8> {
+    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, h)| *h)
+}
+
+fn library_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            library_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// The file's code without comments and without its `#[cfg(test)] mod` blocks (which by the
+/// house layout run to the end of the file).
+fn library_code(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut code = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]")
+            && lines[i + 1..]
+                .iter()
+                .map(|l| l.trim_start())
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|l| l.starts_with("mod ") || l.starts_with("pub mod "))
+        {
+            break;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        code.push_str(line.split(" // ").next().unwrap_or(line));
+        code.push('\n');
+    }
+    code
+}
+
+/// The top-level modules `code` reaches through `crate::…` or a `super::` chain that climbs
+/// out of its own top-level module (`depth` is how deep the file's module sits below the root).
+fn imported_modules(code: &str, depth: usize) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // `karpenter_crate::`, `$crate::` and the like
+        }
+        found.push(ident(&code[at + "crate::".len()..]));
+    }
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with("super::") {
+            continue; // counted from the chain's first `super::`
+        }
+        let mut rest = &code[at..];
+        let mut climbs = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            climbs += 1;
+            rest = r;
+        }
+        if climbs >= depth {
+            found.push(ident(rest));
+        }
+    }
+    found
+}
+
+/// Every wrong-way import and forbidden text in the library, one line each.
+fn violations(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    library_files(src, &mut files);
+    files.sort();
+    let mut problems = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap_or(&file);
+        let shown = format!("src/{}", relative.display());
+        let parts: Vec<String> = relative
+            .iter()
+            .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .collect();
+        let Some(top) = parts.first().cloned() else {
+            continue;
+        };
+        let Some(own) = height(&top) else {
+            continue; // lib.rs and this file
+        };
+        // `src/a/b/mod.rs` and `src/a/b.rs` both sit at depth 2.
+        let depth = parts.len() - usize::from(parts.last().is_some_and(|p| p == "mod"));
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            problems.push(format!("{shown}: unreadable"));
+            continue;
+        };
+        let code = library_code(&text);
+        let exempt = |layer: &str| {
+            EXEMPT
+                .iter()
+                .any(|(prefix, l)| *l == layer && shown.starts_with(prefix))
+        };
+        let mut wrong: BTreeMap<String, u8> = BTreeMap::new();
+        for module in imported_modules(&code, depth) {
+            if let Some(h) = height(&module)
+                && module != top
+                && h >= own
+            {
+                wrong.insert(module, h);
+            }
+        }
+        for (module, h) in wrong {
+            problems.push(format!(
+                "{shown}: `{top}` (height {own}) imports `{module}` (height {h})"
+            ));
+        }
+        for (layer, text, why) in FORBIDDEN {
+            if *layer == top && !exempt(layer) && code.contains(text) {
+                problems.push(format!("{shown}: `{text}` in `{layer}`: {why}"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn library_modules_only_import_the_layers_below_them() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = violations(&src);
+    assert!(
+        problems.is_empty(),
+        "layer rule broken:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn each_binary_writes_with_one_field_manager() {
+    // The agent writes as `controllers::FIELD_MANAGER`, `init` as `setup`'s: a third constant
+    // elsewhere would let one binary's writes show up under two managers.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    library_files(&src, &mut files);
+    let mut declared: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .is_ok_and(|t| library_code(&t).contains("const FIELD_MANAGER"))
+        })
+        .filter_map(|f| f.strip_prefix(&src).ok())
+        .map(|f| f.iter().next().map(|p| p.to_string_lossy().into_owned()))
+        .map(Option::unwrap_or_default)
+        .collect();
+    declared.sort();
+    assert_eq!(declared, ["controllers", "setup"]);
+}
+
+#[test]
+fn the_checker_sees_a_wrong_way_import_and_skips_tests_and_comments() {
+    let code = library_code(
+        "// use crate::controllers::X;\nuse crate::apis::NodePool;\nuse super::super::cloud::Y;\n\
+         #[cfg(test)]\nmod tests {\n    use crate::controllers::Z;\n}\n",
+    );
+    assert_eq!(imported_modules(&code, 2), ["apis", "cloud"]);
+    assert_eq!(imported_modules(&code, 3), ["apis"]);
+}
