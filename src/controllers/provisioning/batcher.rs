@@ -5,7 +5,7 @@
 
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
-use crate::state::CachedPod;
+use crate::state::{CachedPod, is_provisionable};
 use kube::ResourceExt;
 use kube::api::Api;
 use std::collections::{BTreeMap, HashMap};
@@ -13,15 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::debug;
-
-/// Whether the kube-scheduler gave up on a pod, so it is ours to provision for.
-pub fn is_provisionable(pod: &CachedPod) -> bool {
-    let unschedulable = pod
-        .scheduled_condition()
-        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    pod.node_name.is_none() && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
-}
 
 /// What woke the batcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,8 +31,10 @@ mod round;
 
 pub use batcher::{
     BatchClose, BatchCompletion, BurstComplete, PendingPods, PodController, Wake, WantedPods,
-    batch_controllers, is_provisionable, next_batch,
+    batch_controllers, next_batch,
 };
+// Which pods are ours is decided where the scheduler's input is built; tests ask it here.
+pub use crate::state::is_provisionable;
 pub use claims::{node_claim_for, node_pool_hash};
 pub use round::{Memory, RecentClaims, Round, provision};
 
