@@ -214,3 +214,50 @@ fn truncate(text: &str, max: usize) -> String {
         .unwrap_or(0);
     format!("{}…", &text[..cut])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(requirements: serde_json::Value) -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "limits": {"cpu": "1000"},
+                "template": {
+                    "metadata": {"labels": {"team": "web"}, "annotations": {"owner": "ops"}},
+                    "spec": {
+                        "requirements": requirements,
+                        "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
+                        "expireAfter": "720h",
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    },
+                },
+            },
+        }))
+        .expect("a NodePool")
+    }
+
+    #[test]
+    fn the_node_pool_hash_stays_what_existing_claims_carry() {
+        // Claims already in clusters carry this value (karpenter.sh/nodepool-hash); a different
+        // one would make every existing node look drifted.
+        let requirements = serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]);
+        assert_eq!(node_pool_hash(&pool(requirements)), "18408960296977224894");
+    }
+
+    #[test]
+    fn the_node_pool_hash_ignores_requirements() {
+        let spot = serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]);
+        assert_eq!(
+            node_pool_hash(&pool(spot)),
+            node_pool_hash(&pool(serde_json::json!([]))),
+            "upstream leaves requirements out of the hash"
+        );
+    }
+}
