@@ -16,6 +16,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
+use std::hash::Hasher;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
@@ -30,11 +31,9 @@ pub fn node_pool_hash(pool: &NodePool) -> String {
         spec.remove("requirements");
     }
     // FNV-1a over the canonical JSON text (serde_json orders object keys).
-    let text = template.to_string();
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    hash.to_string()
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(template.to_string().as_bytes());
+    hasher.finish().to_string()
 }
 
 fn random_suffix() -> String {
