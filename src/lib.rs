@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod resources;
 pub mod scheduling;
 pub mod setup;
+pub mod state;

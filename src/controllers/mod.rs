@@ -15,242 +15,29 @@ pub mod conditions;
 pub mod garbage_collection;
 pub mod lifecycle;
 pub mod nodepool_status;
-pub mod pod_cache;
 pub mod pod_events;
 pub mod provisioning;
 
+mod context;
+mod error;
+mod own_writes;
+mod settings;
+
+pub use context::Context;
+pub use error::Error;
+pub(crate) use error::is_not_found;
+pub use own_writes::OwnWrites;
+pub use settings::Settings;
+
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
+use crate::state::{CachedPod, pod_cache, trim_node};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use pod_cache::CachedPod;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The field manager (and event reporter) name the agent writes with.
 pub const FIELD_MANAGER: &str = "karpenter-agent";
-
-/// Why a control loop iteration failed. Every variant is retried; none stops the agent.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("{action} failed")]
-    Kube {
-        action: String,
-        #[source]
-        source: kube::Error,
-    },
-    /// A cloud call failed.
-    #[error("{action} failed")]
-    Cloud {
-        action: String,
-        #[source]
-        source: crate::cloud::CloudError,
-    },
-    /// An object the loop needs is malformed.
-    #[error("{object} is invalid: {reason}")]
-    Invalid { object: String, reason: String },
-    /// A watch has not caught up with the API server yet.
-    #[error("the {0} watch is behind the API server")]
-    NotSynced(&'static str),
-}
-
-impl Error {
-    pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
-        let action = action.into();
-        move |source| Self::Kube { action, source }
-    }
-
-    pub(crate) fn cloud(
-        action: impl Into<String>,
-    ) -> impl FnOnce(crate::cloud::CloudError) -> Self {
-        let action = action.into();
-        move |source| Self::Cloud { action, source }
-    }
-
-    /// Whether the failure was an optimistic-concurrency conflict (HTTP 409).
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Kube { source: kube::Error::Api(status), .. } if status.code == 409)
-    }
-
-    /// A short label for metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Kube { .. } => "kube",
-            Self::Cloud { source, .. } => source.kind(),
-            Self::Invalid { .. } => "invalid",
-            Self::NotSynced(_) => "not_synced",
-        }
-    }
-}
-
-/// Whether an API error means the object does not exist.
-pub(crate) fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
-}
-
-/// Timings of the control loops; upstream's defaults unless said otherwise.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Provisioning waits this long after the last new pending pod before it schedules.
-    pub batch_idle: Duration,
-    /// ...but never longer than this after the first one.
-    pub batch_max: Duration,
-    /// Close a batch before the idle window once the controllers behind its pods have created
-    /// all of them and the kube-scheduler has judged each (see `provisioning::BurstComplete`).
-    pub batch_close_when_complete: bool,
-    /// A launched instance that has not registered a Node by then is deleted.
-    pub registration_ttl: Duration,
-    /// How often orphaned instances are looked for.
-    pub garbage_collection_interval: Duration,
-    /// An instance younger than this is never garbage-collected (its claim may not be written yet).
-    pub garbage_collection_grace: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            batch_idle: Duration::from_secs(1),
-            batch_max: Duration::from_secs(10),
-            batch_close_when_complete: true,
-            registration_ttl: Duration::from_secs(15 * 60),
-            garbage_collection_interval: Duration::from_secs(30),
-            garbage_collection_grace: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What every loop shares: the API client, the provider, the cluster as the reflectors see it.
-pub struct Context<P> {
-    pub client: Client,
-    pub provider: Arc<P>,
-    pub claims: Store<NodeClaim>,
-    pub nodes: Store<Node>,
-    pub pools: Store<NodePool>,
-    pub pods: Store<CachedPod>,
-    pub recorder: Recorder,
-    pub settings: Settings,
-    pub metrics: Arc<crate::metrics::Metrics>,
-    /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
-    pub own_writes: OwnWrites,
-}
-
-impl<P: CloudProvider> Context<P> {
-    /// A context over the given stores.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        client: Client,
-        provider: Arc<P>,
-        claims: Store<NodeClaim>,
-        nodes: Store<Node>,
-        pools: Store<NodePool>,
-        pods: Store<CachedPod>,
-        settings: Settings,
-        metrics: Arc<crate::metrics::Metrics>,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
-        Self {
-            client,
-            provider,
-            claims,
-            nodes,
-            pools,
-            pods,
-            recorder,
-            settings,
-            metrics,
-            own_writes: OwnWrites::default(),
-        }
-    }
-
-    /// The Node whose providerID is `provider_id`, if the reflector has seen one.
-    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.nodes
-            .state()
-            .into_iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-    }
-}
-
-/// The resourceVersion of each NodeClaim as it was read just before this agent wrote to it.
-///
-/// A Node or Pod event can reconcile a claim again before the watch has delivered the claim's
-/// own update, and reconciling that stale copy would repeat the write (under load, several
-/// times per claim). While the cache still shows the version read before a write, the claim
-/// waits for the watch instead; an entry expires so a write that changed nothing (and so made
-/// no new version) cannot stall a claim.
-#[derive(Default)]
-pub struct OwnWrites(
-    std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
-);
-
-/// How long a write may go unobserved before the claim is reconciled from the cache anyway.
-const OWN_WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl OwnWrites {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, std::time::Instant)>>
-    {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Records a write made to `claim` as it was read.
-    pub fn wrote(&self, claim: &NodeClaim) {
-        if let (Some(name), Some(version)) =
-            (&claim.metadata.name, &claim.metadata.resource_version)
-        {
-            let mut writes = self.lock();
-            // Expired entries go here too: a deleted claim is never looked up again.
-            writes.retain(|_, (_, at)| at.elapsed() < OWN_WRITE_PATIENCE);
-            writes.insert(name.clone(), (version.clone(), std::time::Instant::now()));
-        }
-    }
-
-    /// Whether `claim` is the copy from before this agent's last write to it.
-    pub fn is_stale(&self, claim: &NodeClaim) -> bool {
-        let Some(name) = &claim.metadata.name else {
-            return false;
-        };
-        let mut writes = self.lock();
-        match writes.get(name) {
-            Some((version, at))
-                if claim.metadata.resource_version.as_ref() == Some(version)
-                    && at.elapsed() < OWN_WRITE_PATIENCE =>
-            {
-                true
-            }
-            Some(_) => {
-                writes.remove(name);
-                false
-            }
-            None => false,
-        }
-    }
-}
-
-/// The annotation `kubectl apply` keeps a full copy of the object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops the image list and volume bookkeeping from a cached Node.
-fn trim_node(node: &mut Node) {
-    if let Some(annotations) = node.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-    }
-}
 
 /// Starts every control loop over `client` and `provider` and runs them until one of them
 /// stops (the lifecycle controller stops on SIGTERM/SIGINT). Dropping the future stops them all.

@@ -2,13 +2,12 @@
 //! (what its limits are checked against), and whether it is Ready.
 
 use super::{Context, Error, FIELD_MANAGER, conditions};
-use crate::apis::{NodePool, NodePoolStatus, labels};
+use crate::apis::{NodePool, NodePoolStatus};
 use crate::cloud::CloudProvider;
-use crate::resources::ResourceList;
+use crate::state::usage_by_pool;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -23,29 +22,6 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
             warn!(error = %e, cause = ?std::error::Error::source(&e), "nodepool status update failed");
         }
     }
-}
-
-/// Node count and summed capacity per pool, from the NodeClaims that exist.
-pub fn usage_by_pool<'a>(
-    claims: impl IntoIterator<Item = &'a crate::apis::NodeClaim>,
-) -> BTreeMap<String, (i64, ResourceList)> {
-    let mut usage: BTreeMap<String, (i64, ResourceList)> = BTreeMap::new();
-    for claim in claims {
-        let Some(pool) = claim.labels().get(labels::NODE_POOL) else {
-            continue;
-        };
-        let entry = usage.entry(pool.clone()).or_default();
-        entry.0 += 1;
-        // Before launch the claim's requests stand in for the capacity it will have.
-        let capacity = claim
-            .status
-            .as_ref()
-            .filter(|s| !s.capacity.is_empty())
-            .map(|s| ResourceList::from_quantities(&s.capacity))
-            .unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests));
-        entry.1 = entry.1.saturating_add(&capacity.unwrap_or_default());
-    }
-    usage
 }
 
 /// One pass over every pool whose status is out of date.

@@ -5,9 +5,9 @@
 //! The pod watch reports each pod to [`PodEvents::observe`]; a loop writes the times, at most one
 //! write per claim per [`DEDUPE`] (upstream's 10 s), with the time of the latest event.
 
-use super::pod_cache::CachedPod;
 use super::{Context, Error, FIELD_MANAGER};
 use crate::apis::NodeClaim;
+use crate::state::CachedPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;

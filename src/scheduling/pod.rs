@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the scheduler reads of a pod: its metadata and spec. The API's [`Pod`] is one; the
-/// agent's pod cache keeps a smaller one (`controllers::pod_cache`).
+/// agent's pod cache keeps a smaller one (`state::pod_cache`).
 pub trait PodView {
     /// `metadata`.
     fn pod_meta(&self) -> &ObjectMeta;

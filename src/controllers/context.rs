@@ -1,0 +1,68 @@
+//! What every control loop shares: the API client, the cloud provider, the reflector stores
+//! the loops read the cluster from, the event recorder, the settings and the metrics.
+
+use super::{FIELD_MANAGER, OwnWrites, Settings};
+use crate::apis::{NodeClaim, NodePool};
+use crate::cloud::CloudProvider;
+use crate::state::CachedPod;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use std::sync::Arc;
+
+/// What every loop shares: the API client, the provider, the cluster as the reflectors see it.
+pub struct Context<P> {
+    pub client: Client,
+    pub provider: Arc<P>,
+    pub claims: Store<NodeClaim>,
+    pub nodes: Store<Node>,
+    pub pools: Store<NodePool>,
+    pub pods: Store<CachedPod>,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
+    pub own_writes: OwnWrites,
+}
+
+impl<P: CloudProvider> Context<P> {
+    /// A context over the given stores.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        provider: Arc<P>,
+        claims: Store<NodeClaim>,
+        nodes: Store<Node>,
+        pools: Store<NodePool>,
+        pods: Store<CachedPod>,
+        settings: Settings,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self {
+            client,
+            provider,
+            claims,
+            nodes,
+            pools,
+            pods,
+            recorder,
+            settings,
+            metrics,
+            own_writes: OwnWrites::default(),
+        }
+    }
+
+    /// The Node whose providerID is `provider_id`, if the reflector has seen one.
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+        self.nodes
+            .state()
+            .into_iter()
+            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    }
+}

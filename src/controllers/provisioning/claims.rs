@@ -1,0 +1,262 @@
+//! What a round writes: the plan's new claims as NodeClaim objects (upstream's
+//! `NodeClaimTemplate.ToNodeClaim`, with the NodePool hash of `pkg/apis/v1/nodepool.go`), created
+//! together (upstream's `Provisioner.CreateNodeClaims`), and a FailedProvisioning Event for each
+//! pod nothing can hold (upstream's `PodFailedToScheduleEvent`), at most one per pod every
+//! [`WARN_AGAIN_AFTER`].
+
+use super::batcher::PendingPods;
+use super::round::{Memory, RecentClaims, Round};
+use crate::apis::{NodeClaim, NodePool, labels};
+use crate::controllers::Context;
+use crate::scheduling::{Input, NewClaim, Plan};
+use crate::state::CachedPod;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use rand::Rng;
+use std::hash::Hasher;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// A deterministic hash of a NodePool's template, less the fields upstream leaves out
+/// (requirements), stamped on its claims so drift can be detected later.
+pub fn node_pool_hash(pool: &NodePool) -> String {
+    let mut template = serde_json::to_value(&pool.spec.template).unwrap_or_default();
+    if let Some(spec) = template
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        spec.remove("requirements");
+    }
+    // FNV-1a over the canonical JSON text (serde_json orders object keys).
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(template.to_string().as_bytes());
+    hasher.finish().to_string()
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+/// The NodeClaim object for a planned claim.
+pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
+    let mut annotations = pool.spec.template.metadata.annotations.clone();
+    annotations.insert(labels::NODE_POOL_HASH.to_owned(), node_pool_hash(pool));
+    annotations.insert(
+        labels::NODE_POOL_HASH_VERSION.to_owned(),
+        labels::NODE_POOL_HASH_VERSION_VALUE.to_owned(),
+    );
+    let pod_names: Vec<String> = plan
+        .pods
+        .iter()
+        .filter_map(|&i| pods.get(i))
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    annotations.insert(
+        labels::PROVISIONED_FOR.to_owned(),
+        serde_json::Value::from(pod_names).to_string(),
+    );
+    let options: Vec<serde_json::Value> = plan
+        .instance_types
+        .iter()
+        .take(20)
+        .map(|o| serde_json::json!({"name": o.name, "price": o.price, "zone": o.zone, "capacityType": o.capacity_type}))
+        .collect();
+    annotations.insert(
+        labels::INSTANCE_TYPE_OPTIONS.to_owned(),
+        serde_json::Value::from(options).to_string(),
+    );
+    let mut claim_labels = plan.labels.clone();
+    claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());
+    NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-{}", pool.name_any(), random_suffix())),
+            labels: Some(claim_labels),
+            annotations: Some(annotations),
+            finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_owned()]),
+            owner_references: pool.controller_owner_ref(&()).map(|mut owner| {
+                // The pool owns its claims for garbage collection, but deleting a pool must not
+                // block on them.
+                owner.block_owner_deletion = Some(false);
+                owner.controller = Some(false);
+                vec![owner]
+            }),
+            ..ObjectMeta::default()
+        },
+        spec: plan.to_node_claim_spec(pool),
+        status: None,
+    }
+}
+
+/// Creates the plan's new claims (16 at a time), records each for the next round and counts
+/// what was created and what failed into `round`. A claim that fails is left to a later round:
+/// its pods are still pending.
+pub(super) async fn create_claims<P>(
+    ctx: &Context<P>,
+    pending: &PendingPods,
+    recent: &RecentClaims,
+    plan: &Plan,
+    input: &Input<'_, CachedPod>,
+    round: &mut Round,
+) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let to_create: Vec<(usize, NodeClaim)> = plan
+        .new_claims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, planned)| {
+            let pool = input
+                .node_pools
+                .iter()
+                .map(|p| p.node_pool)
+                .find(|p| p.name_any() == planned.node_pool)?;
+            Some((i, node_claim_for(planned, pool, &input.pods)))
+        })
+        .collect();
+    let results: Vec<(usize, Result<NodeClaim, kube::Error>)> =
+        futures::stream::iter(to_create.into_iter().map(|(i, claim)| {
+            let api = api.clone();
+            async move { (i, api.create(&PostParams::default(), &claim).await) }
+        }))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    for (index, result) in results {
+        let Some(planned) = plan.new_claims.get(index) else {
+            continue;
+        };
+        match result {
+            Ok(claim) => {
+                round.created += 1;
+                recent.record(claim.clone());
+                ctx.metrics.nodeclaims_created.inc();
+                let now = Instant::now();
+                for pod in planned.pods.iter().filter_map(|&i| input.pods.get(i)) {
+                    if let Some(seen) = pod
+                        .metadata
+                        .uid
+                        .as_deref()
+                        .and_then(|uid| pending.first_seen(uid))
+                    {
+                        ctx.metrics
+                            .pod_unschedulable_to_nodeclaim_seconds
+                            .observe(now.duration_since(seen).as_secs_f64());
+                    }
+                }
+                info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
+                    cheapest = ?planned.instance_types.first().map(|o| &o.name), "created nodeclaim");
+            }
+            Err(e) => {
+                round.failed += 1;
+                warn!(nodepool = %planned.node_pool, error = %e, "could not create nodeclaim");
+            }
+        }
+    }
+}
+
+/// How long a pod that was warned about is not warned about again.
+const WARN_AGAIN_AFTER: Duration = Duration::from_secs(300);
+
+/// Publishes a FailedProvisioning Event (and logs why) for each pod of `pods` the plan could
+/// not place, unless it got one less than [`WARN_AGAIN_AFTER`] ago.
+pub(super) async fn warn_unschedulable<P>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+    plan: &Plan,
+    pods: &[&CachedPod],
+) {
+    let now = Instant::now();
+    memory
+        .last_warned
+        .retain(|_, at| now.duration_since(*at) < WARN_AGAIN_AFTER);
+    for unschedulable in &plan.unschedulable {
+        let Some(pod) = pods.get(unschedulable.pod) else {
+            continue;
+        };
+        let key = pod
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| unschedulable.pod_name.clone());
+        if memory.last_warned.contains_key(&key) {
+            continue;
+        }
+        memory.last_warned.insert(key, now);
+        let note = truncate(&unschedulable.to_string(), 1000);
+        info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedProvisioning".to_owned(),
+            note: Some(note),
+            action: "Provisioning".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
+            warn!(pod = %unschedulable.pod_name, error = %e, "could not publish event");
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let cut = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…", &text[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(requirements: serde_json::Value) -> NodePool {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "limits": {"cpu": "1000"},
+                "template": {
+                    "metadata": {"labels": {"team": "web"}, "annotations": {"owner": "ops"}},
+                    "spec": {
+                        "requirements": requirements,
+                        "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
+                        "expireAfter": "720h",
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    },
+                },
+            },
+        }))
+        .expect("a NodePool")
+    }
+
+    #[test]
+    fn the_node_pool_hash_stays_what_existing_claims_carry() {
+        // Claims already in clusters carry this value (karpenter.sh/nodepool-hash); a different
+        // one would make every existing node look drifted.
+        let requirements = serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]);
+        assert_eq!(node_pool_hash(&pool(requirements)), "18408960296977224894");
+    }
+
+    #[test]
+    fn the_node_pool_hash_ignores_requirements() {
+        let spot = serde_json::json!([
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        ]);
+        assert_eq!(
+            node_pool_hash(&pool(spot)),
+            node_pool_hash(&pool(serde_json::json!([]))),
+            "upstream leaves requirements out of the hash"
+        );
+    }
+}

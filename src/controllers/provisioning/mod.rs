@@ -1,0 +1,104 @@
+//! Provisioning: pending pods → NodeClaims, split as upstream splits
+//! `pkg/controllers/provisioning`: the batcher (`batcher.rs`, upstream's `batcher.go`) gathers
+//! pending pods, a round (`round.rs`, upstream's `provisioner.go`) schedules them, and
+//! `claims.rs` turns the plan into NodeClaim objects.
+//!
+//! Pods the kube-scheduler marked unschedulable (`PodScheduled=False`, reason `Unschedulable`)
+//! start a batch; the batch closes once no new one arrived for `batch_idle` (1 s) or at
+//! `batch_max` (10 s). Then one scheduling round simulates the whole cluster (existing nodes,
+//! in-flight NodeClaims, every NodePool's catalogue) and creates the NodeClaims of the plan.
+//!
+//! A batch also closes as soon as it is complete (see [`BurstComplete`]): the kube-scheduler
+//! has judged every pod, and the controllers behind the batch's pods (ReplicaSets, Jobs,
+//! StatefulSets, ReplicationControllers) have created all the pods they want. Waiting out the
+//! idle window then gathers nothing more; it would only delay the whole scale-up by a second.
+//! Pods without such a controller (created one by one, by a script or an operator) give no such
+//! certainty and keep the idle window, as does a batch no new pod came into (a claim's deletion
+//! or the requeue opened it). Before each round, the NodeClaims the API server lists must all
+//! be in the cache, or the round waits for the watch (`SYNC_PATIENCE`).
+//!
+//! In-flight NodeClaims count as capacity in the simulation, so a pod already provided for is
+//! never provided for twice, even by a freshly restarted agent.
+//!
+//! While any pod still waits after a round, another round follows `REQUEUE_WHILE_PENDING`
+//! later, as upstream's pod controller requeues every provisionable pod: the kube-scheduler may
+//! have filled the claim a pod was planned onto with other pods, and nothing else would wake
+//! the batcher for that pod again (its status does not change).
+
+mod batcher;
+mod claims;
+mod round;
+
+pub use batcher::{
+    BatchClose, BatchCompletion, BurstComplete, PendingPods, PodController, Wake, WantedPods,
+    batch_controllers, next_batch,
+};
+// Which pods are ours is decided where the scheduler's input is built; tests ask it here.
+pub use crate::state::is_provisionable;
+pub use claims::{node_claim_for, node_pool_hash};
+pub use round::{Memory, RecentClaims, Round, provision};
+
+use super::Context;
+use crate::cloud::CloudProvider;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+/// How soon a round follows one that left pods waiting (upstream's pod controller requeues a
+/// provisionable pod every 10 s).
+pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
+
+/// Runs provisioning until the wake-up channel closes.
+pub async fn run<P: CloudProvider + 'static>(
+    ctx: Arc<Context<P>>,
+    pending: Arc<PendingPods>,
+    recent: Arc<RecentClaims>,
+    mut wake: mpsc::Receiver<Wake>,
+) {
+    let mut memory = Memory::default();
+    let mut requeue_at = None;
+    loop {
+        let mut completion = BurstComplete::new(&ctx);
+        let Some(closed_by) = next_batch(
+            &mut wake,
+            ctx.settings.batch_idle,
+            ctx.settings.batch_max,
+            requeue_at,
+            &mut completion,
+        )
+        .await
+        else {
+            break;
+        };
+        ctx.metrics
+            .batches
+            .get_or_create(&crate::metrics::BatchLabels {
+                closed_by: closed_by.as_str().to_owned(),
+            })
+            .inc();
+        requeue_at = None;
+        let started = Instant::now();
+        match provision(&ctx, &pending, &recent, &mut memory).await {
+            Ok(Some(round)) => {
+                info!(
+                    pods = round.pods,
+                    nodeclaims = round.created,
+                    unschedulable = round.unschedulable,
+                    batch_closed_by = closed_by.as_str(),
+                    elapsed_ms = started.elapsed().as_millis(),
+                    "scheduling round"
+                );
+                if round.pods > 0 {
+                    requeue_at = Some(tokio::time::Instant::now() + REQUEUE_WHILE_PENDING);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "scheduling round failed; retrying");
+                pending.nudge();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! One scheduling round (upstream's `Provisioner.Schedule` in
+//! `pkg/controllers/provisioning/provisioner.go`): wait until the NodeClaim watch shows every
+//! claim the API server has ("cluster state synced"), read what only the API and the provider
+//! know (each node class's catalogue, the DaemonSets), let [`crate::state::scheduling_input`]
+//! turn the stores into the scheduler's input, simulate, and hand the plan to `claims.rs`.
+
+use super::batcher::PendingPods;
+use super::claims::{create_claims, warn_unschedulable};
+use crate::apis::{NodeClaim, NodePool};
+use crate::cloud::CloudProvider;
+use crate::controllers::{Context, Error};
+use crate::scheduling::{self, Input, Plan};
+use crate::state::{self, CachedPod, Catalogues, Snapshot};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{debug, warn};
+
+/// What provisioning remembers between rounds.
+#[derive(Default)]
+pub struct Memory {
+    /// When each pod last got a FailedProvisioning Event, so a pod is not warned about every round.
+    pub(super) last_warned: HashMap<String, Instant>,
+}
+
+/// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
+/// can lag a round behind; without these, the next round would provision the same pods again.
+/// An entry goes as soon as the watch reports the claim (created or deleted): from then on the
+/// reflector's store is the truth.
+#[derive(Default)]
+pub struct RecentClaims(Mutex<HashMap<String, (Instant, Arc<NodeClaim>)>>);
+
+/// The longest a created claim counts as capacity without the watch confirming it.
+const RECENT_CLAIM_MEMORY: Duration = Duration::from_secs(60);
+
+impl RecentClaims {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<NodeClaim>)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn record(&self, claim: NodeClaim) {
+        self.lock()
+            .insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
+    }
+
+    /// Called for every NodeClaim the watch delivers, applied or deleted.
+    pub fn seen(&self, claim: &NodeClaim) {
+        if let Some(name) = &claim.metadata.name {
+            self.lock().remove(name);
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
+    fn unconfirmed(&self) -> Vec<Arc<NodeClaim>> {
+        let mut claims = self.lock();
+        claims.retain(|_, (at, _)| at.elapsed() < RECENT_CLAIM_MEMORY);
+        claims.values().map(|(_, claim)| claim.clone()).collect()
+    }
+}
+
+/// How long a round waits for the NodeClaim watch to show every claim the API server has.
+const SYNC_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Whether every NodeClaim the API server has (a quorum read of the names) is in the store or
+/// among the claims this agent has just created. A claim someone else made a moment ago (the
+/// agent this one replaced, whose last writes land after this one listed the cluster) would
+/// be invisible to the round, which would provide for its pods a second time. Upstream checks
+/// the same before each round ("cluster state synced").
+async fn claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<bool, Error> {
+    let listed = Api::<NodeClaim>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeClaims"))?;
+    let cached: std::collections::HashSet<String> = ctx
+        .claims
+        .state()
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .all(|name| cached.contains(name) || recent.contains(name)))
+}
+
+/// What one round did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Round {
+    pub pods: usize,
+    pub created: usize,
+    pub failed: usize,
+    pub unschedulable: usize,
+}
+
+/// One scheduling round. Returns `None` when nothing was pending.
+pub async fn provision<P: CloudProvider>(
+    ctx: &Context<P>,
+    pending: &PendingPods,
+    recent: &RecentClaims,
+    memory: &mut Memory,
+) -> Result<Option<Round>, Error> {
+    let pods = ctx.pods.state();
+    if !pods.iter().any(|pod| state::is_provisionable(pod)) {
+        ctx.metrics.pods_unschedulable.set(0);
+        return Ok(None);
+    }
+    wait_for_claims_synced(ctx, recent).await?;
+    let pools = ctx.pools.state();
+    let claims = claims_with_unconfirmed(ctx, recent);
+    let nodes = ctx.nodes.state();
+    let catalogues = catalogues(ctx, &pools, &claims).await;
+    let daemon_set_pods = daemon_set_pods(ctx).await?;
+    let input = state::scheduling_input(&Snapshot {
+        pods: &pods,
+        nodes: &nodes,
+        claims: &claims,
+        pools: &pools,
+        catalogues: &catalogues,
+        daemon_set_pods: &daemon_set_pods,
+    });
+    let plan = simulate(ctx, &input);
+
+    let mut round = Round {
+        pods: input.pods.len(),
+        unschedulable: plan.unschedulable.len(),
+        ..Round::default()
+    };
+    create_claims(ctx, pending, recent, &plan, &input, &mut round).await;
+    ctx.metrics
+        .pods_unschedulable
+        .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
+    warn_unschedulable(ctx, memory, &plan, &input.pods).await;
+    Ok(Some(round))
+}
+
+/// Waits up to [`SYNC_PATIENCE`] for [`claims_synced`].
+async fn wait_for_claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<(), Error> {
+    let synced_by = Instant::now() + SYNC_PATIENCE;
+    while !claims_synced(ctx, recent).await? {
+        if Instant::now() >= synced_by {
+            return Err(Error::NotSynced("NodeClaim"));
+        }
+        debug!("waiting for the NodeClaim watch to catch up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The store's NodeClaims and those this agent created that the watch has not delivered yet.
+fn claims_with_unconfirmed<P>(ctx: &Context<P>, recent: &RecentClaims) -> Vec<Arc<NodeClaim>> {
+    let mut claims = ctx.claims.state();
+    for claim in recent.unconfirmed() {
+        if !claims
+            .iter()
+            .any(|c| c.metadata.name == claim.metadata.name)
+        {
+            claims.push(claim);
+        }
+    }
+    claims
+}
+
+/// One catalogue per node class the live pools and the claims name. A class the provider
+/// cannot list has none: its pools launch nothing this round, the rest go on.
+async fn catalogues<P: CloudProvider>(
+    ctx: &Context<P>,
+    pools: &[Arc<NodePool>],
+    claims: &[Arc<NodeClaim>],
+) -> Catalogues {
+    let mut catalogues = Catalogues::default();
+    for class in state::node_classes(pools, claims) {
+        if catalogues.contains(class) {
+            continue;
+        }
+        match ctx.provider.instance_types(class).await {
+            Ok(types) => catalogues.insert(class, types),
+            Err(e) => {
+                warn!(node_class = %class.name, error = %e, "no instance types for node class")
+            }
+        }
+    }
+    catalogues
+}
+
+/// One pod per DaemonSet in the cluster, as overhead on every new node.
+async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Error> {
+    let daemon_sets = Api::<DaemonSet>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing DaemonSets"))?;
+    Ok(state::daemon_set_pods(&daemon_sets.items))
+}
+
+/// Runs the scheduler, timed.
+fn simulate<P>(ctx: &Context<P>, input: &Input<'_, CachedPod>) -> Plan {
+    let started = Instant::now();
+    let plan = scheduling::schedule(input);
+    ctx.metrics
+        .scheduling_seconds
+        .observe(started.elapsed().as_secs_f64());
+    for placement in &plan.existing {
+        debug!(target_kind = ?placement.target, name = %placement.name, pods = placement.pods.len(), "pods fit on existing capacity");
+    }
+    plan
+}

@@ -1,0 +1,35 @@
+//! The control loops' timings, passed to [`super::start`] by the binary (which reads them from
+//! its flags) or a test.
+
+use std::time::Duration;
+
+/// Timings of the control loops; upstream's defaults unless said otherwise.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Provisioning waits this long after the last new pending pod before it schedules.
+    pub batch_idle: Duration,
+    /// ...but never longer than this after the first one.
+    pub batch_max: Duration,
+    /// Close a batch before the idle window once the controllers behind its pods have created
+    /// all of them and the kube-scheduler has judged each (see `provisioning::BurstComplete`).
+    pub batch_close_when_complete: bool,
+    /// A launched instance that has not registered a Node by then is deleted.
+    pub registration_ttl: Duration,
+    /// How often orphaned instances are looked for.
+    pub garbage_collection_interval: Duration,
+    /// An instance younger than this is never garbage-collected (its claim may not be written yet).
+    pub garbage_collection_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            batch_close_when_complete: true,
+            registration_ttl: Duration::from_secs(15 * 60),
+            garbage_collection_interval: Duration::from_secs(30),
+            garbage_collection_grace: Duration::from_secs(30),
+        }
+    }
+}
