@@ -297,3 +297,23 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
     }
     objects
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_applied_hash_of_an_object_never_changes() {
+        // Clusters carry these hashes already: a different hash for the same object would make
+        // every re-run re-apply it.
+        let namespace = Manifest::new(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}}),
+            "namespaces",
+        );
+        assert_eq!(namespace.hash(), "5d9e3cf05a36af21");
+        assert_eq!(
+            namespace.applied_object()["metadata"]["annotations"][APPLIED_HASH],
+            "5d9e3cf05a36af21"
+        );
+    }
+}
