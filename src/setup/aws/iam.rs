@@ -18,43 +18,13 @@ pub const NODE_POLICIES: [&str; 4] = [
 ];
 /// IAM returns policy documents URL-encoded; moto sometimes does not.
 fn decode_policy(text: &str) -> Option<Value> {
-    serde_json::from_str(text)
-        .ok()
-        .or_else(|| serde_json::from_str(&percent_decode(text)).ok())
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(
-                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                    16,
-                ) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    serde_json::from_str(text).ok().or_else(|| {
+        // `+` is a space as in form encoding (an encoded `+` is `%2B`), so it is replaced before
+        // the percent-escapes are decoded.
+        let spaced = text.replace('+', " ");
+        let decoded = percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy();
+        serde_json::from_str(&decoded).ok()
+    })
 }
 
 impl Ctx {
@@ -448,5 +418,11 @@ mod tests {
         assert_eq!(decode_policy(&doc.to_string()), Some(doc.clone()));
         let encoded = "%7B%22Version%22%3A%222012-10-17%22%2C%22Statement%22%3A%5B%5D%7D";
         assert_eq!(decode_policy(encoded), Some(doc));
+    }
+
+    #[test]
+    fn a_plus_in_an_encoded_policy_is_a_space_and_an_encoded_plus_stays_a_plus() {
+        let encoded = "%7B%22Sid%22%3A%22a+b%2Bc%22%7D";
+        assert_eq!(decode_policy(encoded), Some(json!({"Sid": "a b+c"})));
     }
 }

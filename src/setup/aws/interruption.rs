@@ -6,6 +6,7 @@ use super::{Ctx, aws_error, code};
 use crate::setup::{SetupError, Status};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
+use std::hash::Hasher as _;
 
 impl Ctx {
     pub(super) async fn queue_arn(&self) -> Result<String, SetupError> {
@@ -120,8 +121,9 @@ fn rules(cluster: &str) -> Vec<(String, Value)> {
         let mut name = format!("karpenter-{cluster}-{suffix}");
         if name.len() > 64 {
             // Rule names are at most 64 characters; keep them unique per cluster.
-            let hash = crate::cloud::aws::nodeclass::fnv1a(cluster.as_bytes());
-            name = format!("karpenter-{hash:016x}-{suffix}");
+            let mut hasher = fnv::FnvHasher::default();
+            hasher.write(cluster.as_bytes());
+            name = format!("karpenter-{:016x}-{suffix}", hasher.finish());
         }
         (name, pattern)
     })

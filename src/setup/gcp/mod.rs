@@ -119,10 +119,7 @@ impl GcpOptions {
         if id.len() <= 30 {
             return id;
         }
-        // FNV-1a, 32 bits: stable across runs and releases, so a re-run finds the same account.
-        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        });
+        let hash = fnv1a_32(&self.cluster_name);
         let head: String = self.cluster_name.chars().take(11).collect();
         format!("karpenter-{}-{hash:08x}", head.trim_end_matches('-'))
     }
@@ -142,9 +139,7 @@ impl GcpOptions {
         if id.len() <= 30 {
             return id;
         }
-        let hash = self.cluster_name.bytes().fold(0x811c_9dc5_u32, |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        });
+        let hash = fnv1a_32(&self.cluster_name);
         let head: String = self.cluster_name.chars().take(5).collect();
         format!("karpenter-nodes-{}-{hash:08x}", head.trim_end_matches('-'))
     }
@@ -183,6 +178,17 @@ impl GcpOptions {
             self.gcp_service_account_email()
         )
     }
+}
+
+/// FNV-1a, 32 bits, of a cluster's name: the suffix of a shortened service account id. Stable
+/// across runs and releases, so a re-run finds the same account. Hand-written because the `fnv`
+/// crate has only the 64-bit variant (and no crate in the build has this one), and eight hex
+/// digits are what fit IAM's 30 characters; existing accounts are named with it, so it must not
+/// change.
+fn fnv1a_32(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Shared by the steps.
