@@ -2,15 +2,18 @@
 //! `karpenter_core::setup`; this module asks for missing flags (only on a terminal), prints the
 //! plan and what is already in place, asks before changing anything (unless `--yes`), runs the
 //! plan with progress on stderr, and scaffolds a NodePool and node class as YAML on stdout (or
-//! files in `--output-dir`). stdout carries only that YAML.
+//! files in `--output-dir`). stdout carries only that YAML. On a terminal a spinner names the
+//! step that is running (a cloud call can take seconds); piped, stderr gets only the lines.
 
 use crate::cluster::Cluster;
 use crate::output;
 use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use karpenter_core::setup::manifests::Manifest;
-use karpenter_core::setup::{Mode, Outcome, Plan, SetupError};
+use karpenter_core::setup::{Mode, Observer, Outcome, Phase, Plan, Progress, SetupError};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Flags of `init`.
 #[derive(clap::Args, Debug, Clone)]
@@ -158,7 +161,10 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
     }
     eprintln!("\nChecking what is in place:");
     let check = plan
-        .run(Mode::DryRun, |p| eprintln!("  {p}"))
+        .run_with(
+            Mode::DryRun,
+            &mut StepSpinner::new(|p: &Progress| eprintln!("  {p}")),
+        )
         .await
         .map_err(|e| setup_error(e, verbose))?;
     let changes = check.changed();
@@ -188,14 +194,16 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
         }
         eprintln!("\nApplying:");
         // The check above listed what is in place; here only what changes.
+        let mut spinner = StepSpinner::new(|p: &Progress| {
+            if !matches!(p.outcome, Outcome::InPlace(_)) {
+                eprintln!("  {p}");
+            }
+        });
         let report = plan
-            .run(Mode::Apply, |p| {
-                if !matches!(p.outcome, Outcome::InPlace(_)) {
-                    eprintln!("  {p}");
-                }
-            })
+            .run_with(Mode::Apply, &mut spinner)
             .await
             .map_err(|e| setup_error(e, verbose))?;
+        drop(spinner);
         eprintln!("\n{}", report.summary());
     }
     scaffold(&setup.scaffold, common.output_dir.as_deref(), false)?;
@@ -203,6 +211,57 @@ pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyh
         eprintln!("{line}");
     }
     Ok(())
+}
+
+/// Shows the running step as a spinner on stderr, and prints each finished step's line above
+/// it. When stderr is not a terminal there is no spinner, only the lines.
+struct StepSpinner<F> {
+    /// `None` off a terminal (indicatif's own detection, as the draw target sees stderr).
+    bar: Option<ProgressBar>,
+    print: F,
+}
+
+impl<F: FnMut(&Progress)> StepSpinner<F> {
+    fn new(print: F) -> Self {
+        let target = ProgressDrawTarget::stderr();
+        let bar = (!target.is_hidden()).then(|| {
+            let bar = ProgressBar::with_draw_target(None, target).with_style(
+                ProgressStyle::with_template("  {spinner} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        Self { bar, print }
+    }
+}
+
+impl<F: FnMut(&Progress)> Observer for StepSpinner<F> {
+    fn started(&mut self, step: &str, phase: Phase) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(match phase {
+                Phase::Check => format!("checking {step}"),
+                Phase::Apply => format!("applying {step}"),
+            });
+        }
+    }
+
+    fn finished(&mut self, progress: &Progress) {
+        match &self.bar {
+            // The line goes above the spinner, which is drawn again after it.
+            Some(bar) => bar.suspend(|| (self.print)(progress)),
+            None => (self.print)(progress),
+        }
+    }
+}
+
+impl<F> Drop for StepSpinner<F> {
+    /// Cleared when the run ends, also when a step failed (it never finished).
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// The objects as a multi-document YAML stream.
@@ -275,6 +334,21 @@ mod tests {
         assert_eq!(yaml.matches("---\n").count(), 2, "{yaml}");
         assert!(yaml.contains("kind: NodePool"), "{yaml}");
         assert_eq!(file_name(&objects[0]), "nodepool-default.yaml");
+    }
+
+    #[test]
+    fn the_step_spinner_prints_each_finished_step_once_whether_or_not_it_draws() {
+        let mut lines = Vec::new();
+        {
+            let mut spinner = StepSpinner::new(|p: &Progress| lines.push(p.to_string()));
+            spinner.started("node-role", Phase::Check);
+            spinner.started("node-role", Phase::Apply);
+            spinner.finished(&Progress {
+                step: "node-role".to_owned(),
+                outcome: Outcome::Applied("create role r".to_owned()),
+            });
+        }
+        assert_eq!(lines, ["+ node-role: done: create role r"]);
     }
 
     #[test]

@@ -1,6 +1,16 @@
 //! kubectl-style tables: UPPERCASE headers, no borders, columns separated by three spaces
 //! (kubectl's tabwriter padding), no trailing spaces. Cells may carry a colour, applied after
 //! alignment so escape codes never skew the columns.
+//!
+//! Why not `comfy-table`: its `NOTHING` preset with a (0, 3) padding, no content arrangement and
+//! trimmed lines gives this layout byte for byte, but not its colours. comfy-table colours cells
+//! through crossterm, which writes `ESC[38;5;2m … ESC[39m` where terminals (and the CLI tests on
+//! a pty) get `ESC[32m … ESC[0m` here, the codes `explain` also paints its answers with; and it
+//! measures cells containing escape codes correctly only with its `custom_styling` feature, whose
+//! `ansi-str` dependency is not in this build. It also measures display width (a CJK character is
+//! two columns) where kubectl's tabwriter, and this table, count characters, and it turns a `\n`
+//! in a cell into a second line. `watch` prints one row at a time at fixed widths
+//! ([`render_row`]), which comfy-table can only do as a one-row table per line.
 
 use std::fmt::Write as _;
 

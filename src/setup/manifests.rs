@@ -9,6 +9,7 @@ use super::{SetupError, Status, Step};
 use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
+use std::hash::Hasher as _;
 
 /// Annotation holding the hash of the applied object.
 pub const APPLIED_HASH: &str = "kubectl-karpenter.io/applied-hash";
@@ -54,14 +55,11 @@ impl Manifest {
         }
     }
 
+    /// FNV-1a (64-bit) of the object's JSON text.
     fn hash(&self) -> String {
-        let text = self.object.to_string();
-        format!(
-            "{:016x}",
-            text.bytes()
-                .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b))
-                    .wrapping_mul(0x0000_0100_0000_01b3))
-        )
+        let mut hasher = fnv::FnvHasher::default();
+        hasher.write(self.object.to_string().as_bytes());
+        format!("{:016x}", hasher.finish())
     }
 
     /// The object as applied: with the hash annotation.
@@ -296,4 +294,24 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
             json!([{"name": "cloud-credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]);
     }
     objects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_applied_hash_of_an_object_never_changes() {
+        // Clusters carry these hashes already: a different hash for the same object would make
+        // every re-run re-apply it.
+        let namespace = Manifest::new(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}}),
+            "namespaces",
+        );
+        assert_eq!(namespace.hash(), "5d9e3cf05a36af21");
+        assert_eq!(
+            namespace.applied_object()["metadata"]["annotations"][APPLIED_HASH],
+            "5d9e3cf05a36af21"
+        );
+    }
 }

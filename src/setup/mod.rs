@@ -5,6 +5,8 @@
 //! (checks only: changes nothing) or [`Mode::Apply`]. Because every step checks before it acts,
 //! a second run finds every step in place and changes nothing, and a run that failed half-way
 //! completes when re-run. Errors name the step and the missing permission or resource.
+//! [`Plan::run_with`] also tells an [`Observer`] when each step starts, so a caller can show
+//! what is running (the plugin's spinner) without this library drawing anything.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), karpenter_core::setup::SetupError> {
@@ -179,6 +181,36 @@ impl fmt::Display for Progress {
     }
 }
 
+/// What a step is doing while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Its read-only check.
+    Check,
+    /// Its change (only in [`Mode::Apply`], when the check said it is needed).
+    Apply,
+}
+
+/// Hears about a run as it goes: when each step starts its check or its change, and when it
+/// finishes. A run that fails stops after `started`, without `finished`, so whatever `started`
+/// shows must also be cleared when the run returns.
+pub trait Observer {
+    /// `step` starts its check or its change.
+    fn started(&mut self, step: &str, phase: Phase) {
+        let _ = (step, phase);
+    }
+    /// A step finished.
+    fn finished(&mut self, progress: &Progress);
+}
+
+/// An [`Observer`] that only hears about finished steps.
+struct OnFinish<F>(F);
+
+impl<F: FnMut(&Progress)> Observer for OnFinish<F> {
+    fn finished(&mut self, progress: &Progress) {
+        (self.0)(progress);
+    }
+}
+
 /// What a run did, step by step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
@@ -264,9 +296,10 @@ impl Plan {
     pub async fn run(
         &self,
         mode: Mode,
-        mut on_progress: impl FnMut(&Progress),
+        on_progress: impl FnMut(&Progress),
     ) -> Result<Report, SetupError> {
-        self.run_until(mode, usize::MAX, &mut on_progress).await
+        self.run_observed(mode, usize::MAX, &mut OnFinish(on_progress))
+            .await
     }
 
     /// Runs at most the first `limit` steps (tests use it to stop half-way).
@@ -276,17 +309,38 @@ impl Plan {
         limit: usize,
         on_progress: &mut impl FnMut(&Progress),
     ) -> Result<Report, SetupError> {
+        self.run_observed(mode, limit, &mut OnFinish(on_progress))
+            .await
+    }
+
+    /// Like [`Plan::run`], telling `observer` when each step starts as well as when it finishes.
+    pub async fn run_with(
+        &self,
+        mode: Mode,
+        observer: &mut impl Observer,
+    ) -> Result<Report, SetupError> {
+        self.run_observed(mode, usize::MAX, observer).await
+    }
+
+    async fn run_observed(
+        &self,
+        mode: Mode,
+        limit: usize,
+        observer: &mut impl Observer,
+    ) -> Result<Report, SetupError> {
         let mut report = Report::default();
         for step in self.steps.iter().take(limit) {
             let wrap = |source: SetupError| SetupError::Step {
                 step: step.name().to_owned(),
                 source: Box::new(source),
             };
+            observer.started(step.name(), Phase::Check);
             let status = step.check().await.map_err(wrap)?;
             let outcome = match (status, mode) {
                 (Status::InPlace(what), _) => Outcome::InPlace(what),
                 (Status::Needed(what), Mode::DryRun) => Outcome::WouldApply(what),
                 (Status::Needed(what), Mode::Apply) => {
+                    observer.started(step.name(), Phase::Apply);
                     step.apply().await.map_err(wrap)?;
                     tracing::info!(step = step.name(), change = %what, "setup step applied");
                     Outcome::Applied(what)
@@ -296,9 +350,107 @@ impl Plan {
                 step: step.name().to_owned(),
                 outcome,
             };
-            on_progress(&progress);
+            observer.finished(&progress);
             report.steps.push(progress);
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct FakeStep {
+        name: &'static str,
+        check: Result<Status, &'static str>,
+    }
+
+    impl Step for FakeStep {
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn describe(&self) -> String {
+            format!("fake {}", self.name)
+        }
+        fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
+            Box::pin(async move {
+                self.check.clone().map_err(|hint| SetupError::Missing {
+                    resource: self.name.to_owned(),
+                    hint: hint.to_owned(),
+                })
+            })
+        }
+        fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn plan(steps: Vec<(&'static str, Result<Status, &'static str>)>) -> Plan {
+        Plan::new(
+            steps
+                .into_iter()
+                .map(|(name, check)| Box::new(FakeStep { name, check }) as Box<dyn Step>)
+                .collect(),
+        )
+    }
+
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl Observer for Recorder {
+        fn started(&mut self, step: &str, phase: Phase) {
+            self.0.push(format!("{phase:?} {step}"));
+        }
+        fn finished(&mut self, progress: &Progress) {
+            self.0.push(progress.to_string());
+        }
+    }
+
+    #[tokio::test]
+    async fn an_observer_hears_each_step_start_its_check_and_its_change_and_finish() {
+        let plan = plan(vec![
+            ("there", Ok(Status::InPlace("it is".to_owned()))),
+            ("missing", Ok(Status::Needed("make it".to_owned()))),
+        ]);
+        let mut seen = Recorder::default();
+        let report = plan.run_with(Mode::Apply, &mut seen).await.unwrap();
+        assert_eq!(
+            seen.0,
+            [
+                "Check there",
+                "✓ there: in place (it is)",
+                "Check missing",
+                "Apply missing",
+                "+ missing: done: make it",
+            ]
+        );
+        assert_eq!(report.changed(), 1);
+
+        let mut dry = Recorder::default();
+        plan.run_with(Mode::DryRun, &mut dry).await.unwrap();
+        assert!(!dry.0.iter().any(|e| e.starts_with("Apply")), "{:?}", dry.0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_is_started_but_never_finished_and_the_plain_callback_hears_the_same_steps()
+     {
+        let plan = plan(vec![
+            ("there", Ok(Status::InPlace("it is".to_owned()))),
+            ("broken", Err("no way")),
+        ]);
+        let mut seen = Recorder::default();
+        let error = plan.run_with(Mode::Apply, &mut seen).await.unwrap_err();
+        assert!(matches!(error, SetupError::Step { ref step, .. } if step == "broken"));
+        assert_eq!(
+            seen.0,
+            ["Check there", "✓ there: in place (it is)", "Check broken"]
+        );
+
+        let mut finished = Vec::new();
+        let _ = plan
+            .run(Mode::Apply, |p| finished.push(p.step.clone()))
+            .await;
+        assert_eq!(finished, ["there"]);
     }
 }

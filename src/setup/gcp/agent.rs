@@ -1,0 +1,111 @@
+//! The Kubernetes objects `init gcp` applies or prints: the agent (CRDs, namespace, service
+//! account with its Workload Identity annotation or the key's Secret mounted, RBAC, Deployment)
+//! and a starter NodePool with its GCENodeClass.
+
+use super::gke::{GkeCluster, zone_region};
+use super::{GcpAuth, GcpOptions};
+use crate::setup::manifests::{self, AgentSettings, Manifest};
+use serde_json::json;
+
+/// The agent's objects for GCP: its Deployment runs `karpenter-agent run --provider gcp`.
+pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
+    let (annotations, credentials_secret) = match options.auth {
+        GcpAuth::WorkloadIdentity => (
+            vec![(
+                "iam.gke.io/gcp-service-account".to_owned(),
+                options.gcp_service_account_email(),
+            )],
+            None,
+        ),
+        GcpAuth::Key => (Vec::new(), Some(options.key_secret())),
+    };
+    let mut objects = manifests::crds();
+    objects.extend(manifests::agent(&AgentSettings {
+        namespace: options.namespace.clone(),
+        service_account: options.service_account.clone(),
+        image: options.image.clone(),
+        service_account_annotations: annotations,
+        args: vec!["run".to_owned(), "--provider".to_owned(), "gcp".to_owned()],
+        env: agent_env(options),
+        credentials_secret,
+    }));
+    objects
+}
+
+/// The agent's settings (`karpenter-agent run --help`): a zonal cluster's nodes stay in its
+/// zone, a regional cluster's go to any zone of the region.
+fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
+        ("GCP_PROJECT".to_owned(), options.project.clone()),
+    ];
+    match zone_region(&options.location) {
+        Some(region) => {
+            env.push(("GCP_REGION".to_owned(), region.to_owned()));
+            env.push(("GCP_ZONES".to_owned(), options.location.clone()));
+        }
+        None => env.push(("GCP_REGION".to_owned(), options.location.clone())),
+    }
+    env
+}
+
+/// A starter NodePool and GCENodeClass, both `default`; with the cluster read, the node class
+/// puts nodes on the cluster's subnetwork and pods' secondary range.
+pub fn node_pool_manifests(options: &GcpOptions, cluster: Option<&GkeCluster>) -> Vec<Manifest> {
+    let mut node_class = json!({
+        "apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass", "metadata": {"name": "default"},
+        "spec": {
+            "imageSelectorTerms": [{"alias": "ContainerOptimizedOS@latest"}],
+            "disks": [{"category": "pd-balanced", "sizeGiB": 60, "boot": true}],
+            "serviceAccount": options.node_service_account_email(),
+            "networkTags": [format!("gke-{}-node", options.cluster_name)],
+            "labels": {"karpenter-cluster": options.cluster_name},
+        },
+    });
+    if let Some(cluster) = cluster {
+        if !cluster.subnetwork.is_empty() {
+            node_class["spec"]["networkConfig"] = json!({"subnetwork": cluster.subnetwork});
+        }
+        if let Some(range) = &cluster.pod_range {
+            node_class["spec"]["subnetRangeName"] = json!(range);
+        }
+    }
+    vec![
+        Manifest::new(node_class, "gcenodeclasses"),
+        Manifest::new(
+            json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+                "spec": {
+                    "template": {"spec": {
+                        "requirements": [
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                            {"key": "karpenter.k8s.gcp/instance-family", "operator": "In", "values": ["n2", "n2d", "e2", "c3"]},
+                        ],
+                        "nodeClassRef": {"group": "karpenter.k8s.gcp", "kind": "GCENodeClass", "name": "default"},
+                        "expireAfter": "720h",
+                    }},
+                    "limits": {"cpu": "1000"},
+                    "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "1m"},
+                },
+            }),
+            "nodepools",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zonal_cluster_keeps_its_nodes_in_its_zone_and_a_regional_one_uses_the_region() {
+        assert_eq!(zone_region("us-central1-a"), Some("us-central1"));
+        assert_eq!(zone_region("us-central1"), None);
+        assert_eq!(zone_region("europe-west4"), None);
+        let env = agent_env(&GcpOptions::new("p", "c", "europe-west4-b"));
+        assert!(env.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())));
+        assert!(env.contains(&("GCP_ZONES".to_owned(), "europe-west4-b".to_owned())));
+    }
+}
