@@ -13,7 +13,11 @@
 pub mod aws;
 pub mod conditions;
 pub mod garbage_collection;
+#[cfg(feature = "gcp")]
+pub mod gcp;
 pub mod lifecycle;
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod pod_cache;
 pub mod pod_events;

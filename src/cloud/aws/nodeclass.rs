@@ -1,8 +1,9 @@
 //! EC2NodeClass resolution: turns the selector terms into the subnets, security groups, AMIs and
-//! instance profile a launch uses, and reports them (or why they could not be found) in the
-//! node class's status, as upstream's `nodeclass` controller does.
+//! instance profile a launch uses, and the status that reports them (or why they could not be
+//! found), as upstream's `nodeclass` controller does. SDK calls and pure data only: the node class
+//! status controller (`controllers::nodeclass_status`) writes the status.
 
-use super::{Clients, FIELD_MANAGER, sdk_error_code};
+use super::{Clients, sdk_error_code};
 use crate::apis::ec2nodeclass::{
     AmiSelectorTerm, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
 };
@@ -11,8 +12,8 @@ use crate::cloud::CloudError;
 use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What a node class resolved to.
 #[derive(Clone, Debug, PartialEq)]
@@ -698,22 +699,25 @@ pub fn status(
     }
 }
 
-/// Writes a node class's status (server-side apply, the agent's field manager).
-pub async fn write_status(
-    client: &kube::Client,
-    name: &str,
-    status: &EC2NodeClassStatus,
-) -> Result<(), CloudError> {
-    let api: Api<EC2NodeClass> = Api::all(client.clone());
-    let patch = serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| CloudError::api("writing the EC2NodeClass status", e))?;
-    Ok(())
+/// What resolving a node class came to: the resolution (or why the class is not ready), and the
+/// status to write when it differs from the one the class has.
+#[derive(Debug)]
+pub struct NodeClassResolution {
+    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
+    pub status: Option<EC2NodeClassStatus>,
+}
+
+/// Whether two statuses say the same (transition times and condition order aside).
+pub(super) fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
+    let strip = |s: &EC2NodeClassStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        }
+        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    };
+    strip(a) == strip(b)
 }
 
 #[cfg(test)]
