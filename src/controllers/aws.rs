@@ -1,12 +1,14 @@
 //! The loops only the EC2 provider has, run beside the common controllers over the same
-//! reflector stores: the interruption queue (spot interruptions, scheduled maintenance, state
-//! changes → the claim is deleted, so the lifecycle drains the node and provisioning replaces
-//! it) and the EC2NodeClass status ([`super::nodeclass_status`]: resolved subnets, security
-//! groups, AMIs and instance profile, and a Ready condition that says what is missing).
+//! reflector stores: the interruption queue ([`super::interruption`]: spot interruptions,
+//! scheduled maintenance, state changes → the claim is deleted, so the lifecycle drains the node
+//! and provisioning replaces it) and the EC2NodeClass status ([`super::nodeclass_status`]:
+//! resolved subnets, security groups, AMIs and instance profile, and a Ready condition that says
+//! what is missing).
 
+use super::interruption::InterruptionHandler;
 use super::{Error, Running, nodeclass_status};
 use crate::cloud::aws::AwsProvider;
-use crate::cloud::aws::interruption::InterruptionHandler;
+use crate::cloud::aws::interruption::InterruptionQueue;
 
 /// Starts the EC2 provider's loops beside `running`: EC2NodeClass status always, and the
 /// interruption queue when the provider's config names one. Fails only when the queue cannot be
@@ -18,10 +20,9 @@ pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
         ctx.provider.clone(),
     ));
     if let Some(queue) = ctx.provider.config().interruption_queue.clone() {
-        let handler = InterruptionHandler::new(
+        let sqs = InterruptionQueue::new(
             ctx.provider.clients().sqs.clone(),
             &queue,
-            ctx.client.clone(),
             ctx.provider.unavailable_offerings(),
         )
         .await
@@ -29,6 +30,7 @@ pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
             "opening the interruption queue {queue}"
         )))?;
         tracing::info!(%queue, "reading the interruption queue");
+        let handler = InterruptionHandler::new(sqs, ctx.client.clone());
         running.spawn(handler.run(ctx.claims.clone()));
     }
     Ok(())

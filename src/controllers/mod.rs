@@ -15,6 +15,8 @@ pub mod conditions;
 pub mod garbage_collection;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+#[cfg(feature = "aws")]
+pub mod interruption;
 pub mod lifecycle;
 #[cfg(any(feature = "aws", feature = "gcp"))]
 pub mod nodeclass_status;

@@ -4,7 +4,8 @@
 //!
 //! Sits under the controllers like every [`CloudProvider`]; also owns what only AWS has: the
 //! EC2NodeClass resolution ([`nodeclass`]), the cache of offerings EC2 had no capacity for
-//! ([`unavailable`]) and the interruption queue consumer ([`interruption`]).
+//! ([`unavailable`]) and the interruption queue's SQS side ([`interruption`]). It makes no
+//! Kubernetes writes: it reads the EC2NodeClass it resolves, and the controllers write the rest.
 //!
 //! ```no_run
 //! # async fn example(kube: kube::Client) -> Result<(), karpenter_core::cloud::CloudError> {
@@ -36,8 +37,6 @@ use std::time::{Duration, Instant};
 use unavailable::UnavailableOfferings;
 use userdata::ClusterBootstrap;
 
-/// The field manager the agent writes status with (the controllers' name for it).
-pub const FIELD_MANAGER: &str = "karpenter-agent";
 /// Tag on everything launched for a cluster: `kubernetes.io/cluster/<name>` = `owned`.
 pub fn cluster_tag(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
