@@ -763,6 +763,19 @@ mod tests {
     }
 
     #[test]
+    fn name_hashes_keep_the_values_existing_names_were_made_with() {
+        // Computed with the hand-written FNV-1a (before the fnv crate): launch templates,
+        // instance profiles and EventBridge rules already in accounts are named with them.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"demo"), 0xa5e4_1b67_4276_d396);
+        assert_eq!(fnv1a(b"us-west-2/default"), 0x0420_5b15_41ff_69d6);
+        assert_eq!(
+            instance_profile_name("demo", "us-west-2", "default"),
+            "demo_297337722266151382"
+        );
+    }
+
+    #[test]
     fn an_ami_fits_by_architecture_and_accelerators() {
         let standard = Ami {
             id: "ami-1".into(),

@@ -563,6 +563,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_long_instance_name_keeps_the_hash_suffix_it_had() {
+        // Computed with the hand-written FNV-1a (before the fnv crate): a retried launch must
+        // find the instance an older agent created.
+        assert_eq!(
+            instance_name(
+                "production-cluster",
+                "a-very-long-nodepool-name-with-many-words-xk2p9"
+            ),
+            "production-cluster-a-very-long-nodepool-name-with-many-01db99ba"
+        );
+    }
+
+    #[test]
     fn instance_names_are_valid_gce_names() {
         assert_eq!(instance_name("demo", "default-abc12"), "demo-default-abc12");
         assert_eq!(
