@@ -144,11 +144,13 @@ pub fn instance_profile_name(cluster: &str, region: &str, node_class: &str) -> S
     format!("{cluster}_{hash}")
 }
 
-/// FNV-1a, 64 bits: a stable hash for names (not for security).
+/// FNV-1a, 64 bits: a stable hash for names (not for security). Names already made with it live
+/// in accounts, so its values must never change.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// One SSM parameter of an alias: its name, the architecture of its image, and whether the
