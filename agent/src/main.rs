@@ -273,9 +273,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             ProviderKind::Gcp => {
                 let provider = Arc::new(gcp_provider(&args, client.clone()).await?);
-                controllers::run(client, provider, settings, metrics)
-                    .await
-                    .context("running the controllers")
+                let mut running = controllers::start(client, provider, settings, metrics).await;
+                // GCENodeClass status.
+                controllers::gcp::start(&mut running);
+                running.wait().await;
+                Ok(())
             }
         }
     };

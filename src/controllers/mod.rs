@@ -13,7 +13,13 @@
 pub mod aws;
 pub mod conditions;
 pub mod garbage_collection;
+#[cfg(feature = "gcp")]
+pub mod gcp;
+#[cfg(feature = "aws")]
+pub mod interruption;
 pub mod lifecycle;
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod pod_events;
 pub mod provisioning;

@@ -8,6 +8,7 @@ use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::cloud::{CloudError, CloudProvider, DeleteOutcome, ProviderId};
 use karpenter_core::controllers::lifecycle::launch_candidates;
+use karpenter_core::controllers::nodeclass_status;
 use kube::Api;
 
 pub async fn provider(env: &Env) -> AwsProvider {
@@ -89,6 +90,10 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
         "no on-demand price, no on-demand offering"
     );
 
+    // The provider resolves; the node class status controller writes what it resolved.
+    nodeclass_status::sync_ec2_node_class(&rig().client().await, &provider, "resolve-demo")
+        .await
+        .expect("status written");
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
     let status = classes
         .get("resolve-demo")
@@ -148,6 +153,9 @@ async fn a_node_class_whose_subnets_match_nothing_is_not_ready_and_says_why() {
         matches!(&error, CloudError::NodeClassNotReady { reason, .. } if reason.contains("no subnets")),
         "{error}"
     );
+    nodeclass_status::sync_ec2_node_class(&rig().client().await, &provider, "unready-demo")
+        .await
+        .expect_err("the status says why it is not ready");
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
     let status = classes
         .get("unready-demo")

@@ -8,6 +8,7 @@ use karpenter_core::apis::{GCENodeClass, NodeClaim, NodeClassReference, labels};
 use karpenter_core::cloud::gcp::GcpProvider;
 use karpenter_core::cloud::{CloudError, CloudProvider, DeleteOutcome, ProviderId};
 use karpenter_core::controllers::lifecycle::launch_candidates;
+use karpenter_core::controllers::nodeclass_status;
 use kube::Api;
 use serde_json::Value;
 
@@ -147,6 +148,10 @@ async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_cla
         .count();
     assert!(pages > 1, "the aggregated list was paged ({pages} pages)");
 
+    // The provider resolves; the node class status controller writes what it resolved.
+    nodeclass_status::sync_gce_node_class(&rig().client().await, &provider, "catalogue-demo")
+        .await
+        .expect("status written");
     let classes: Api<GCENodeClass> = Api::all(rig().client().await);
     let status = classes
         .get("catalogue-demo")
@@ -191,6 +196,9 @@ spec:
         matches!(err, CloudError::NodeClassNotReady { .. }),
         "{err:?}"
     );
+    nodeclass_status::sync_gce_node_class(&rig().client().await, &provider, "catalogue-missing")
+        .await
+        .expect_err("the status says why it is not ready");
     let status = classes
         .get("catalogue-missing")
         .await

@@ -1,7 +1,9 @@
-//! The interruption queue: EventBridge delivers EC2 and AWS Health events about this account's
-//! instances to an SQS queue; this reads them, finds the NodeClaim of each instance by its
-//! providerID and deletes it, so the lifecycle drains the node and provisioning replaces it
-//! before (or as) the instance goes away. Upstream's `controllers/interruption`.
+//! The interruption queue's SQS side: EventBridge delivers EC2 and AWS Health events about this
+//! account's instances to an SQS queue; this receives them, decodes each into the instances it
+//! is about and what happened to them, deletes handled messages, and caches an interrupted spot
+//! offering as unavailable. The controller that acts on them (finds the NodeClaim by providerID,
+//! deletes it, records the Event) is `controllers::interruption`; together they are upstream's
+//! `controllers/interruption` (its `sqs` provider and message parsers live here).
 //!
 //! | event (`detail-type`) | action |
 //! |---|---|
@@ -12,17 +14,12 @@
 //!
 //! Every message is deleted from the queue once handled (or found unparseable), so none loops.
 
+use super::cloud_error;
 use super::unavailable::UnavailableOfferings;
-use super::{FIELD_MANAGER, cloud_error};
-use crate::apis::{NodeClaim, labels};
-use crate::cloud::{CloudError, ProviderId};
-use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
+use crate::apis::labels;
+use crate::cloud::CloudError;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
 
 /// What an event means for an instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,32 +103,28 @@ pub fn parse_message(body: &str) -> Option<(Interruption, Vec<String>)> {
     }
 }
 
-/// The queue consumer.
-pub struct InterruptionHandler {
+/// The queue: receives, decodes and deletes its messages.
+pub struct InterruptionQueue {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
-    client: kube::Client,
-    recorder: Recorder,
     unavailable: Arc<UnavailableOfferings>,
     /// Long-poll wait per ReceiveMessage (SQS allows up to 20 s).
     pub wait: Duration,
 }
 
-/// What one message led to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handled {
-    pub interruption: Interruption,
-    pub instance_id: String,
-    /// The NodeClaim deleted (or, for a rebalance, told), if one matched.
-    pub node_claim: Option<String>,
+/// One message received: what it says happened, to which instances (`None` for events that need
+/// no action, or are not ours to understand), and the receipt that deletes it once handled.
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub interruption: Option<(Interruption, Vec<String>)>,
+    receipt_handle: Option<String>,
 }
 
-impl InterruptionHandler {
-    /// A handler for the queue named `queue` (or its URL).
+impl InterruptionQueue {
+    /// The queue named `queue` (or its URL).
     pub async fn new(
         sqs: aws_sdk_sqs::Client,
         queue: &str,
-        client: kube::Client,
         unavailable: Arc<UnavailableOfferings>,
     ) -> Result<Self, CloudError> {
         let queue_url = if queue.starts_with("http://") || queue.starts_with("https://") {
@@ -145,25 +138,16 @@ impl InterruptionHandler {
                 .map_err(|e| cloud_error("finding the interruption queue (sqs:GetQueueUrl)", e))?;
             out.queue_url().unwrap_or_default().to_owned()
         };
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
         Ok(Self {
             sqs,
             queue_url,
-            client,
-            recorder,
             unavailable,
             wait: Duration::from_secs(20),
         })
     }
 
-    /// Receives one batch (long-polling up to `wait`), acts on it against the claims `claims`
-    /// holds once the batch arrived (a claim launched during the long poll is among them),
-    /// deletes the messages, and says what it did.
-    pub async fn poll_once(&self, claims: &Store<NodeClaim>) -> Result<Vec<Handled>, CloudError> {
+    /// Receives one batch, long-polling up to `wait`, each message decoded.
+    pub async fn receive(&self) -> Result<Vec<Message>, CloudError> {
         let out = self
             .sqs
             .receive_message()
@@ -173,127 +157,37 @@ impl InterruptionHandler {
             .send()
             .await
             .map_err(|e| cloud_error("reading the interruption queue (sqs:ReceiveMessage)", e))?;
-        let mut handled = Vec::new();
-        let claims = if out.messages().is_empty() {
-            Vec::new()
-        } else {
-            claims.state()
-        };
-        for message in out.messages() {
-            if let Some((interruption, ids)) = message.body().and_then(parse_message) {
-                for instance_id in ids {
-                    let node_claim = self.act(&interruption, &instance_id, &claims).await?;
-                    handled.push(Handled {
-                        interruption: interruption.clone(),
-                        instance_id,
-                        node_claim,
-                    });
-                }
-            }
-            if let Some(receipt) = message.receipt_handle() {
-                self.sqs
-                    .delete_message()
-                    .queue_url(&self.queue_url)
-                    .receipt_handle(receipt)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        cloud_error("deleting an interruption message (sqs:DeleteMessage)", e)
-                    })?;
-            }
-        }
-        Ok(handled)
+        Ok(out
+            .messages()
+            .iter()
+            .map(|message| Message {
+                interruption: message.body().and_then(parse_message),
+                receipt_handle: message.receipt_handle().map(str::to_owned),
+            })
+            .collect())
     }
 
-    async fn act(
-        &self,
-        interruption: &Interruption,
-        instance_id: &str,
-        claims: &[Arc<NodeClaim>],
-    ) -> Result<Option<String>, CloudError> {
-        let claim = claims.iter().find(|c| {
-            let id = c
-                .status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .and_then(|p| p.parse::<ProviderId>().ok());
-            matches!(id, Some(ProviderId::Aws { instance_id: ref i, .. }) if i == instance_id)
-        });
-        let Some(claim) = claim else {
-            tracing::debug!(
-                instance_id,
-                ?interruption,
-                "interruption event for an instance no NodeClaim owns"
-            );
-            return Ok(None);
-        };
-        let name = claim.name_any();
-        let note = match interruption {
-            Interruption::SpotInterruption => {
-                format!("spot interruption warning for {instance_id}; replacing the node")
-            }
-            Interruption::ScheduledChange => {
-                format!("AWS scheduled maintenance for {instance_id}; replacing the node")
-            }
-            Interruption::StateChange(state) => {
-                format!("instance {instance_id} is {state}; replacing the node")
-            }
-            Interruption::RebalanceRecommendation => {
-                format!("EC2 recommends rebalancing off {instance_id}")
-            }
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: interruption.reason().to_owned(),
-            note: Some(note.clone()),
-            action: "Interrupt".to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &claim.object_ref(&())).await {
-            warn!(nodeclaim = %name, error = %e, "could not publish the interruption event");
+    /// Deletes a handled (or unparseable) message, so none loops.
+    pub async fn delete(&self, message: &Message) -> Result<(), CloudError> {
+        if let Some(receipt) = &message.receipt_handle {
+            self.sqs
+                .delete_message()
+                .queue_url(&self.queue_url)
+                .receipt_handle(receipt)
+                .send()
+                .await
+                .map_err(|e| {
+                    cloud_error("deleting an interruption message (sqs:DeleteMessage)", e)
+                })?;
         }
-        if !interruption.replaces_node() {
-            info!(nodeclaim = %name, instance_id, "rebalance recommended");
-            return Ok(Some(name));
-        }
-        if *interruption == Interruption::SpotInterruption {
-            let labels = claim.labels();
-            if let (Some(instance_type), Some(zone)) =
-                (labels.get(labels::INSTANCE_TYPE), labels.get(labels::ZONE))
-            {
-                self.unavailable
-                    .mark(labels::CAPACITY_TYPE_SPOT, instance_type, zone);
-            }
-        }
-        if claim.metadata.deletion_timestamp.is_none() {
-            let api: Api<NodeClaim> = Api::all(self.client.clone());
-            match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => {
-                    info!(nodeclaim = %name, instance_id, %note, "deleted the nodeclaim of an interrupted instance")
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => return Err(CloudError::api("deleting the interrupted nodeclaim", e)),
-            }
-        }
-        Ok(Some(name))
+        Ok(())
     }
 
-    /// Polls until the future is dropped, acting on the claims `claims` holds; errors are logged
-    /// and retried after a pause.
-    pub async fn run(self, claims: Store<NodeClaim>) {
-        loop {
-            match self.poll_once(&claims).await {
-                Ok(handled) => {
-                    for h in handled {
-                        tracing::debug!(?h, "interruption handled");
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, cause = ?std::error::Error::source(&e), "reading the interruption queue failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                }
-            }
-        }
+    /// Caches the spot offering of an interrupted instance as unavailable, so the replacement
+    /// launches elsewhere.
+    pub fn mark_spot_unavailable(&self, instance_type: &str, zone: &str) {
+        self.unavailable
+            .mark(labels::CAPACITY_TYPE_SPOT, instance_type, zone);
     }
 }
 

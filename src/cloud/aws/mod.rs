@@ -4,7 +4,8 @@
 //!
 //! Sits under the controllers like every [`CloudProvider`]; also owns what only AWS has: the
 //! EC2NodeClass resolution ([`nodeclass`]), the cache of offerings EC2 had no capacity for
-//! ([`unavailable`]) and the interruption queue consumer ([`interruption`]).
+//! ([`unavailable`]) and the interruption queue's SQS side ([`interruption`]). It makes no
+//! Kubernetes writes: it reads the EC2NodeClass it resolves, and the controllers write the rest.
 //!
 //! ```no_run
 //! # async fn example(kube: kube::Client) -> Result<(), karpenter_core::cloud::CloudError> {
@@ -23,12 +24,12 @@ pub mod unavailable;
 pub mod userdata;
 
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
-use crate::apis::{EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClassReference, labels};
+use crate::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use crate::scheduling::InstanceType;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{Filter, InstanceStateName, LocationType};
 use catalogue::TypeInfo;
-use nodeclass::ResolvedNodeClass;
+use nodeclass::{NodeClassResolution, ResolvedNodeClass};
 use pricing::PriceTable;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -36,8 +37,6 @@ use std::time::{Duration, Instant};
 use unavailable::UnavailableOfferings;
 use userdata::ClusterBootstrap;
 
-/// The field manager the agent writes status with (the controllers' name for it).
-pub const FIELD_MANAGER: &str = "karpenter-agent";
 /// Tag on everything launched for a cluster: `kubernetes.io/cluster/<name>` = `owned`.
 pub fn cluster_tag(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
@@ -342,12 +341,22 @@ impl AwsProvider {
             .await
     }
 
-    /// Resolves a node class (reusing a recent answer for an unchanged spec) and writes its
-    /// status when it changed. The function the agent's node class loop calls.
+    /// Resolves a node class (reusing a recent answer for an unchanged spec), as a launch and
+    /// the catalogue need it.
     pub async fn resolve_node_class(
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+        self.resolve_node_class_status(name).await?.resolved
+    }
+
+    /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
+    /// amounts to when it differs from the class's: the node class status controller writes it
+    /// (the provider makes no Kubernetes writes).
+    pub async fn resolve_node_class_status(
+        &self,
+        name: &str,
+    ) -> Result<NodeClassResolution, CloudError> {
         let api: kube::Api<EC2NodeClass> = kube::Api::all(self.kube.clone());
         let class = api
             .get_opt(name)
@@ -359,13 +368,17 @@ impl AwsProvider {
                 reason: format!("EC2NodeClass {name} does not exist"),
             });
         };
+        let previous = class.status.clone().unwrap_or_default();
+        let generation = class.metadata.generation;
         if let Some(cached) = self.cached_node_class(name, &class) {
-            return Ok(cached);
+            let status = nodeclass::status(&Ok((*cached).clone()), None, generation, &previous);
+            return Ok(NodeClassResolution {
+                resolved: Ok(cached),
+                status: (!nodeclass::same_status(&status, &previous)).then_some(status),
+            });
         }
         let k8s_version = self.kubernetes_version().await?.to_owned();
         let result = nodeclass::resolve(&self.clients, &class, &k8s_version).await;
-        let previous = class.status.clone().unwrap_or_default();
-        let generation = class.metadata.generation;
         let (status, outcome) = match result {
             Ok(resolved) => {
                 let resolved = Arc::new(resolved);
@@ -383,22 +396,23 @@ impl AwsProvider {
             ),
             Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
         };
-        if !same_status(&status, &previous) {
-            nodeclass::write_status(&self.kube, name, &status).await?;
+        if let Ok(resolved) = &outcome {
+            self.node_classes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(
+                    name.to_owned(),
+                    CachedNodeClass {
+                        resolved_at: Instant::now(),
+                        spec: class.spec.clone(),
+                        resolved: resolved.clone(),
+                    },
+                );
         }
-        let resolved = outcome?;
-        self.node_classes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                name.to_owned(),
-                CachedNodeClass {
-                    resolved_at: Instant::now(),
-                    spec: class.spec.clone(),
-                    resolved: resolved.clone(),
-                },
-            );
-        Ok(resolved)
+        Ok(NodeClassResolution {
+            resolved: outcome,
+            status: (!nodeclass::same_status(&status, &previous)).then_some(status),
+        })
     }
 
     fn cached_node_class(
@@ -726,20 +740,6 @@ impl AwsProvider {
             }
         }
     }
-}
-
-fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
-    let strip = |s: &EC2NodeClassStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            );
-        }
-        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
-        s
-    };
-    strip(a) == strip(b)
 }
 
 /// The root volume size a node class asks for (default 20Gi).

@@ -1,8 +1,9 @@
 //! EC2NodeClass resolution: turns the selector terms into the subnets, security groups, AMIs and
-//! instance profile a launch uses, and reports them (or why they could not be found) in the
-//! node class's status, as upstream's `nodeclass` controller does.
+//! instance profile a launch uses, and the status that reports them (or why they could not be
+//! found), as upstream's `nodeclass` controller does. SDK calls and pure data only: the node class
+//! status controller (`controllers::nodeclass_status`) writes the status.
 
-use super::{Clients, FIELD_MANAGER, sdk_error_code};
+use super::{Clients, sdk_error_code};
 use crate::apis::ec2nodeclass::{
     AmiSelectorTerm, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
 };
@@ -11,8 +12,8 @@ use crate::cloud::CloudError;
 use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What a node class resolved to.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,11 +144,13 @@ pub fn instance_profile_name(cluster: &str, region: &str, node_class: &str) -> S
     format!("{cluster}_{hash}")
 }
 
-/// FNV-1a, 64 bits: a stable hash for names (not for security).
+/// FNV-1a, 64 bits: a stable hash for names (not for security). Names already made with it live
+/// in accounts, so its values must never change.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// One SSM parameter of an alias: its name, the architecture of its image, and whether the
@@ -698,22 +701,25 @@ pub fn status(
     }
 }
 
-/// Writes a node class's status (server-side apply, the agent's field manager).
-pub async fn write_status(
-    client: &kube::Client,
-    name: &str,
-    status: &EC2NodeClassStatus,
-) -> Result<(), CloudError> {
-    let api: Api<EC2NodeClass> = Api::all(client.clone());
-    let patch = serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| CloudError::api("writing the EC2NodeClass status", e))?;
-    Ok(())
+/// What resolving a node class came to: the resolution (or why the class is not ready), and the
+/// status to write when it differs from the one the class has.
+#[derive(Debug)]
+pub struct NodeClassResolution {
+    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
+    pub status: Option<EC2NodeClassStatus>,
+}
+
+/// Whether two statuses say the same (transition times and condition order aside).
+pub(super) fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
+    let strip = |s: &EC2NodeClassStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        }
+        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    };
+    strip(a) == strip(b)
 }
 
 #[cfg(test)]
@@ -756,6 +762,19 @@ mod tests {
         assert_eq!(a, instance_profile_name("demo", "us-west-2", "default"));
         assert_ne!(a, instance_profile_name("demo", "us-west-2", "gpu"));
         assert!(a.starts_with("demo_"));
+    }
+
+    #[test]
+    fn name_hashes_keep_the_values_existing_names_were_made_with() {
+        // Computed with the hand-written FNV-1a (before the fnv crate): launch templates,
+        // instance profiles and EventBridge rules already in accounts are named with them.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"demo"), 0xa5e4_1b67_4276_d396);
+        assert_eq!(fnv1a(b"us-west-2/default"), 0x0420_5b15_41ff_69d6);
+        assert_eq!(
+            instance_profile_name("demo", "us-west-2", "default"),
+            "demo_297337722266151382"
+        );
     }
 
     #[test]

@@ -127,9 +127,12 @@ pub fn instance_name(cluster: &str, claim: &str) -> String {
         name.insert_str(0, "k-");
     }
     if name.len() > 63 {
-        let hash = raw.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+        let hash = {
+            use std::hash::Hasher;
+            let mut hasher = fnv::FnvHasher::default();
+            hasher.write(raw.as_bytes());
+            hasher.finish()
+        };
         name.truncate(54);
         name = format!("{}-{:08x}", name.trim_end_matches('-'), hash & 0xffff_ffff);
     }
@@ -561,6 +564,19 @@ pub(super) async fn launch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_instance_name_keeps_the_hash_suffix_it_had() {
+        // Computed with the hand-written FNV-1a (before the fnv crate): a retried launch must
+        // find the instance an older agent created.
+        assert_eq!(
+            instance_name(
+                "production-cluster",
+                "a-very-long-nodepool-name-with-many-words-xk2p9"
+            ),
+            "production-cluster-a-very-long-nodepool-name-with-many-01db99ba"
+        );
+    }
 
     #[test]
     fn instance_names_are_valid_gce_names() {

@@ -22,13 +22,11 @@ use crate::apis::{GCENodeClass, GCENodeClassStatus, NodeClaim, NodeClassReferenc
 use crate::scheduling::InstanceType;
 use catalogue::MachineTypeInfo;
 use google_cloud_compute_v1::client::{Images, InstanceTemplates, Instances, MachineTypes, Zones};
-use nodeclass::ResolvedNodeClass;
+use nodeclass::{NodeClassResolution, ResolvedNodeClass};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The field manager the agent writes status with.
-pub const FIELD_MANAGER: &str = "karpenter-agent";
 /// VM label naming the cluster (GCE label keys cannot hold `/` or `.`).
 pub const CLUSTER_LABEL: &str = "karpenter-k8s-gcp-cluster";
 /// VM label naming the NodePool.
@@ -421,12 +419,22 @@ impl GcpProvider {
         self.unavailable.clone()
     }
 
-    /// Resolves a node class (reusing a recent answer for an unchanged spec) and writes its
-    /// status when it changed.
+    /// Resolves a node class (reusing a recent answer for an unchanged spec), as a launch and
+    /// the catalogue need it.
     pub async fn resolve_node_class(
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
+        self.resolve_node_class_status(name).await?.resolved
+    }
+
+    /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
+    /// amounts to when it differs from the class's: the node class status controller writes it
+    /// (the provider makes no Kubernetes writes).
+    pub async fn resolve_node_class_status(
+        &self,
+        name: &str,
+    ) -> Result<NodeClassResolution, CloudError> {
         let api: kube::Api<GCENodeClass> = kube::Api::all(self.kube.clone());
         let class = api
             .get_opt(name)
@@ -438,19 +446,28 @@ impl GcpProvider {
                 reason: format!("GCENodeClass {name} does not exist"),
             });
         };
-        {
+        let previous = class.status.clone().unwrap_or_default();
+        let cached = {
             let cache = self
                 .node_classes
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(cached) = cache.get(name)
-                && cached.spec == class.spec
-                && cached.resolved_at.elapsed() < self.config.node_class_ttl
-            {
-                return Ok(cached.resolved.clone());
-            }
+            cache
+                .get(name)
+                .filter(|cached| {
+                    cached.spec == class.spec
+                        && cached.resolved_at.elapsed() < self.config.node_class_ttl
+                })
+                .map(|cached| cached.resolved.clone())
+        };
+        if let Some(cached) = cached {
+            let status =
+                nodeclass::status(&Ok((*cached).clone()), class.metadata.generation, &previous);
+            return Ok(NodeClassResolution {
+                resolved: Ok(cached),
+                status: nodeclass::status_changed(&status, &previous).then_some(status),
+            });
         }
-        let previous = class.status.clone().unwrap_or_default();
         let result = nodeclass::resolve(&self.clients.images, &class, &self.config.project).await;
         let (status, outcome): (
             GCENodeClassStatus,
@@ -470,31 +487,23 @@ impl GcpProvider {
             ),
             Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
         };
-        if status.images != previous.images
-            || status
-                .conditions
-                .iter()
-                .map(|c| (&c.status, &c.reason, &c.message))
-                .ne(previous
-                    .conditions
-                    .iter()
-                    .map(|c| (&c.status, &c.reason, &c.message)))
-        {
-            nodeclass::write_status(&self.kube, name, &status).await?;
+        if let Ok(resolved) = &outcome {
+            self.node_classes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(
+                    name.to_owned(),
+                    CachedNodeClass {
+                        resolved_at: Instant::now(),
+                        spec: class.spec.clone(),
+                        resolved: resolved.clone(),
+                    },
+                );
         }
-        let resolved = outcome?;
-        self.node_classes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                name.to_owned(),
-                CachedNodeClass {
-                    resolved_at: Instant::now(),
-                    spec: class.spec.clone(),
-                    resolved: resolved.clone(),
-                },
-            );
-        Ok(resolved)
+        Ok(NodeClassResolution {
+            resolved: outcome,
+            status: nodeclass::status_changed(&status, &previous).then_some(status),
+        })
     }
 
     /// The catalogue from Compute, refreshed when older than `catalogue_ttl` (a stale one is

@@ -1,5 +1,6 @@
 //! GCENodeClass resolution: which images its `imageSelectorTerms` name (by alias, family or id,
-//! one per architecture), and the status written back (`status.images`, the `Ready` condition).
+//! one per architecture), and the status that amounts to (`status.images`, the `Ready`
+//! condition), which the node class status controller (`controllers::nodeclass_status`) writes.
 //! Everything else in the spec (service account, tags, disks, subnetwork, metadata, labels) is
 //! used as written when an instance is built ([`super::launch`]).
 
@@ -10,8 +11,8 @@ use crate::cloud::provider::CloudError;
 use google_cloud_compute_v1::client::Images;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
+use std::sync::Arc;
 
 /// An image a node class may boot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -271,22 +272,25 @@ pub fn status(
     }
 }
 
-/// Writes a node class's status by server-side apply.
-pub async fn write_status(
-    client: &kube::Client,
-    name: &str,
-    status: &GCENodeClassStatus,
-) -> Result<(), CloudError> {
-    let api: Api<GCENodeClass> = Api::all(client.clone());
-    let patch = serde_json::json!({"apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass", "status": status});
-    api.patch_status(
-        name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| CloudError::api("writing the GCENodeClass status", e))?;
-    Ok(())
+/// What resolving a node class came to: the resolution (or why the class is not ready), and the
+/// status to write when it differs from the one the class has.
+#[derive(Debug)]
+pub struct NodeClassResolution {
+    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
+    pub status: Option<GCENodeClassStatus>,
+}
+
+/// Whether `status` says something `previous` does not (transition times aside).
+pub(super) fn status_changed(status: &GCENodeClassStatus, previous: &GCENodeClassStatus) -> bool {
+    status.images != previous.images
+        || status
+            .conditions
+            .iter()
+            .map(|c| (&c.status, &c.reason, &c.message))
+            .ne(previous
+                .conditions
+                .iter()
+                .map(|c| (&c.status, &c.reason, &c.message)))
 }
 
 #[cfg(test)]

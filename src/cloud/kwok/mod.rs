@@ -2,6 +2,10 @@
 //! keeps Ready, so pods bound to it run, and nothing costs money. It exercises every controller
 //! exactly as a cloud would, which makes it the provider of the local demo and the integration
 //! tests.
+//!
+//! The one provider that writes to Kubernetes, by design: creating and deleting Node objects is
+//! its simulated cloud's API (as upstream's kwok provider does), not a write on the controllers'
+//! behalf. Every other `cloud` module only reads the node class it needs.
 
 pub mod catalogue;
 

@@ -1,0 +1,15 @@
+//! The loops only the Compute Engine provider has, run beside the common controllers: the
+//! GCENodeClass status ([`super::nodeclass_status`]: the images its selector terms resolved to,
+//! and a Ready condition that says why when none did).
+
+use super::{Running, nodeclass_status};
+use crate::cloud::gcp::GcpProvider;
+
+/// Starts the Compute Engine provider's loops beside `running`.
+pub fn start(running: &mut Running<GcpProvider>) {
+    let ctx = running.ctx.clone();
+    running.spawn(nodeclass_status::gce_node_classes(
+        ctx.client.clone(),
+        ctx.provider.clone(),
+    ));
+}

@@ -1,0 +1,118 @@
+//! Initialization: a registered Node is initialized once it is Ready and neither the claim's
+//! startup taints nor the known ephemeral (not-ready) taints remain; then the Node is labelled
+//! initialized and the claim marked Initialized and Ready.
+//!
+//! Follows upstream's `pkg/controllers/nodeclaim/lifecycle/initialization.go`.
+
+use super::write_status;
+use crate::apis::nodeclaim::conditions as cond;
+use crate::apis::{NodeClaim, NodeClaimStatus, labels};
+use crate::controllers::{Context, Error, conditions};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+use std::time::Duration;
+use tracing::info;
+
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub(super) async fn initialize<P>(
+    claim: &NodeClaim,
+    mut status: NodeClaimStatus,
+    node: &Node,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    if !node_is_ready(node) {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let node_taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let waiting: Vec<&str> = claim
+        .spec
+        .startup_taints
+        .iter()
+        .filter(|st| {
+            node_taints
+                .iter()
+                .any(|t| t.key == st.key && t.effect == st.effect)
+        })
+        .map(|t| t.key.as_str())
+        .collect();
+    if !waiting.is_empty() {
+        let message = format!(
+            "waiting for startup taints to be removed: {}",
+            waiting.join(", ")
+        );
+        conditions::set(
+            &mut status.conditions,
+            cond::INITIALIZED,
+            false,
+            "StartupTaintsExist",
+            &message,
+            claim.metadata.generation,
+        );
+        write_status(claim, &status, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    // Until the node lifecycle controller has taken its not-ready taints off (it lags the Ready
+    // condition), pods cannot land: an initialized claim must be one they can land on.
+    if let Some(taint) = node_taints
+        .iter()
+        .find(|t| crate::scheduling::taints::is_known_ephemeral(t))
+    {
+        let message = format!(
+            "KnownEphemeralTaint \"{}\" still exists",
+            crate::scheduling::taints::DisplayTaint(taint)
+        );
+        conditions::set(
+            &mut status.conditions,
+            cond::INITIALIZED,
+            false,
+            "KnownEphemeralTaintsExist",
+            &message,
+            claim.metadata.generation,
+        );
+        write_status(claim, &status, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}}});
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::kube("labelling the node initialized"))?;
+    conditions::set(
+        &mut status.conditions,
+        cond::INITIALIZED,
+        true,
+        "Initialized",
+        "",
+        claim.metadata.generation,
+    );
+    conditions::set(
+        &mut status.conditions,
+        cond::READY,
+        true,
+        "Ready",
+        "",
+        claim.metadata.generation,
+    );
+    write_status(claim, &status, ctx).await?;
+    ctx.metrics.nodeclaims_initialized.inc();
+    info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "initialized");
+    Ok(Action::requeue(Duration::from_secs(300)))
+}

@@ -1,0 +1,161 @@
+//! Launching a NodeClaim's instance: pick the candidate instance types the claim allows, ask the
+//! provider for one, and record what it launched (labels, providerID, capacity) on the claim; a
+//! launch that cannot succeed as planned deletes the claim so its pods are planned again.
+//!
+//! Follows upstream's `pkg/controllers/nodeclaim/lifecycle/launch.go`.
+
+use super::{delete_claim, describe, publish, write_status};
+use crate::apis::nodeclaim::conditions as cond;
+use crate::apis::{NodeClaim, NodeClaimStatus, labels};
+use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::controllers::{Context, Error, conditions};
+use crate::scheduling::InstanceType;
+use crate::scheduling::Requirements;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::json;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// The instance types a claim may launch as, cheapest first: those its requirements allow and
+/// whose allocatable covers its requests.
+pub fn launch_candidates(
+    claim: &NodeClaim,
+    catalogue: &[InstanceType],
+) -> Result<Vec<InstanceType>, Error> {
+    let requirements =
+        Requirements::from_api(&claim.spec.requirements).map_err(|e| Error::Invalid {
+            object: describe(claim),
+            reason: e.to_string(),
+        })?;
+    let requests = crate::resources::ResourceList::from_quantities(&claim.spec.resources.requests)
+        .map_err(|e| Error::Invalid {
+            object: describe(claim),
+            reason: e.to_string(),
+        })?;
+    let mut candidates: Vec<(f64, &InstanceType)> = catalogue
+        .iter()
+        .filter(|it| requirements.intersects(&it.requirements).is_ok())
+        .filter(|it| requests.fits_in(&it.allocatable()))
+        .filter_map(|it| it.cheapest_offering(&requirements).map(|o| (o.price, it)))
+        .collect();
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    Ok(candidates.into_iter().map(|(_, it)| it.clone()).collect())
+}
+
+pub(super) async fn launch<P: CloudProvider>(
+    claim: &NodeClaim,
+    status: NodeClaimStatus,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let catalogue = match ctx
+        .provider
+        .instance_types(&claim.spec.node_class_ref)
+        .await
+    {
+        Ok(catalogue) => catalogue,
+        Err(CloudError::NodeClassNotReady { reason, .. }) => {
+            return give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await;
+        }
+        Err(e) => return Err(Error::cloud("listing instance types")(e)),
+    };
+    let candidates = launch_candidates(claim, &catalogue)?;
+    let started = std::time::Instant::now();
+    match ctx.provider.create(claim, &candidates).await {
+        Ok(instance) => {
+            record_launch(claim, status, &instance, ctx).await?;
+            ctx.metrics.nodeclaims_launched.inc();
+            ctx.metrics
+                .launch_seconds
+                .observe(started.elapsed().as_secs_f64());
+            info!(nodeclaim = %claim.name_any(), instance_type = %instance.instance_type, zone = %instance.zone,
+                capacity_type = %instance.capacity_type, provider_id = %instance.provider_id, "launched");
+            let note = format!(
+                "launched {} ({}) in {} as {}",
+                instance.instance_type, instance.capacity_type, instance.zone, instance.provider_id
+            );
+            publish(ctx, claim, EventType::Normal, "Launched", &note).await;
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        Err(CloudError::InsufficientCapacity { offerings }) => {
+            let note = format!(
+                "no capacity for {}; the pods will be provisioned again",
+                offerings.join(", ")
+            );
+            give_up_launch(claim, ctx, "InsufficientCapacity", &note).await
+        }
+        Err(CloudError::NodeClassNotReady { reason, .. }) => {
+            give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await
+        }
+        Err(e) => Err(Error::cloud("launching the instance")(e)),
+    }
+}
+
+/// A launch that cannot succeed as planned deletes the claim, as upstream's `launch.go` does:
+/// the provider has already cached the offerings that had no capacity, and provisioning plans
+/// the claim's pods again once the claim is gone (the claim watch nudges it), so they land on
+/// what is available now instead of waiting on this claim. Waiting in place would pin the pods
+/// to a plan made before the failure.
+async fn give_up_launch<P>(
+    claim: &NodeClaim,
+    ctx: &Context<P>,
+    reason: &str,
+    note: &str,
+) -> Result<Action, Error> {
+    warn!(nodeclaim = %claim.name_any(), reason, %note, "launch failed; deleting the nodeclaim");
+    publish(ctx, claim, EventType::Warning, reason, note).await;
+    delete_claim(claim, ctx).await?;
+    Ok(Action::await_change())
+}
+
+async fn record_launch<P>(
+    claim: &NodeClaim,
+    mut status: NodeClaimStatus,
+    instance: &Instance,
+    ctx: &Context<P>,
+) -> Result<(), Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let label_patch = json!({"metadata": {"labels": {
+        labels::INSTANCE_TYPE: instance.instance_type,
+        labels::ZONE: instance.zone,
+        labels::CAPACITY_TYPE: instance.capacity_type,
+    }}});
+    api.patch(
+        &claim.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&label_patch),
+    )
+    .await
+    .map_err(Error::kube("labelling the nodeclaim"))?;
+    status.provider_id = Some(instance.provider_id.to_string());
+    status.image_id = instance.image_id.clone();
+    status.capacity = instance.capacity.to_quantities();
+    status.allocatable = instance.allocatable.to_quantities();
+    conditions::set(
+        &mut status.conditions,
+        cond::LAUNCHED,
+        true,
+        "Launched",
+        "",
+        claim.metadata.generation,
+    );
+    conditions::set(
+        &mut status.conditions,
+        cond::REGISTERED,
+        false,
+        "NotRegistered",
+        "waiting for the node to register",
+        claim.metadata.generation,
+    );
+    conditions::set(
+        &mut status.conditions,
+        cond::READY,
+        false,
+        "NotRegistered",
+        "waiting for the node to register",
+        claim.metadata.generation,
+    );
+    write_status(claim, &status, ctx).await
+}
