@@ -1,0 +1,310 @@
+//! The packing loop behind [`super::schedule`]. The module docs of [`super`] describe the
+//! algorithm; this folder is its implementation, split the way upstream Karpenter splits
+//! `pkg/controllers/provisioning/scheduling`:
+//!
+//! * this file: the [`Solver`] and its round driver (upstream's `scheduler.go`: `Solve`, the
+//!   queue of pods and the relaxation loop around each one);
+//! * [`setup`]: resource dimensions, pod descriptions, topology groups and existing capacity,
+//!   interned once per round;
+//! * [`pools`]: NodePools with their instance types, DaemonSet overhead and limits (upstream's
+//!   daemon overhead and remaining-resources bookkeeping in `scheduler.go`);
+//! * [`instance_types`]: requirement states and the instance types each still allows, as a
+//!   claim grows, with `minValues` (upstream's `nodeclaim.go` filtering and
+//!   `instance_selection`);
+//! * [`shapes`]: a pod at one relaxation level (upstream's `preferences.go`);
+//! * [`topology`]: spread and pod (anti-)affinity checks against the group counts of
+//!   [`crate::scheduling::topology`] (upstream's `topology.go`; the groups are its
+//!   `topologygroup.go`);
+//! * [`placement`]: placing a pod on an existing node, an in-flight claim or a claim of this
+//!   round, or opening one (upstream's `existingnode.go`, `nodeclaim.go` and `trySchedule`);
+//! * [`output`]: the [`Plan`] and its [`super::NewClaim`]s;
+//! * [`reasons`]: why a pod could not be placed.
+//!
+//! Vocabulary: a *bin* is anything a pod can be placed on (an existing node, an in-flight
+//! NodeClaim, or a claim opened in this run); a *state* is an interned set of requirements of
+//! one NodePool together with the pool's compatible instance types sorted by price under those
+//! requirements; a *shape* is an interned pod description at one relaxation level. Memo tables
+//! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
+
+mod instance_types;
+mod output;
+mod placement;
+mod pools;
+mod reasons;
+mod setup;
+mod shapes;
+mod topology;
+
+use self::instance_types::State;
+use self::placement::Bin;
+use self::pools::Pool;
+use self::reasons::Explained;
+use self::shapes::{Info, Relax, Shape};
+use self::topology::DomainSet;
+use super::pod::{PodSpecInfo, PodView};
+use super::requirements::{self, Requirements};
+use super::topology::{Group, GroupKey, Kind};
+use super::{Input, Plan};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Prices closer than this are equal.
+const PRICE_EPSILON: f64 = 1e-9;
+
+/// FxHash: the memo tables hash small integer keys millions of times; SipHash's DoS resistance
+/// buys nothing here, and a fixed hasher keeps runs identical.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
+        }
+        for b in chunks.remainder() {
+            self.add(u64::from(*b));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_u128(&mut self, i: u128) {
+        self.add(i as u64);
+        self.add((i >> 64) as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+type FxSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
+
+/// One greedy solve of a round: the interned tables and the placement state.
+pub(crate) struct Solver<'i, 'a, P> {
+    input: &'i Input<'a, P>,
+    dims: Vec<String>,
+    dim_index: FxMap<String, usize>,
+    cpu: usize,
+    memory: usize,
+    well_known: FxSet<String>,
+    pools: Vec<Pool<'a>>,
+    infos: Vec<Info>,
+    info_ids: FxMap<PodSpecInfo, u32>,
+    pod_info: Vec<u32>,
+    reqs: Vec<Requirements>,
+    req_ids: FxMap<Requirements, u32>,
+    shapes: Vec<Shape>,
+    shape_ids: FxMap<(u32, Relax), u32>,
+    states: Vec<State>,
+    state_ids: FxMap<(usize, Requirements), u32>,
+    transitions: FxMap<(u32, u32), Option<u32>>,
+    narrows: FxMap<(u32, usize, DomainSet), Option<u32>>,
+    filter_ok: FxMap<(u32, u32), bool>,
+    pod_masks: FxMap<(u32, usize), DomainSet>,
+    /// Output of the last topology check: keys to narrow and their allowed domains.
+    narrowed: Vec<(usize, DomainSet)>,
+    keys: Vec<String>,
+    key_ids: FxMap<String, usize>,
+    universe: Vec<Vec<String>>,
+    groups: Vec<Group>,
+    group_ids: FxMap<GroupKey, u32>,
+    tracked_groups: Vec<u32>,
+    bins: Vec<Bin>,
+    existing_index: BTreeSet<(u64, u32)>,
+    existing_req_ok: FxMap<(u32, u32), bool>,
+    placement: Vec<Option<u32>>,
+    relaxed: Vec<bool>,
+    any_prefer_no_schedule: bool,
+    scratch: Vec<u32>,
+    state_buf: Vec<u32>,
+    /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
+    explained: FxMap<u32, Explained>,
+    /// Per pod description: pods not placed yet (what a fresh claim is sized for).
+    unplaced: Vec<u32>,
+    /// When set, at most this many new claims may be opened (the single-node check).
+    max_new_claims: Option<usize>,
+    new_claims: usize,
+}
+
+/// Whether `used + add` fits within `cap` in every dimension.
+fn fits_add(used: &[u64], add: &[u64], cap: &[u64]) -> bool {
+    used.iter()
+        .zip(add)
+        .zip(cap)
+        .all(|((u, a), c)| u.saturating_add(*a) <= *c)
+}
+
+impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
+    /// A solver that tries NodePools for new claims in `pool_order` (indexes into
+    /// `input.node_pools`) and opens at most `max_new_claims` claims when set.
+    pub(crate) fn new(
+        input: &'i Input<'a, P>,
+        pool_order: &[usize],
+        max_new_claims: Option<usize>,
+    ) -> Self {
+        let mut s = Self {
+            input,
+            dims: Vec::new(),
+            dim_index: FxMap::default(),
+            cpu: 0,
+            memory: 0,
+            well_known: requirements::WELL_KNOWN_LABELS
+                .iter()
+                .map(|k| (*k).to_owned())
+                .collect(),
+            pools: Vec::new(),
+            infos: Vec::new(),
+            info_ids: FxMap::default(),
+            pod_info: Vec::new(),
+            reqs: Vec::new(),
+            req_ids: FxMap::default(),
+            shapes: Vec::new(),
+            shape_ids: FxMap::default(),
+            states: Vec::new(),
+            state_ids: FxMap::default(),
+            transitions: FxMap::default(),
+            narrows: FxMap::default(),
+            filter_ok: FxMap::default(),
+            pod_masks: FxMap::default(),
+            narrowed: Vec::new(),
+            keys: Vec::new(),
+            key_ids: FxMap::default(),
+            universe: Vec::new(),
+            groups: Vec::new(),
+            group_ids: FxMap::default(),
+            tracked_groups: Vec::new(),
+            bins: Vec::new(),
+            existing_index: BTreeSet::new(),
+            existing_req_ok: FxMap::default(),
+            placement: vec![None; input.pods.len()],
+            relaxed: vec![false; input.pods.len()],
+            any_prefer_no_schedule: false,
+            scratch: Vec::new(),
+            state_buf: Vec::new(),
+            explained: FxMap::default(),
+            unplaced: Vec::new(),
+            max_new_claims,
+            new_claims: 0,
+        };
+        s.init(pool_order);
+        s
+    }
+
+    /// Whether the pending pods can certainly not all share one node: some hostname
+    /// anti-affinity term has a pending owner and at least two pending pods it selects.
+    pub(crate) fn single_node_hopeless(&self) -> bool {
+        self.groups.iter().enumerate().any(|(g, group)| {
+            if !group.is_hostname() || group.ident.kind != Kind::Anti || !group.has_required_owners
+            {
+                return false;
+            }
+            let g = g as u32;
+            let owners = self
+                .pod_info
+                .iter()
+                .filter(|i| self.infos[**i as usize].anti_groups.contains(&g))
+                .count();
+            let selected = self
+                .pod_info
+                .iter()
+                .filter(|i| {
+                    self.infos[**i as usize]
+                        .selected_by
+                        .binary_search(&g)
+                        .is_ok()
+                })
+                .count();
+            owners >= 1 && selected >= 2
+        })
+    }
+
+    fn place(&mut self, pod: usize) -> bool {
+        let info_id = self.pod_info[pod];
+        if self.infos[info_id as usize].spec.invalid.is_some() {
+            return false;
+        }
+        let initial = self.initial_relax(&self.infos[info_id as usize]);
+        let mut relax = initial;
+        loop {
+            let shape = self.shape(info_id, relax);
+            if self.try_place(pod, shape) {
+                self.relaxed[pod] = relax != initial;
+                if let Some(n) = self.unplaced.get_mut(info_id as usize) {
+                    *n = n.saturating_sub(1);
+                }
+                return true;
+            }
+            match self.next_relax(&self.infos[info_id as usize], relax) {
+                Some(r) => relax = r,
+                None => return false,
+            }
+        }
+    }
+
+    pub(crate) fn run(mut self) -> Plan {
+        let mut queue: Vec<usize> = (0..self.input.pods.len()).collect();
+        {
+            // Pods that need a node to themselves (required hostname anti-affinity) go first: the
+            // nodes they open are paid for anyway, and every later pod can fill their slack.
+            let alone: Vec<bool> = self
+                .infos
+                .iter()
+                .map(|i| {
+                    i.anti_groups
+                        .iter()
+                        .any(|g| self.groups[*g as usize].is_hostname())
+                })
+                .collect();
+            let infos = &self.infos;
+            let pod_info = &self.pod_info;
+            let (cpu, memory) = (self.cpu, self.memory);
+            queue.sort_by(|a, b| {
+                let (ia, ib) = (pod_info[*a] as usize, pod_info[*b] as usize);
+                let ra = &infos[ia].requests;
+                let rb = &infos[ib].requests;
+                alone[ib]
+                    .cmp(&alone[ia])
+                    .then(rb[cpu].cmp(&ra[cpu]))
+                    .then(rb[memory].cmp(&ra[memory]))
+                    .then(ia.cmp(&ib))
+                    .then(a.cmp(b))
+            });
+        }
+        loop {
+            let mut failed = Vec::new();
+            let before = queue.len();
+            for pod in queue {
+                if !self.place(pod) {
+                    failed.push(pod);
+                }
+            }
+            if failed.is_empty() || failed.len() == before {
+                break;
+            }
+            queue = failed;
+        }
+        self.finish()
+    }
+}
