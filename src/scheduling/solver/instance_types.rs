@@ -4,6 +4,7 @@
 //! claim's instance types as pods are added (`filterInstanceTypesByRequirements`); here the
 //! states are interned and their transitions memoized.
 
+use super::ids::{BinId, Id, KeyId, PoolId, ReqId, ShapeId, StateId, TypeId};
 use super::topology::{DomainSet, bits};
 use super::{PRICE_EPSILON, Solver, fits_add};
 use crate::scheduling::pod::PodView;
@@ -12,31 +13,31 @@ use std::collections::BTreeSet;
 
 /// A NodePool's requirements narrowed by some pods, with the types they allow.
 pub(super) struct State {
-    pub(super) pool: usize,
+    pub(super) pool: PoolId,
     pub(super) reqs: Requirements,
-    /// Pool type indexes, cheapest first.
-    pub(super) order: Vec<u32>,
+    /// The pool's types, cheapest first.
+    pub(super) order: Vec<TypeId>,
     pub(super) price: Vec<f64>,
     /// Index of each type's cheapest offering in its `offerings`.
     pub(super) offering: Vec<u16>,
     /// `(order.len() + 1) × dims`: componentwise max allocatable of `order[i..]`.
     pub(super) suffix: Vec<u64>,
     /// Open claims in this state by (CPU slack, bin).
-    pub(super) slack: BTreeSet<(u64, u32)>,
-    /// Per topology key: the domains some type of this state can land in (lazy).
+    pub(super) slack: BTreeSet<(u64, BinId)>,
+    /// Per topology key ([`KeyId`]): the domains some type of this state can land in (lazy).
     pub(super) domains: Vec<Option<DomainSet>>,
     pub(super) min_values: bool,
 }
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
-    pub(super) fn intern_state(&mut self, pool: usize, reqs: Requirements) -> Option<u32> {
+    pub(super) fn intern_state(&mut self, pool: PoolId, reqs: Requirements) -> Option<StateId> {
         if let Some(id) = self.state_ids.get(&(pool, reqs.clone())) {
             return Some(*id);
         }
         let dims = self.dims.len();
         let p = &self.pools[pool];
-        let mut entries: Vec<(f64, &str, u32, u16)> = Vec::new();
-        for (t, it) in p.types.iter().enumerate() {
+        let mut entries: Vec<(f64, &str, TypeId, u16)> = Vec::new();
+        for (t, it) in p.types.enumerate() {
             if it.requirements.intersects(&reqs).is_err() {
                 continue;
             }
@@ -46,26 +47,25 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                     .iter()
                     .position(|x| std::ptr::eq(x, o))
                     .unwrap_or(0) as u16;
-                entries.push((o.price, it.name.as_str(), t as u32, index));
+                entries.push((o.price, it.name.as_str(), t, index));
             }
         }
         if entries.is_empty() {
             return None;
         }
         entries.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        let order: Vec<u32> = entries.iter().map(|e| e.2).collect();
+        let order: Vec<TypeId> = entries.iter().map(|e| e.2).collect();
         let price = entries.iter().map(|e| e.0).collect();
         let offering = entries.into_iter().map(|e| e.3).collect();
         let mut suffix = vec![0; (order.len() + 1) * dims];
         for i in (0..order.len()).rev() {
-            let t = order[i] as usize;
+            let t = order[i].index();
             for d in 0..dims {
                 suffix[i * dims + d] = suffix[(i + 1) * dims + d].max(p.alloc[t * dims + d]);
             }
         }
         let min_values = reqs.has_min_values();
-        let id = self.states.len() as u32;
-        self.states.push(State {
+        let id = self.states.push(State {
             pool,
             reqs: reqs.clone(),
             order,
@@ -82,12 +82,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// The state reached by adding pod requirements `req` to state `st`, if compatible and
     /// some type remains.
-    pub(super) fn transition(&mut self, st: u32, req: u32) -> Option<u32> {
+    pub(super) fn transition(&mut self, st: StateId, req: ReqId) -> Option<StateId> {
         if let Some(r) = self.transitions.get(&(st, req)) {
             return *r;
         }
-        let state = &self.states[st as usize];
-        let pod_reqs = &self.reqs[req as usize];
+        let state = &self.states[st];
+        let pod_reqs = &self.reqs[req];
         let result = if state
             .reqs
             .compatible(pod_reqs, |k| self.well_known.contains(k))
@@ -108,17 +108,22 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     /// The state with topology key `key` restricted to `domains`.
-    pub(super) fn narrow(&mut self, st: u32, key: usize, domains: DomainSet) -> Option<u32> {
+    pub(super) fn narrow(
+        &mut self,
+        st: StateId,
+        key: KeyId,
+        domains: DomainSet,
+    ) -> Option<StateId> {
         if let Some(r) = self.narrows.get(&(st, key, domains)) {
             return *r;
         }
         let values: Vec<&str> = bits(domains)
             .map(|d| self.universe[key][d].as_str())
             .collect();
-        let mut reqs = self.states[st as usize].reqs.clone();
+        let mut reqs = self.states[st].reqs.clone();
         reqs.add(Requirement::in_values(&self.keys[key], values));
-        let pool = self.states[st as usize].pool;
-        let result = if reqs == self.states[st as usize].reqs {
+        let pool = self.states[st].pool;
+        let result = if reqs == self.states[st].reqs {
             Some(st)
         } else {
             self.intern_state(pool, reqs)
@@ -128,11 +133,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     /// Domains of `key` that some type of state `st` can land in.
-    pub(super) fn state_domains(&mut self, st: u32, key: usize) -> DomainSet {
-        if let Some(Some(d)) = self.states[st as usize].domains.get(key) {
+    pub(super) fn state_domains(&mut self, st: StateId, key: KeyId) -> DomainSet {
+        if let Some(Some(d)) = self.states[st].domains.get(key.index()) {
             return *d;
         }
-        let state = &self.states[st as usize];
+        let state = &self.states[st];
         let pool = &self.pools[state.pool];
         let name = self.keys[key].as_str();
         let mut out: DomainSet = 0;
@@ -143,38 +148,38 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let mut narrowed = state.reqs.clone();
             narrowed.add(Requirement::in_values(name, [value]));
             let reachable = state.order.iter().any(|t| {
-                let it = pool.types[*t as usize];
+                let it = pool.types[*t];
                 it.requirements.allows(name, value) && it.cheapest_offering(&narrowed).is_some()
             });
             if reachable {
                 out |= 1 << d;
             }
         }
-        let domains = &mut self.states[st as usize].domains;
-        if domains.len() <= key {
-            domains.resize(key + 1, None);
+        let domains = &mut self.states[st].domains;
+        if domains.len() <= key.index() {
+            domains.resize(key.index() + 1, None);
         }
-        domains[key] = Some(out);
+        domains[key.index()] = Some(out);
         out
     }
 
-    pub(super) fn type_alloc(&self, pool: usize, t: u32) -> &[u64] {
+    pub(super) fn type_alloc(&self, pool: PoolId, t: TypeId) -> &[u64] {
         let dims = self.dims.len();
-        &self.pools[pool].alloc[t as usize * dims..(t as usize + 1) * dims]
+        &self.pools[pool].alloc[t.index() * dims..(t.index() + 1) * dims]
     }
 
     /// The first position in `st`'s price order at or after `start` whose type holds
     /// `used + add` within the pool's limits (charging the difference from `old_type`).
     pub(super) fn find_type(
         &self,
-        st: u32,
+        st: StateId,
         start: usize,
         used: &[u64],
         add: &[u64],
-        old_type: Option<u32>,
+        old_type: Option<TypeId>,
     ) -> Option<usize> {
         let dims = self.dims.len();
-        let state = &self.states[st as usize];
+        let state = &self.states[st];
         let pool = &self.pools[state.pool];
         for i in start..state.order.len() {
             if !fits_add(used, add, &state.suffix[i * dims..(i + 1) * dims]) {
@@ -207,12 +212,18 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// pod, a 16-vCPU one holds 15), that buys many small nodes where one large node holds the
     /// same pods for less. Oversizing costs nothing in the end: a claim's options are the
     /// types that hold what it was finally given.
-    pub(super) fn size_for_copies(&self, st: u32, pos: usize, shape: u32, add: &[u64]) -> usize {
-        let state = &self.states[st as usize];
+    pub(super) fn size_for_copies(
+        &self,
+        st: StateId,
+        pos: usize,
+        shape: ShapeId,
+        add: &[u64],
+    ) -> usize {
+        let state = &self.states[st];
         let price = state.price[pos];
-        let sh = &self.shapes[shape as usize];
-        let info = &self.infos[sh.info as usize];
-        let left = u64::from(self.unplaced.get(sh.info as usize).copied().unwrap_or(0));
+        let sh = &self.shapes[shape];
+        let info = &self.infos[sh.info];
+        let left = u64::from(self.unplaced.get(sh.info.index()).copied().unwrap_or(0));
         if left <= 1
             || !sh.exclusive.is_empty()
             || !sh.host_affinity.is_empty()
@@ -262,17 +273,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// that hold `used + add` do not satisfy: (key, minValues, distinct values found).
     pub(super) fn min_values_shortfall(
         &self,
-        st: u32,
+        st: StateId,
         from: usize,
         used: &[u64],
         add: &[u64],
     ) -> Option<(String, u32, usize)> {
-        let state = &self.states[st as usize];
+        let state = &self.states[st];
         let pool = &self.pools[state.pool];
         let fitting = state.order[from..]
             .iter()
             .filter(|t| fits_add(used, add, self.type_alloc(state.pool, **t)))
-            .map(|t| &pool.types[*t as usize].requirements);
+            .map(|t| &pool.types[*t].requirements);
         state.reqs.min_values_shortfall(fitting)
     }
 }

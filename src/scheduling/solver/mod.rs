@@ -18,7 +18,8 @@
 //! * [`placement`]: placing a pod on an existing node, an in-flight claim or a claim of this
 //!   round, or opening one (upstream's `existingnode.go`, `nodeclaim.go` and `trySchedule`);
 //! * [`output`]: the [`Plan`] and its [`super::NewClaim`]s;
-//! * [`reasons`]: why a pod could not be placed.
+//! * [`reasons`]: why a pod could not be placed;
+//! * [`ids`]: the typed indexes into the solver's tables.
 //!
 //! Vocabulary: a *bin* is anything a pod can be placed on (an existing node, an in-flight
 //! NodeClaim, or a claim opened in this run); a *state* is an interned set of requirements of
@@ -26,6 +27,7 @@
 //! requirements; a *shape* is an interned pod description at one relaxation level. Memo tables
 //! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
 
+mod ids;
 mod instance_types;
 mod output;
 mod placement;
@@ -35,6 +37,7 @@ mod setup;
 mod shapes;
 mod topology;
 
+use self::ids::{BinId, GroupId, Id, InfoId, KeyId, PodId, PoolId, ReqId, ShapeId, StateId, Table};
 use self::instance_types::State;
 use self::placement::Bin;
 use self::pools::Pool;
@@ -109,39 +112,40 @@ pub(crate) struct Solver<'i, 'a, P> {
     cpu: usize,
     memory: usize,
     well_known: FxSet<String>,
-    pools: Vec<Pool<'a>>,
-    infos: Vec<Info>,
-    info_ids: FxMap<PodSpecInfo, u32>,
-    pod_info: Vec<u32>,
-    reqs: Vec<Requirements>,
-    req_ids: FxMap<Requirements, u32>,
-    shapes: Vec<Shape>,
-    shape_ids: FxMap<(u32, Relax), u32>,
-    states: Vec<State>,
-    state_ids: FxMap<(usize, Requirements), u32>,
-    transitions: FxMap<(u32, u32), Option<u32>>,
-    narrows: FxMap<(u32, usize, DomainSet), Option<u32>>,
-    filter_ok: FxMap<(u32, u32), bool>,
-    pod_masks: FxMap<(u32, usize), DomainSet>,
+    pools: Table<PoolId, Pool<'a>>,
+    infos: Table<InfoId, Info>,
+    info_ids: FxMap<PodSpecInfo, InfoId>,
+    pod_info: Table<PodId, InfoId>,
+    reqs: Table<ReqId, Requirements>,
+    req_ids: FxMap<Requirements, ReqId>,
+    shapes: Table<ShapeId, Shape>,
+    shape_ids: FxMap<(InfoId, Relax), ShapeId>,
+    states: Table<StateId, State>,
+    state_ids: FxMap<(PoolId, Requirements), StateId>,
+    transitions: FxMap<(StateId, ReqId), Option<StateId>>,
+    narrows: FxMap<(StateId, KeyId, DomainSet), Option<StateId>>,
+    filter_ok: FxMap<(StateId, ReqId), bool>,
+    pod_masks: FxMap<(ReqId, KeyId), DomainSet>,
     /// Output of the last topology check: keys to narrow and their allowed domains.
-    narrowed: Vec<(usize, DomainSet)>,
-    keys: Vec<String>,
-    key_ids: FxMap<String, usize>,
-    universe: Vec<Vec<String>>,
-    groups: Vec<Group>,
-    group_ids: FxMap<GroupKey, u32>,
-    tracked_groups: Vec<u32>,
-    bins: Vec<Bin>,
-    existing_index: BTreeSet<(u64, u32)>,
-    existing_req_ok: FxMap<(u32, u32), bool>,
-    placement: Vec<Option<u32>>,
-    relaxed: Vec<bool>,
+    narrowed: Vec<(KeyId, DomainSet)>,
+    keys: Table<KeyId, String>,
+    key_ids: FxMap<String, KeyId>,
+    /// Per topology key: the values it can take, sorted (a domain is an index into it).
+    universe: Table<KeyId, Vec<String>>,
+    groups: Table<GroupId, Group>,
+    group_ids: FxMap<GroupKey, GroupId>,
+    tracked_groups: Vec<GroupId>,
+    bins: Table<BinId, Bin>,
+    existing_index: BTreeSet<(u64, BinId)>,
+    existing_req_ok: FxMap<(BinId, ReqId), bool>,
+    placement: Table<PodId, Option<BinId>>,
+    relaxed: Table<PodId, bool>,
     any_prefer_no_schedule: bool,
-    scratch: Vec<u32>,
-    state_buf: Vec<u32>,
+    scratch: Vec<BinId>,
+    state_buf: Vec<StateId>,
     /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
-    explained: FxMap<u32, Explained>,
-    /// Per pod description: pods not placed yet (what a fresh claim is sized for).
+    explained: FxMap<ShapeId, Explained>,
+    /// Per pod description ([`InfoId`]): pods not placed yet (what a fresh claim is sized for).
     unplaced: Vec<u32>,
     /// When set, at most this many new claims may be opened (the single-node check).
     max_new_claims: Option<usize>,
@@ -174,32 +178,32 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .iter()
                 .map(|k| (*k).to_owned())
                 .collect(),
-            pools: Vec::new(),
-            infos: Vec::new(),
+            pools: Table::new(),
+            infos: Table::new(),
             info_ids: FxMap::default(),
-            pod_info: Vec::new(),
-            reqs: Vec::new(),
+            pod_info: Table::new(),
+            reqs: Table::new(),
             req_ids: FxMap::default(),
-            shapes: Vec::new(),
+            shapes: Table::new(),
             shape_ids: FxMap::default(),
-            states: Vec::new(),
+            states: Table::new(),
             state_ids: FxMap::default(),
             transitions: FxMap::default(),
             narrows: FxMap::default(),
             filter_ok: FxMap::default(),
             pod_masks: FxMap::default(),
             narrowed: Vec::new(),
-            keys: Vec::new(),
+            keys: Table::new(),
             key_ids: FxMap::default(),
-            universe: Vec::new(),
-            groups: Vec::new(),
+            universe: Table::new(),
+            groups: Table::new(),
             group_ids: FxMap::default(),
             tracked_groups: Vec::new(),
-            bins: Vec::new(),
+            bins: Table::new(),
             existing_index: BTreeSet::new(),
             existing_req_ok: FxMap::default(),
-            placement: vec![None; input.pods.len()],
-            relaxed: vec![false; input.pods.len()],
+            placement: Table::filled(input.pods.len(), None),
+            relaxed: Table::filled(input.pods.len(), false),
             any_prefer_no_schedule: false,
             scratch: Vec::new(),
             state_buf: Vec::new(),
@@ -215,48 +219,42 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// Whether the pending pods can certainly not all share one node: some hostname
     /// anti-affinity term has a pending owner and at least two pending pods it selects.
     pub(crate) fn single_node_hopeless(&self) -> bool {
-        self.groups.iter().enumerate().any(|(g, group)| {
+        self.groups.enumerate().any(|(g, group)| {
             if !group.is_hostname() || group.ident.kind != Kind::Anti || !group.has_required_owners
             {
                 return false;
             }
-            let g = g as u32;
             let owners = self
                 .pod_info
                 .iter()
-                .filter(|i| self.infos[**i as usize].anti_groups.contains(&g))
+                .filter(|i| self.infos[**i].anti_groups.contains(&g))
                 .count();
             let selected = self
                 .pod_info
                 .iter()
-                .filter(|i| {
-                    self.infos[**i as usize]
-                        .selected_by
-                        .binary_search(&g)
-                        .is_ok()
-                })
+                .filter(|i| self.infos[**i].selected_by.binary_search(&g).is_ok())
                 .count();
             owners >= 1 && selected >= 2
         })
     }
 
-    fn place(&mut self, pod: usize) -> bool {
+    fn place(&mut self, pod: PodId) -> bool {
         let info_id = self.pod_info[pod];
-        if self.infos[info_id as usize].spec.invalid.is_some() {
+        if self.infos[info_id].spec.invalid.is_some() {
             return false;
         }
-        let initial = self.initial_relax(&self.infos[info_id as usize]);
+        let initial = self.initial_relax(&self.infos[info_id]);
         let mut relax = initial;
         loop {
             let shape = self.shape(info_id, relax);
             if self.try_place(pod, shape) {
                 self.relaxed[pod] = relax != initial;
-                if let Some(n) = self.unplaced.get_mut(info_id as usize) {
+                if let Some(n) = self.unplaced.get_mut(info_id.index()) {
                     *n = n.saturating_sub(1);
                 }
                 return true;
             }
-            match self.next_relax(&self.infos[info_id as usize], relax) {
+            match self.next_relax(&self.infos[info_id], relax) {
                 Some(r) => relax = r,
                 None => return false,
             }
@@ -264,24 +262,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     pub(crate) fn run(mut self) -> Plan {
-        let mut queue: Vec<usize> = (0..self.input.pods.len()).collect();
+        let mut queue: Vec<PodId> = self.pod_info.ids().collect();
         {
             // Pods that need a node to themselves (required hostname anti-affinity) go first: the
             // nodes they open are paid for anyway, and every later pod can fill their slack.
-            let alone: Vec<bool> = self
+            let alone: Table<InfoId, bool> = self
                 .infos
                 .iter()
-                .map(|i| {
-                    i.anti_groups
-                        .iter()
-                        .any(|g| self.groups[*g as usize].is_hostname())
-                })
+                .map(|i| i.anti_groups.iter().any(|g| self.groups[*g].is_hostname()))
                 .collect();
             let infos = &self.infos;
             let pod_info = &self.pod_info;
             let (cpu, memory) = (self.cpu, self.memory);
             queue.sort_by(|a, b| {
-                let (ia, ib) = (pod_info[*a] as usize, pod_info[*b] as usize);
+                let (ia, ib) = (pod_info[*a], pod_info[*b]);
                 let ra = &infos[ia].requests;
                 let rb = &infos[ib].requests;
                 alone[ib]

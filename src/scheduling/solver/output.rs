@@ -2,6 +2,7 @@
 //! when it closes, with its cheapest-first options (cut at the price ratio, extended for
 //! `minValues`, capped by what is left of the NodePool's limits).
 
+use super::ids::{BinId, Id, PodId};
 use super::placement::BinKind;
 use super::{PRICE_EPSILON, Solver, fits_add};
 use crate::apis::labels;
@@ -15,7 +16,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     pub(super) fn finish(mut self) -> Plan {
         let mut plan = Plan::default();
         let n_existing = self.input.nodes.len() + self.input.in_flight.len();
-        for b in 0..n_existing {
+        for b in (0..n_existing).map(BinId::new) {
             let bin = &self.bins[b];
             if bin.pods.is_empty() {
                 continue;
@@ -31,30 +32,30 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             plan.existing.push(ExistingPlacement {
                 target,
                 name,
-                pods: bin.pods.iter().map(|p| *p as usize).collect(),
+                pods: bin.pods.iter().map(|p| p.index()).collect(),
             });
         }
-        for b in n_existing..self.bins.len() {
+        for b in (n_existing..self.bins.len()).map(BinId::new) {
             if let Some(claim) = self.new_claim(b) {
                 plan.new_claims.push(claim);
             }
         }
-        for pod in 0..self.input.pods.len() {
+        for pod in self.placement.ids() {
             if self.placement[pod].is_none() {
                 let u = self.explain(pod);
                 plan.unschedulable.push(u);
             } else if self.relaxed[pod] {
-                plan.relaxed.push(pod);
+                plan.relaxed.push(pod.index());
             }
         }
         plan
     }
 
-    fn new_claim(&mut self, b: usize) -> Option<NewClaim> {
+    fn new_claim(&mut self, b: BinId) -> Option<NewClaim> {
         let BinKind::Claim { state, pos } = self.bins[b].kind else {
             return None;
         };
-        let st = &self.states[state as usize];
+        let st = &self.states[state];
         let pool = &self.pools[st.pool];
         let used = &self.bins[b].used;
         let zero = vec![0; self.dims.len()];
@@ -88,11 +89,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 };
                 let distinct = |opts: &[usize]| {
                     opts.iter()
-                        .filter_map(|i| {
-                            pool.types[st.order[*i] as usize]
-                                .requirements
-                                .get(req.key())
-                        })
+                        .filter_map(|i| pool.types[st.order[*i]].requirements.get(req.key()))
                         .flat_map(|r| r.values().filter(|v| req.has(v)).map(str::to_owned))
                         .collect::<BTreeSet<_>>()
                         .len()
@@ -117,18 +114,18 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let n = pool.limits.len();
         let mut extra_charge = vec![0_u64; n];
         for i in &options {
-            let t = st.order[*i] as usize;
+            let t = st.order[*i].index();
             for (j, e) in extra_charge.iter_mut().enumerate() {
                 *e = (*e).max(
                     pool.limit_cost[t * n + j]
-                        .saturating_sub(pool.limit_cost[chosen as usize * n + j]),
+                        .saturating_sub(pool.limit_cost[chosen.index() * n + j]),
                 );
             }
         }
         let instance_types: Vec<InstanceTypeOption> = options
             .iter()
             .map(|i| {
-                let it = pool.types[st.order[*i] as usize];
+                let it = pool.types[st.order[*i]];
                 let offering = &it.offerings[st.offering[*i] as usize];
                 let (zone, capacity_type) = (offering.zone.clone(), offering.capacity_type.clone());
                 InstanceTypeOption {
@@ -158,9 +155,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
             labels: pool.labels.clone(),
-            pods: self.bins[b].pods.iter().map(|p| *p as usize).collect(),
+            pods: self.bins[b].pods.iter().map(|p| p.index()).collect(),
             pod_requests,
-            daemon_requests: pool.daemon[chosen as usize].clone(),
+            daemon_requests: pool.daemon[chosen].clone(),
             instance_types,
         };
         let pool_ix = st.pool;
@@ -171,8 +168,8 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         Some(claim)
     }
 
-    pub(super) fn pod_name(&self, pod: usize) -> String {
-        let meta = self.input.pods[pod].pod_meta();
+    pub(super) fn pod_name(&self, pod: PodId) -> String {
+        let meta = self.input.pods[pod.index()].pod_meta();
         format!(
             "{}/{}",
             meta.namespace.as_deref().unwrap_or("default"),

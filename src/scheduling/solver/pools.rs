@@ -4,6 +4,7 @@
 //! `scheduler.go`, except that a claim is charged for the type it will most likely launch.
 
 use super::Solver;
+use super::ids::{Id, PoolId, StateId, Table, TypeId};
 use crate::apis::labels;
 use crate::resources::{self, ResourceList};
 use crate::scheduling::InstanceType;
@@ -20,10 +21,11 @@ pub(super) struct Pool<'a> {
     pub(super) labels: BTreeMap<String, String>,
     pub(super) taints: Vec<Taint>,
     pub(super) startup_taints: Vec<Taint>,
-    pub(super) types: Vec<&'a InstanceType>,
+    pub(super) types: Table<TypeId, &'a InstanceType>,
     /// Allocatable minus DaemonSet overhead, `types.len() × dims`.
     pub(super) alloc: Vec<u64>,
-    pub(super) daemon: Vec<ResourceList>,
+    /// What DaemonSets request on each type.
+    pub(super) daemon: Table<TypeId, ResourceList>,
     /// (resource, limit, remaining) for limited resources other than `nodes`.
     pub(super) limits: Vec<(String, u64, u64)>,
     /// `types.len() × limits.len()`: what each type counts against each limit (its capacity).
@@ -31,7 +33,8 @@ pub(super) struct Pool<'a> {
     /// (limit, remaining) for `nodes`.
     pub(super) node_limit: Option<(u64, u64)>,
     pub(super) daemon_ports: Vec<HostPort>,
-    pub(super) base: Option<u32>,
+    /// The state of a claim with no pods yet (`None` when no type is available).
+    pub(super) base: Option<StateId>,
     pub(super) invalid: Option<String>,
 }
 
@@ -67,18 +70,17 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 reqs.add(Requirement::in_values(k, [v]));
             }
             let taints = template.spec.taints.clone();
-            let mut types = Vec::new();
-            for it in p.instance_types {
-                if it.requirements.intersects(&reqs).is_ok() {
-                    types.push(it);
-                }
-            }
+            let types: Table<TypeId, &InstanceType> = p
+                .instance_types
+                .iter()
+                .filter(|it| it.requirements.intersects(&reqs).is_ok())
+                .collect();
             // DaemonSet overhead and host ports per type.
             let dims = self.dims.len();
             let mut alloc = Vec::with_capacity(types.len() * dims);
-            let mut daemon_lists = Vec::with_capacity(types.len());
+            let mut daemon_lists = Table::new();
             let mut daemon_ports = Vec::new();
-            for it in &types {
+            for it in types.iter() {
                 let mut overhead = ResourceList::new();
                 if !daemons.is_empty() {
                     let type_reqs = reqs.intersection(&it.requirements);
@@ -119,7 +121,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 }
             }
             let mut limit_cost = Vec::with_capacity(types.len() * limits.len());
-            for it in &types {
+            for it in types.iter() {
                 for (name, _, _) in &limits {
                     limit_cost.push(it.capacity.get(name));
                 }
@@ -141,7 +143,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 invalid,
             });
         }
-        for i in 0..self.pools.len() {
+        for i in self.pools.ids() {
             if self.pools[i].invalid.is_none() {
                 let reqs = self.pools[i].reqs.clone();
                 self.pools[i].base = self.intern_state(i, reqs);
@@ -149,21 +151,26 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
     }
 
-    pub(super) fn within_limits(&self, pool: &Pool<'_>, t: u32, old_type: Option<u32>) -> bool {
+    pub(super) fn within_limits(
+        &self,
+        pool: &Pool<'_>,
+        t: TypeId,
+        old_type: Option<TypeId>,
+    ) -> bool {
         let n = pool.limits.len();
         (0..n).all(|j| {
-            let new = pool.limit_cost[t as usize * n + j];
-            let old = old_type.map_or(0, |o| pool.limit_cost[o as usize * n + j]);
+            let new = pool.limit_cost[t.index() * n + j];
+            let old = old_type.map_or(0, |o| pool.limit_cost[o.index() * n + j]);
             new.saturating_sub(old) <= pool.limits[j].2
         })
     }
 
-    pub(super) fn charge(&mut self, pool: usize, new_type: u32, old_type: Option<u32>) {
+    pub(super) fn charge(&mut self, pool: PoolId, new_type: TypeId, old_type: Option<TypeId>) {
         let p = &mut self.pools[pool];
         let n = p.limits.len();
         for j in 0..n {
-            let new = p.limit_cost[new_type as usize * n + j];
-            let old = old_type.map_or(0, |o| p.limit_cost[o as usize * n + j]);
+            let new = p.limit_cost[new_type.index() * n + j];
+            let old = old_type.map_or(0, |o| p.limit_cost[o.index() * n + j]);
             p.limits[j].2 = p.limits[j]
                 .2
                 .saturating_sub(new.saturating_sub(old))

@@ -2,6 +2,7 @@
 //! NodePool, the first check it fails, in the [`crate::scheduling::Unschedulable`] vocabulary.
 //! Built only for pods left over at the end of a round, once per shape.
 
+use super::ids::{BinId, Id, PodId, PoolId, ShapeId, TypeId};
 use super::placement::BinKind;
 use super::topology::{HostView, TopoFail, Why};
 use super::{Solver, fits_add};
@@ -16,21 +17,21 @@ use std::collections::BTreeMap;
 pub(super) type Explained = (Vec<(String, usize)>, Vec<PoolRejection>);
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
-    pub(super) fn explain(&mut self, pod: usize) -> Unschedulable {
+    pub(super) fn explain(&mut self, pod: PodId) -> Unschedulable {
         let info_id = self.pod_info[pod];
         let mut out = Unschedulable {
-            pod,
+            pod: pod.index(),
             pod_name: self.pod_name(pod),
             existing: Vec::new(),
             node_pools: Vec::new(),
-            invalid: self.infos[info_id as usize].spec.invalid.clone(),
+            invalid: self.infos[info_id].spec.invalid.clone(),
         };
         if out.invalid.is_some() {
             return out;
         }
         // Explain at the most relaxed level: that is what was tried last.
-        let mut relax = self.initial_relax(&self.infos[info_id as usize]);
-        while let Some(r) = self.next_relax(&self.infos[info_id as usize], relax) {
+        let mut relax = self.initial_relax(&self.infos[info_id]);
+        while let Some(r) = self.next_relax(&self.infos[info_id], relax) {
             relax = r;
         }
         let shape = self.shape(info_id, relax);
@@ -40,14 +41,14 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             out.node_pools = node_pools.clone();
             return out;
         }
-        let add = self.infos[info_id as usize].requests.clone();
+        let add = self.infos[info_id].requests.clone();
         let mut existing: BTreeMap<String, usize> = BTreeMap::new();
-        for b in 0..(self.input.nodes.len() + self.input.in_flight.len()) {
-            let reason = self.existing_reason(b as u32, shape, &add);
+        for b in (0..(self.input.nodes.len() + self.input.in_flight.len())).map(BinId::new) {
+            let reason = self.existing_reason(b, shape, &add);
             *existing.entry(reason).or_insert(0) += 1;
         }
         out.existing = existing.into_iter().collect();
-        for p in 0..self.pools.len() {
+        for p in self.pools.ids() {
             let reason = self.pool_reason(p, shape, &add);
             out.node_pools.push(PoolRejection {
                 node_pool: self.pools[p].name.clone(),
@@ -59,14 +60,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         out
     }
 
-    fn existing_reason(&mut self, bin: u32, shape: u32, add: &[u64]) -> String {
-        let (taints, labels_ok) = match &self.bins[bin as usize].kind {
+    fn existing_reason(&mut self, bin: BinId, shape: ShapeId, add: &[u64]) -> String {
+        let (taints, labels_ok) = match &self.bins[bin].kind {
             BinKind::Node { idx, .. } => {
                 let node = &self.input.nodes[*idx];
                 (
                     &node.taints,
-                    self.reqs[self.shapes[shape as usize].req as usize]
-                        .matches_labels(&node.labels),
+                    self.reqs[self.shapes[shape].req].matches_labels(&node.labels),
                 )
             }
             BinKind::InFlight { idx, .. } => {
@@ -74,33 +74,29 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 (
                     &c.taints,
                     c.requirements
-                        .implies(&self.reqs[self.shapes[shape as usize].req as usize], |k| {
+                        .implies(&self.reqs[self.shapes[shape].req], |k| {
                             self.well_known.contains(k)
                         }),
                 )
             }
             BinKind::Claim { .. } => return String::new(),
         };
-        if let Some(t) = taints::first_untolerated(taints, &self.shapes[shape as usize].tolerations)
-        {
+        if let Some(t) = taints::first_untolerated(taints, &self.shapes[shape].tolerations) {
             return format!("have taint {} the pod does not tolerate", DisplayTaint(t));
         }
         if let Err(e) = labels_ok {
             return format!("do not match: the pod {}", e.describe("the node"));
         }
         if let Some(cap) = self.bin_cap(bin) {
-            let used = &self.bins[bin as usize].used;
+            let used = &self.bins[bin].used;
             if let Some(d) =
                 (0..self.dims.len()).find(|d| used[*d].saturating_add(add[*d]) > cap[*d])
             {
                 return format!("lack {}", self.dims[d]);
             }
         }
-        let info = self.shapes[shape as usize].info;
-        if Self::ports_conflict(
-            &self.bins[bin as usize].ports,
-            &self.infos[info as usize].spec.host_ports,
-        ) {
+        let info = self.shapes[shape].info;
+        if Self::ports_conflict(&self.bins[bin].ports, &self.infos[info].spec.host_ports) {
             return "have a conflicting host port".to_owned();
         }
         match self.topology_check(&HostView::Fixed { bin }, shape) {
@@ -109,17 +105,15 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
     }
 
-    fn pool_reason(&mut self, p: usize, shape: u32, add: &[u64]) -> PoolReason {
+    fn pool_reason(&mut self, p: PoolId, shape: ShapeId, add: &[u64]) -> PoolReason {
         if let Some(m) = &self.pools[p].invalid {
             return PoolReason::InvalidNodePool(m.clone());
         }
         let pool = &self.pools[p];
-        if let Some(t) =
-            taints::first_untolerated(&pool.taints, &self.shapes[shape as usize].tolerations)
-        {
+        if let Some(t) = taints::first_untolerated(&pool.taints, &self.shapes[shape].tolerations) {
             return PoolReason::TaintNotTolerated(DisplayTaint(t).to_string());
         }
-        let pod_reqs = self.reqs[self.shapes[shape as usize].req as usize].clone();
+        let pod_reqs = self.reqs[self.shapes[shape].req].clone();
         if let Err(e) = pool
             .reqs
             .compatible(&pod_reqs, |k| self.well_known.contains(k))
@@ -132,7 +126,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             r.remove(labels::NODE_POOL);
             r.to_string()
         };
-        let matching: Vec<usize> = (0..pool.types.len())
+        let matching: Vec<TypeId> = pool
+            .types
+            .ids()
             .filter(|t| pool.types[*t].requirements.intersects(&combined).is_ok())
             .collect();
         if matching.is_empty() {
@@ -140,7 +136,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 requirements: shown,
             };
         }
-        let offered: Vec<usize> = matching
+        let offered: Vec<TypeId> = matching
             .iter()
             .copied()
             .filter(|t| pool.types[*t].cheapest_offering(&combined).is_some())
@@ -161,9 +157,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             };
         }
         let dims = self.dims.len();
-        let alloc = |t: usize| &pool.alloc[t * dims..(t + 1) * dims];
+        let alloc = |t: TypeId| &pool.alloc[t.index() * dims..(t.index() + 1) * dims];
         let zero = vec![0; dims];
-        let fitting: Vec<usize> = offered
+        let fitting: Vec<TypeId> = offered
             .iter()
             .copied()
             .filter(|t| fits_add(&zero, add, alloc(*t)))
@@ -226,10 +222,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 needed: 1,
             };
         }
-        if !fitting
-            .iter()
-            .any(|t| self.within_limits(pool, *t as u32, None))
-        {
+        if !fitting.iter().any(|t| self.within_limits(pool, *t, None)) {
             let cheapest = fitting
                 .iter()
                 .copied()
@@ -244,19 +237,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 })
                 .unwrap_or(fitting[0]);
             let n = pool.limits.len();
-            if let Some(j) = (0..n).find(|j| pool.limit_cost[cheapest * n + j] > pool.limits[*j].2)
+            if let Some(j) =
+                (0..n).find(|j| pool.limit_cost[cheapest.index() * n + j] > pool.limits[*j].2)
             {
                 let (name, limit, remaining) = pool.limits[j].clone();
                 return PoolReason::LimitReached {
                     resource: name,
                     limit,
                     remaining,
-                    needed: pool.limit_cost[cheapest * n + j],
+                    needed: pool.limit_cost[cheapest.index() * n + j],
                 };
             }
         }
-        let info = self.shapes[shape as usize].info;
-        if let Some(port) = self.infos[info as usize]
+        let info = self.shapes[shape].info;
+        if let Some(port) = self.infos[info]
             .spec
             .host_ports
             .iter()
@@ -269,12 +263,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 requirements: shown,
             };
         };
-        let Some(st) = self.transition(base, self.shapes[shape as usize].req) else {
+        let Some(st) = self.transition(base, self.shapes[shape].req) else {
             return PoolReason::NoInstanceType {
                 requirements: shown,
             };
         };
-        if self.states[st as usize].min_values
+        if self.states[st].min_values
             && let Some((key, min_values, available)) = self.min_values_shortfall(st, 0, &zero, add)
         {
             return PoolReason::MinValues {
@@ -299,15 +293,15 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// A sentence for a failed topology check.
     fn describe(&self, f: &TopoFail) -> String {
-        let group = &self.groups[f.group as usize];
+        let group = &self.groups[f.group];
         let why = match f.why {
             Why::HostFull(n) => format!("the node already has {n} matching pods"),
             Why::NoMatchOnHost => "no matching pod is on the node".to_owned(),
             Why::MatchOnHost => "a matching pod is already on the node".to_owned(),
             Why::NoLabel => format!("the node has no {} label", group.ident.key),
             Why::Skew => {
-                let counts: Vec<String> = group
-                    .key_id
+                let counts: Vec<String> = self
+                    .group_key(f.group)
                     .map(|k| {
                         self.universe[k]
                             .iter()

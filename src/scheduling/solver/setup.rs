@@ -3,6 +3,7 @@
 //! claims, each interned into a small integer once so the placement loop compares integers.
 
 use super::Solver;
+use super::ids::{BinId, GroupId, Id, InfoId, KeyId, ReqId};
 use super::placement::{Bin, BinKind};
 use super::pools::daemon_runs_on;
 use super::shapes::Info;
@@ -36,21 +37,20 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         v
     }
 
-    pub(super) fn intern_req(&mut self, reqs: Requirements) -> u32 {
+    pub(super) fn intern_req(&mut self, reqs: Requirements) -> ReqId {
         if let Some(id) = self.req_ids.get(&reqs) {
             return *id;
         }
-        let id = self.reqs.len() as u32;
-        self.reqs.push(reqs.clone());
+        let id = self.reqs.push(reqs.clone());
         self.req_ids.insert(reqs, id);
         id
     }
 
-    fn intern_info(&mut self, spec: PodSpecInfo) -> u32 {
+    fn intern_info(&mut self, spec: PodSpecInfo) -> InfoId {
         if let Some(id) = self.info_ids.get(&spec) {
             return *id;
         }
-        let id = self.infos.len() as u32;
+        let id = self.infos.next_id();
         self.info_ids.insert(spec.clone(), id);
         let tolerations = spec.tolerations();
         self.infos.push(Info {
@@ -68,31 +68,32 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         id
     }
 
-    fn key_id(&mut self, key: &str) -> Option<usize> {
+    fn key_id(&mut self, key: &str) -> Option<KeyId> {
         if key == labels::HOSTNAME {
             return None;
         }
         if let Some(i) = self.key_ids.get(key) {
             return Some(*i);
         }
-        self.keys.push(key.to_owned());
+        let id = self.keys.push(key.to_owned());
         self.universe.push(Vec::new());
-        self.key_ids.insert(key.to_owned(), self.keys.len() - 1);
-        Some(self.keys.len() - 1)
+        self.key_ids.insert(key.to_owned(), id);
+        Some(id)
     }
 
-    fn intern_group(&mut self, ident: GroupKey) -> u32 {
+    fn intern_group(&mut self, ident: GroupKey) -> GroupId {
         if let Some(id) = self.group_ids.get(&ident) {
             return *id;
         }
         let key_id = self.key_id(&ident.key);
-        let id = self.groups.len() as u32;
+        let id = self.groups.next_id();
         self.group_ids.insert(ident.clone(), id);
-        self.groups.push(Group::new(ident, key_id, 0));
+        self.groups
+            .push(Group::new(ident, key_id.map(KeyId::index), 0));
         id
     }
 
-    fn term_group(&mut self, kind: Kind, term: &PodTerm) -> u32 {
+    fn term_group(&mut self, kind: Kind, term: &PodTerm) -> GroupId {
         self.intern_group(GroupKey {
             kind,
             key: term.key.clone(),
@@ -113,12 +114,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         for pod in &input.pods {
             let id = self.intern_info(PodSpecInfo::from_pod(*pod));
             self.pod_info.push(id);
-            if self.unplaced.len() <= id as usize {
-                self.unplaced.resize(id as usize + 1, 0);
+            if self.unplaced.len() <= id.index() {
+                self.unplaced.resize(id.index() + 1, 0);
             }
-            self.unplaced[id as usize] += 1;
+            self.unplaced[id.index()] += 1;
         }
-        let existing_pods: Vec<Vec<u32>> = input
+        let existing_pods: Vec<Vec<InfoId>> = input
             .nodes
             .iter()
             .map(|n| &n.pods)
@@ -157,7 +158,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         for name in &names {
             self.dim(name);
         }
-        for i in 0..self.infos.len() {
+        for i in self.infos.ids() {
             let v: Rc<[u64]> = Rc::from(self.vector(&self.infos[i].spec.requests));
             self.infos[i].requests = v;
         }
@@ -175,7 +176,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .any(|t| t.effect == taints::PREFER_NO_SCHEDULE);
 
         // Topology groups of every term of every pod, pending or bound.
-        for i in 0..self.infos.len() {
+        for i in self.infos.ids() {
             let spec = self.infos[i].spec.clone();
             let strict = spec.required_terms.first().map_or_else(
                 || spec.node_selector.clone(),
@@ -192,7 +193,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                     key: term.key.clone(),
                     namespaces: Namespaces::Listed([spec.namespace.clone()].into_iter().collect()),
                     selector: term.selector.clone(),
-                    filter: term.honor_node_affinity.then_some(filter),
+                    filter: term.honor_node_affinity.then_some(filter.raw()),
                 }));
             }
             let affinity = spec
@@ -205,7 +206,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .iter()
                 .map(|t| self.term_group(Kind::Affinity, t))
                 .collect();
-            let anti: Vec<u32> = spec
+            let anti: Vec<GroupId> = spec
                 .anti_affinity
                 .iter()
                 .map(|t| self.term_group(Kind::Anti, t))
@@ -216,7 +217,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .map(|t| self.term_group(Kind::Anti, t))
                 .collect();
             for g in &anti {
-                self.groups[*g as usize].has_required_owners = true;
+                self.groups[*g].has_required_owners = true;
             }
             let info = &mut self.infos[i];
             info.spread_groups = spread;
@@ -227,46 +228,48 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
         self.init_universe();
         for g in &mut self.groups {
-            let n = g.key_id.map_or(0, |k| self.universe[k].len());
+            let n = g.key_id.map_or(0, |k| self.universe[KeyId::new(k)].len());
             g.counts = vec![0; n];
             g.owner_counts = vec![0; n];
         }
         // Which groups select which pods.
         let ns_labels = &input.namespace_labels;
         for info in &mut self.infos {
-            for (gid, g) in self.groups.iter().enumerate() {
+            for (gid, g) in self.groups.enumerate() {
                 if g.ident.namespaces.contains(&info.spec.namespace, ns_labels)
                     && g.ident.selector.matches(&info.spec.labels)
                 {
-                    info.selected_by.push(gid as u32);
+                    info.selected_by.push(gid);
                     if g.ident.kind == Kind::Anti && g.has_required_owners {
-                        info.inverse.push(gid as u32);
+                        info.inverse.push(gid);
                     }
                 }
             }
         }
         // Hostname groups whose pending owners or selected pods need eligible-claim lists.
-        let pending: BTreeSet<u32> = self.pod_info.iter().copied().collect();
+        let pending: BTreeSet<InfoId> = self.pod_info.iter().copied().collect();
         for i in pending {
-            let info = &self.infos[i as usize];
+            let info = &self.infos[i];
             for g in &info.spread_groups {
                 let own = if info.selected_by.binary_search(g).is_ok() {
                     List::OwnerSelf
                 } else {
                     List::Owner
                 };
-                self.groups[*g as usize].track[own as usize] = true;
+                self.groups[*g].track[own as usize] = true;
             }
             for g in info.anti_groups.iter().chain(&info.preferred_anti_groups) {
-                self.groups[*g as usize].track[List::Owner as usize] = true;
+                self.groups[*g].track[List::Owner as usize] = true;
             }
             for g in &info.inverse {
-                self.groups[*g as usize].track[List::Inverse as usize] = true;
+                self.groups[*g].track[List::Inverse as usize] = true;
             }
         }
-        self.tracked_groups = (0..self.groups.len() as u32)
+        self.tracked_groups = self
+            .groups
+            .ids()
             .filter(|g| {
-                let g = &self.groups[*g as usize];
+                let g = &self.groups[*g];
                 g.is_hostname() && g.track.iter().any(|t| *t)
             })
             .collect();
@@ -278,7 +281,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     /// labels, their types' labels and available offerings, and existing nodes. Sorted, and
     /// capped at [`MAX_DOMAINS`] per key.
     fn init_universe(&mut self) {
-        for k in 0..self.keys.len() {
+        for k in self.keys.ids() {
             let key = self.keys[k].clone();
             let mut values: BTreeSet<String> = BTreeSet::new();
             for pool in &self.pools {
@@ -290,7 +293,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                     continue;
                 }
                 let mut of_pool: BTreeSet<String> = BTreeSet::new();
-                for it in &pool.types {
+                for it in pool.types.iter() {
                     if key == labels::ZONE {
                         of_pool.extend(
                             it.offerings
@@ -327,12 +330,14 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
     }
 
-    fn init_existing(&mut self, existing_pods: &[Vec<u32>], daemons: &[PodSpecInfo]) {
+    fn init_existing(&mut self, existing_pods: &[Vec<InfoId>], daemons: &[PodSpecInfo]) {
         let input = self.input;
         let dims = self.dims.len();
         let n_nodes = input.nodes.len();
         for (i, node) in input.nodes.iter().enumerate() {
-            let domains = (0..self.keys.len())
+            let domains = self
+                .keys
+                .ids()
                 .map(|k| {
                     node.labels
                         .get(&self.keys[k])
@@ -353,7 +358,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             });
         }
         for (i, claim) in input.in_flight.iter().enumerate() {
-            let domains = (0..self.keys.len())
+            let domains = self
+                .keys
+                .ids()
                 .map(|k| {
                     let req = claim.requirements.get(&self.keys[k])?;
                     if req.len() == Some(1) {
@@ -388,22 +395,23 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             });
         }
         for (b, infos) in existing_pods.iter().enumerate() {
+            let b = BinId::new(b);
             for info in infos {
-                let req = self.infos[*info as usize].requests.clone();
+                let req = self.infos[*info].requests.clone();
                 let bin = &mut self.bins[b];
                 for (u, x) in bin.used.iter_mut().zip(req.iter()) {
                     *u = u.saturating_add(*x);
                 }
                 bin.ports
-                    .extend(self.infos[*info as usize].spec.host_ports.iter().cloned());
-                self.record(b as u32, *info, None);
+                    .extend(self.infos[*info].spec.host_ports.iter().cloned());
+                self.record(b, *info, None);
             }
         }
-        for b in 0..(n_nodes + input.in_flight.len()) {
-            let free = self.bin_cap(b as u32).map_or(0, |cap| {
+        for b in (0..(n_nodes + input.in_flight.len())).map(BinId::new) {
+            let free = self.bin_cap(b).map_or(0, |cap| {
                 cap[self.cpu].saturating_sub(self.bins[b].used[self.cpu])
             });
-            self.existing_index.insert((free, b as u32));
+            self.existing_index.insert((free, b));
         }
     }
 }

@@ -4,6 +4,7 @@
 //! finally tolerating `PreferNoSchedule` taints).
 
 use super::Solver;
+use super::ids::{GroupId, Id, InfoId, PoolId, ReqId, ShapeId, StateId};
 use crate::scheduling::PreferencePolicy;
 use crate::scheduling::pod::{PodSpecInfo, PodView};
 use crate::scheduling::taints;
@@ -27,39 +28,40 @@ pub(super) struct Info {
     pub(super) spec: PodSpecInfo,
     pub(super) requests: Rc<[u64]>,
     pub(super) tolerations: Vec<Toleration>,
-    pub(super) spread_groups: Vec<u32>,
-    pub(super) affinity_groups: Vec<u32>,
-    pub(super) preferred_affinity_groups: Vec<u32>,
-    pub(super) anti_groups: Vec<u32>,
-    pub(super) preferred_anti_groups: Vec<u32>,
+    pub(super) spread_groups: Vec<GroupId>,
+    pub(super) affinity_groups: Vec<GroupId>,
+    pub(super) preferred_affinity_groups: Vec<GroupId>,
+    pub(super) anti_groups: Vec<GroupId>,
+    pub(super) preferred_anti_groups: Vec<GroupId>,
     /// Groups whose selector and namespaces select this pod.
-    pub(super) selected_by: Vec<u32>,
+    pub(super) selected_by: Vec<GroupId>,
     /// Required anti-affinity groups (with owners) that select this pod.
-    pub(super) inverse: Vec<u32>,
+    pub(super) inverse: Vec<GroupId>,
 }
 
 /// A pod spec at one relaxation level.
 pub(super) struct Shape {
-    pub(super) info: u32,
-    pub(super) req: u32,
-    pub(super) strict_req: u32,
+    pub(super) info: InfoId,
+    pub(super) req: ReqId,
+    pub(super) strict_req: ReqId,
     pub(super) tolerations: Vec<Toleration>,
-    pub(super) owned: Vec<u32>,
-    pub(super) owned_required_anti: Vec<u32>,
-    pub(super) host_affinity: Vec<u32>,
+    pub(super) owned: Vec<GroupId>,
+    pub(super) owned_required_anti: Vec<GroupId>,
+    pub(super) host_affinity: Vec<GroupId>,
     /// Hostname groups that exclude bins: (group, true when it is the inverse list).
-    pub(super) exclusive: Vec<(u32, List)>,
+    pub(super) exclusive: Vec<(GroupId, List)>,
+    /// By [`PoolId`].
     pub(super) tolerates_pool: Vec<Option<bool>>,
-    pub(super) compat_states: Vec<u32>,
+    pub(super) compat_states: Vec<StateId>,
     pub(super) states_checked: usize,
 }
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
-    pub(super) fn shape(&mut self, info_id: u32, relax: Relax) -> u32 {
+    pub(super) fn shape(&mut self, info_id: InfoId, relax: Relax) -> ShapeId {
         if let Some(s) = self.shape_ids.get(&(info_id, relax)) {
             return *s;
         }
-        let info = &self.infos[info_id as usize];
+        let info = &self.infos[info_id];
         let spec = &info.spec;
         let mut strict = spec.node_selector.clone();
         if let Some(term) = spec.required_terms.get(relax.required_term as usize) {
@@ -74,7 +76,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             tolerations.push(taints::tolerate_prefer_no_schedule());
         }
         let hard = spec.hard_spread_count();
-        let mut owned: Vec<u32> = Vec::new();
+        let mut owned: Vec<GroupId> = Vec::new();
         owned.extend(&info.spread_groups[..hard]);
         owned.extend(
             info.spread_groups[hard..]
@@ -100,7 +102,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let mut host_affinity = Vec::new();
         let mut exclusive = Vec::new();
         for g in &owned {
-            let group = &self.groups[*g as usize];
+            let group = &self.groups[*g];
             if !group.is_hostname() {
                 continue;
             }
@@ -118,14 +120,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
         }
         for g in &inverse {
-            if self.groups[*g as usize].is_hostname() {
+            if self.groups[*g].is_hostname() {
                 exclusive.push((*g, List::Inverse));
             }
         }
         let req = self.intern_req(full);
         let strict_req = self.intern_req(strict);
-        let id = self.shapes.len() as u32;
-        self.shapes.push(Shape {
+        let id = self.shapes.push(Shape {
             info: info_id,
             req,
             strict_req,
@@ -199,34 +200,32 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         None
     }
 
-    pub(super) fn tolerates(&mut self, shape: u32, pool: usize) -> bool {
-        if let Some(ok) = self.shapes[shape as usize].tolerates_pool[pool] {
+    pub(super) fn tolerates(&mut self, shape: ShapeId, pool: PoolId) -> bool {
+        if let Some(ok) = self.shapes[shape].tolerates_pool[pool.index()] {
             return ok;
         }
-        let ok = taints::first_untolerated(
-            &self.pools[pool].taints,
-            &self.shapes[shape as usize].tolerations,
-        )
-        .is_none();
-        self.shapes[shape as usize].tolerates_pool[pool] = Some(ok);
+        let ok =
+            taints::first_untolerated(&self.pools[pool].taints, &self.shapes[shape].tolerations)
+                .is_none();
+        self.shapes[shape].tolerates_pool[pool.index()] = Some(ok);
         ok
     }
 
-    pub(super) fn refresh_compat(&mut self, shape: u32) {
+    pub(super) fn refresh_compat(&mut self, shape: ShapeId) {
         loop {
-            let checked = self.shapes[shape as usize].states_checked;
+            let checked = self.shapes[shape].states_checked;
             if checked >= self.states.len() {
                 return;
             }
-            let st = checked as u32;
-            self.shapes[shape as usize].states_checked += 1;
-            let pool = self.states[checked].pool;
+            let st = StateId::new(checked);
+            self.shapes[shape].states_checked += 1;
+            let pool = self.states[st].pool;
             if !self.tolerates(shape, pool) {
                 continue;
             }
-            let req = self.shapes[shape as usize].req;
+            let req = self.shapes[shape].req;
             if self.transition(st, req).is_some() {
-                self.shapes[shape as usize].compat_states.push(st);
+                self.shapes[shape].compat_states.push(st);
             }
         }
     }

@@ -5,6 +5,7 @@
 //! still open.
 
 use super::Solver;
+use super::ids::{BinId, GroupId, Id, InfoId, KeyId, ReqId, ShapeId, StateId};
 use super::placement::BinKind;
 use crate::scheduling::pod::PodView;
 use crate::scheduling::topology::Kind;
@@ -43,7 +44,7 @@ pub(super) enum Why {
 
 /// A failed topology check: which group, and why.
 pub(super) struct TopoFail {
-    pub(super) group: u32,
+    pub(super) group: GroupId,
     pub(super) why: Why,
 }
 
@@ -66,12 +67,12 @@ impl TopoFail {
 /// The host a topology check looks at: existing capacity, or a claim (open, or about to be
 /// opened) in a requirement state.
 pub(super) enum HostView {
-    Fixed { bin: u32 },
-    Claim { bin: Option<u32>, state: u32 },
+    Fixed { bin: BinId },
+    Claim { bin: Option<BinId>, state: StateId },
 }
 
 impl HostView {
-    fn bin(&self) -> Option<u32> {
+    fn bin(&self) -> Option<BinId> {
         match self {
             Self::Fixed { bin } => Some(*bin),
             Self::Claim { bin, .. } => *bin,
@@ -80,7 +81,12 @@ impl HostView {
 }
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
-    pub(super) fn domain_id(&self, key: usize, value: &str) -> Option<u16> {
+    /// The topology key of a group; `None` for the hostname.
+    pub(super) fn group_key(&self, g: GroupId) -> Option<KeyId> {
+        self.groups[g].key_id.map(KeyId::new)
+    }
+
+    pub(super) fn domain_id(&self, key: KeyId, value: &str) -> Option<u16> {
         self.universe[key]
             .binary_search_by(|v| v.as_str().cmp(value))
             .ok()
@@ -88,11 +94,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     /// The domains of `key` the pod's node selector and required node affinity allow.
-    fn pod_mask(&mut self, req: u32, key: usize) -> DomainSet {
+    fn pod_mask(&mut self, req: ReqId, key: KeyId) -> DomainSet {
         if let Some(m) = self.pod_masks.get(&(req, key)) {
             return *m;
         }
-        let reqs = &self.reqs[req as usize];
+        let reqs = &self.reqs[req];
         let name = &self.keys[key];
         let mut mask = 0;
         for (d, value) in self.universe[key].iter().enumerate() {
@@ -104,22 +110,24 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         mask
     }
 
-    fn allowed_mask(&mut self, host: &HostView, key: usize) -> DomainSet {
+    fn allowed_mask(&mut self, host: &HostView, key: KeyId) -> DomainSet {
         if let Some((_, m)) = self.narrowed.iter().find(|(k, _)| *k == key) {
             return *m;
         }
         match host {
-            HostView::Fixed { bin } => match &self.bins[*bin as usize].kind {
-                BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => {
-                    domains.get(key).copied().flatten().map_or(0, |d| 1 << d)
-                }
+            HostView::Fixed { bin } => match &self.bins[*bin].kind {
+                BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => domains
+                    .get(key.index())
+                    .copied()
+                    .flatten()
+                    .map_or(0, |d| 1 << d),
                 BinKind::Claim { .. } => 0,
             },
             HostView::Claim { state, .. } => self.state_domains(*state, key),
         }
     }
 
-    fn set_narrowed(&mut self, key: usize, domains: DomainSet) {
+    fn set_narrowed(&mut self, key: KeyId, domains: DomainSet) {
         match self.narrowed.iter_mut().find(|(k, _)| *k == key) {
             Some((_, d)) => *d = domains,
             None => self.narrowed.push((key, domains)),
@@ -128,23 +136,27 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// Checks a shape's topology constraints on a host. For a claim, leaves in `self.narrowed`
     /// the topology keys the placement must narrow (key, allowed domains).
-    pub(super) fn topology_check(&mut self, host: &HostView, shape: u32) -> Result<(), TopoFail> {
+    pub(super) fn topology_check(
+        &mut self,
+        host: &HostView,
+        shape: ShapeId,
+    ) -> Result<(), TopoFail> {
         self.narrowed.clear();
-        let info_id = self.shapes[shape as usize].info as usize;
-        let n_owned = self.shapes[shape as usize].owned.len();
+        let info_id = self.shapes[shape].info;
+        let n_owned = self.shapes[shape].owned.len();
         let n_inverse = self.infos[info_id].inverse.len();
         if n_owned == 0 && n_inverse == 0 {
             return Ok(());
         }
-        let strict = self.shapes[shape as usize].strict_req;
+        let strict = self.shapes[shape].strict_req;
         let bin = host.bin();
         let fixed = matches!(host, HostView::Fixed { .. });
         for i in 0..n_owned {
-            let g = self.shapes[shape as usize].owned[i];
+            let g = self.shapes[shape].owned[i];
             let selects_self = self.infos[info_id].selected_by.binary_search(&g).is_ok();
-            let Some(k) = self.groups[g as usize].key_id else {
-                let group = &self.groups[g as usize];
-                let count = bin.map_or(0, |b| group.host_count(b));
+            let Some(k) = self.group_key(g) else {
+                let group = &self.groups[g];
+                let count = bin.map_or(0, |b| group.host_count(b.raw()));
                 let why = match group.ident.kind {
                     Kind::Spread { max_skew, .. } => {
                         (count + u32::from(selects_self) > max_skew).then_some(Why::HostFull(count))
@@ -161,7 +173,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let allowed = self.allowed_mask(host, k);
             let pod_mask = self.pod_mask(strict, k);
             let pend = self.pending_count(bin, g);
-            let group = &self.groups[g as usize];
+            let group = &self.groups[g];
             let candidates = allowed & pod_mask;
             let choice = match group.ident.kind {
                 Kind::Spread {
@@ -244,8 +256,8 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
         for i in 0..n_inverse {
             let g = self.infos[info_id].inverse[i];
-            let Some(k) = self.groups[g as usize].key_id else {
-                if bin.is_some_and(|b| self.groups[g as usize].owner_host_count(b) > 0) {
+            let Some(k) = self.group_key(g) else {
+                if bin.is_some_and(|b| self.groups[g].owner_host_count(b.raw()) > 0) {
                     return Err(TopoFail {
                         group: g,
                         why: Why::OwnerOnHost,
@@ -257,7 +269,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             if fixed && allowed == 0 {
                 continue;
             }
-            let group = &self.groups[g as usize];
+            let group = &self.groups[g];
             let free = bits(allowed)
                 .filter(|d| group.owner_counts[*d] == 0)
                 .fold(0, |m, d| m | (1 << d));
@@ -276,13 +288,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     /// Counts a pod placed on a bin in every group that selects it, and as an owner of its
     /// required anti-affinity terms.
-    pub(super) fn record(&mut self, bin: u32, info: u32, owners_of_shape: Option<u32>) {
-        let n_selected = self.infos[info as usize].selected_by.len();
+    pub(super) fn record(&mut self, bin: BinId, info: InfoId, owners_of_shape: Option<ShapeId>) {
+        let n_selected = self.infos[info].selected_by.len();
         for i in 0..n_selected {
-            let g = self.infos[info as usize].selected_by[i];
-            let Some(k) = self.groups[g as usize].key_id else {
-                let group = &mut self.groups[g as usize];
-                *group.host.entry(bin).or_insert(0) += 1;
+            let g = self.infos[info].selected_by[i];
+            let Some(k) = self.group_key(g) else {
+                let group = &mut self.groups[g];
+                *group.host.entry(bin.raw()).or_insert(0) += 1;
                 group.host_total += 1;
                 continue;
             };
@@ -290,10 +302,10 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 continue;
             }
             match self.bin_domain(bin, k) {
-                Some(d) => self.groups[g as usize].counts[d as usize] += 1,
+                Some(d) => self.groups[g].counts[d as usize] += 1,
                 None => {
-                    if matches!(self.bins[bin as usize].kind, BinKind::Claim { .. }) {
-                        let pending = &mut self.bins[bin as usize].pending;
+                    if matches!(self.bins[bin].kind, BinKind::Claim { .. }) {
+                        let pending = &mut self.bins[bin].pending;
                         match pending.iter_mut().find(|(pg, _)| *pg == g) {
                             Some((_, c)) => *c += 1,
                             None => pending.push((g, 1)),
@@ -303,23 +315,23 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
         }
         let n_owned = match owners_of_shape {
-            Some(s) => self.shapes[s as usize].owned_required_anti.len(),
-            None => self.infos[info as usize].anti_groups.len(),
+            Some(s) => self.shapes[s].owned_required_anti.len(),
+            None => self.infos[info].anti_groups.len(),
         };
         for i in 0..n_owned {
             let g = match owners_of_shape {
-                Some(s) => self.shapes[s as usize].owned_required_anti[i],
-                None => self.infos[info as usize].anti_groups[i],
+                Some(s) => self.shapes[s].owned_required_anti[i],
+                None => self.infos[info].anti_groups[i],
             };
-            match self.groups[g as usize].key_id {
-                None => *self.groups[g as usize].owner_host.entry(bin).or_insert(0) += 1,
+            match self.group_key(g) {
+                None => *self.groups[g].owner_host.entry(bin.raw()).or_insert(0) += 1,
                 Some(k) => match self.bin_domain(bin, k) {
-                    Some(d) => self.groups[g as usize].owner_counts[d as usize] += 1,
+                    Some(d) => self.groups[g].owner_counts[d as usize] += 1,
                     None => {
                         // Not pinned yet: block every domain the claim might land in.
-                        if let BinKind::Claim { state, .. } = self.bins[bin as usize].kind {
+                        if let BinKind::Claim { state, .. } = self.bins[bin].kind {
                             for d in bits(self.state_domains(state, k)) {
-                                self.groups[g as usize].owner_counts[d] += 1;
+                                self.groups[g].owner_counts[d] += 1;
                             }
                         }
                     }
@@ -329,40 +341,37 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     /// Whether a spread group with a node filter counts pods on this bin.
-    fn counts_on(&mut self, bin: u32, g: u32) -> bool {
-        let Some(filter) = self.groups[g as usize].ident.filter else {
+    fn counts_on(&mut self, bin: BinId, g: GroupId) -> bool {
+        let Some(filter) = self.groups[g].ident.filter.map(ReqId::from_raw) else {
             return true;
         };
-        if self.reqs[filter as usize].is_empty() {
+        if self.reqs[filter].is_empty() {
             return true;
         }
-        match &self.bins[bin as usize].kind {
-            BinKind::Node { idx, .. } => self.reqs[filter as usize]
+        match &self.bins[bin].kind {
+            BinKind::Node { idx, .. } => self.reqs[filter]
                 .matches_labels(&self.input.nodes[*idx].labels)
                 .is_ok(),
             BinKind::InFlight { idx, .. } => self.input.in_flight[*idx]
                 .requirements
-                .intersects(&self.reqs[filter as usize])
+                .intersects(&self.reqs[filter])
                 .is_ok(),
             BinKind::Claim { state, .. } => {
                 let st = *state;
                 if let Some(ok) = self.filter_ok.get(&(st, filter)) {
                     return *ok;
                 }
-                let ok = self.states[st as usize]
-                    .reqs
-                    .intersects(&self.reqs[filter as usize])
-                    .is_ok();
+                let ok = self.states[st].reqs.intersects(&self.reqs[filter]).is_ok();
                 self.filter_ok.insert((st, filter), ok);
                 ok
             }
         }
     }
 
-    fn bin_domain(&mut self, bin: u32, key: usize) -> Option<u16> {
-        match &self.bins[bin as usize].kind {
+    fn bin_domain(&mut self, bin: BinId, key: KeyId) -> Option<u16> {
+        match &self.bins[bin].kind {
             BinKind::Node { domains, .. } | BinKind::InFlight { domains, .. } => {
-                domains.get(key).copied().flatten()
+                domains.get(key.index()).copied().flatten()
             }
             BinKind::Claim { state, .. } => {
                 let d = self.state_domains(*state, key);
@@ -372,26 +381,26 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     /// Attributes pending counts of a claim to the domains its state now pins.
-    pub(super) fn flush_pending(&mut self, bin: u32) {
-        if self.bins[bin as usize].pending.is_empty() {
+    pub(super) fn flush_pending(&mut self, bin: BinId) {
+        if self.bins[bin].pending.is_empty() {
             return;
         }
-        let pending = std::mem::take(&mut self.bins[bin as usize].pending);
+        let pending = std::mem::take(&mut self.bins[bin].pending);
         let mut keep = Vec::new();
         for (g, c) in pending {
-            let Some(k) = self.groups[g as usize].key_id else {
+            let Some(k) = self.group_key(g) else {
                 continue;
             };
             match self.bin_domain(bin, k) {
-                Some(d) => self.groups[g as usize].counts[d as usize] += c,
+                Some(d) => self.groups[g].counts[d as usize] += c,
                 None => keep.push((g, c)),
             }
         }
-        self.bins[bin as usize].pending = keep;
+        self.bins[bin].pending = keep;
     }
 
     /// Applies the narrowing the last topology check left, starting from state `st`.
-    pub(super) fn apply_narrowing(&mut self, mut st: u32) -> Option<u32> {
+    pub(super) fn apply_narrowing(&mut self, mut st: StateId) -> Option<StateId> {
         for i in 0..self.narrowed.len() {
             let (k, domains) = self.narrowed[i];
             st = self.narrow(st, k, domains)?;
@@ -399,9 +408,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         Some(st)
     }
 
-    fn pending_count(&self, bin: Option<u32>, group: u32) -> u32 {
+    fn pending_count(&self, bin: Option<BinId>, group: GroupId) -> u32 {
         bin.and_then(|b| {
-            self.bins[b as usize]
+            self.bins[b]
                 .pending
                 .iter()
                 .find(|(g, _)| *g == group)
