@@ -48,103 +48,56 @@ use super::pod::{PodSpecInfo, PodView};
 use super::requirements::{self, Requirements};
 use super::topology::{Group, GroupKey, Kind};
 use super::{Input, Plan};
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+// FxHash: the memo tables hash small integer keys millions of times; SipHash's DoS resistance
+// buys nothing here, and a fixed hasher keeps runs identical. No output depends on the order of
+// these maps: they are only looked up, never iterated.
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeSet;
 
 /// Prices closer than this are equal.
 const PRICE_EPSILON: f64 = 1e-9;
-
-/// FxHash: the memo tables hash small integer keys millions of times; SipHash's DoS resistance
-/// buys nothing here, and a fixed hasher keeps runs identical.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes([
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
-            ]));
-        }
-        for b in chunks.remainder() {
-            self.add(u64::from(*b));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    fn write_u16(&mut self, i: u16) {
-        self.add(u64::from(i));
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    fn write_u128(&mut self, i: u128) {
-        self.add(i as u64);
-        self.add((i >> 64) as u64);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-type FxSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
 /// One greedy solve of a round: the interned tables and the placement state.
 pub(crate) struct Solver<'i, 'a, P> {
     input: &'i Input<'a, P>,
     dims: Vec<String>,
-    dim_index: FxMap<String, usize>,
+    dim_index: FxHashMap<String, usize>,
     cpu: usize,
     memory: usize,
-    well_known: FxSet<String>,
+    well_known: FxHashSet<String>,
     pools: Table<PoolId, Pool<'a>>,
     infos: Table<InfoId, Info>,
-    info_ids: FxMap<PodSpecInfo, InfoId>,
+    info_ids: FxHashMap<PodSpecInfo, InfoId>,
     pod_info: Table<PodId, InfoId>,
     reqs: Table<ReqId, Requirements>,
-    req_ids: FxMap<Requirements, ReqId>,
+    req_ids: FxHashMap<Requirements, ReqId>,
     shapes: Table<ShapeId, Shape>,
-    shape_ids: FxMap<(InfoId, Relax), ShapeId>,
+    shape_ids: FxHashMap<(InfoId, Relax), ShapeId>,
     states: Table<StateId, State>,
-    state_ids: FxMap<(PoolId, Requirements), StateId>,
-    transitions: FxMap<(StateId, ReqId), Option<StateId>>,
-    narrows: FxMap<(StateId, KeyId, DomainSet), Option<StateId>>,
-    filter_ok: FxMap<(StateId, ReqId), bool>,
-    pod_masks: FxMap<(ReqId, KeyId), DomainSet>,
+    state_ids: FxHashMap<(PoolId, Requirements), StateId>,
+    transitions: FxHashMap<(StateId, ReqId), Option<StateId>>,
+    narrows: FxHashMap<(StateId, KeyId, DomainSet), Option<StateId>>,
+    filter_ok: FxHashMap<(StateId, ReqId), bool>,
+    pod_masks: FxHashMap<(ReqId, KeyId), DomainSet>,
     /// Output of the last topology check: keys to narrow and their allowed domains.
     narrowed: Vec<(KeyId, DomainSet)>,
     keys: Table<KeyId, String>,
-    key_ids: FxMap<String, KeyId>,
+    key_ids: FxHashMap<String, KeyId>,
     /// Per topology key: the values it can take, sorted (a domain is an index into it).
     universe: Table<KeyId, Vec<String>>,
     groups: Table<GroupId, Group>,
-    group_ids: FxMap<GroupKey, GroupId>,
+    group_ids: FxHashMap<GroupKey, GroupId>,
     tracked_groups: Vec<GroupId>,
     bins: Table<BinId, Bin>,
     existing_index: BTreeSet<(u64, BinId)>,
-    existing_req_ok: FxMap<(BinId, ReqId), bool>,
+    existing_req_ok: FxHashMap<(BinId, ReqId), bool>,
     placement: Table<PodId, Option<BinId>>,
     relaxed: Table<PodId, bool>,
     any_prefer_no_schedule: bool,
     scratch: Vec<BinId>,
     state_buf: Vec<StateId>,
     /// Explanations already built, by shape: (existing-node reasons, NodePool rejections).
-    explained: FxMap<ShapeId, Explained>,
+    explained: FxHashMap<ShapeId, Explained>,
     /// Per pod description ([`InfoId`]): pods not placed yet (what a fresh claim is sized for).
     unplaced: Vec<u32>,
     /// When set, at most this many new claims may be opened (the single-node check).
@@ -171,7 +124,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         let mut s = Self {
             input,
             dims: Vec::new(),
-            dim_index: FxMap::default(),
+            dim_index: FxHashMap::default(),
             cpu: 0,
             memory: 0,
             well_known: requirements::WELL_KNOWN_LABELS
@@ -180,34 +133,34 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 .collect(),
             pools: Table::new(),
             infos: Table::new(),
-            info_ids: FxMap::default(),
+            info_ids: FxHashMap::default(),
             pod_info: Table::new(),
             reqs: Table::new(),
-            req_ids: FxMap::default(),
+            req_ids: FxHashMap::default(),
             shapes: Table::new(),
-            shape_ids: FxMap::default(),
+            shape_ids: FxHashMap::default(),
             states: Table::new(),
-            state_ids: FxMap::default(),
-            transitions: FxMap::default(),
-            narrows: FxMap::default(),
-            filter_ok: FxMap::default(),
-            pod_masks: FxMap::default(),
+            state_ids: FxHashMap::default(),
+            transitions: FxHashMap::default(),
+            narrows: FxHashMap::default(),
+            filter_ok: FxHashMap::default(),
+            pod_masks: FxHashMap::default(),
             narrowed: Vec::new(),
             keys: Table::new(),
-            key_ids: FxMap::default(),
+            key_ids: FxHashMap::default(),
             universe: Table::new(),
             groups: Table::new(),
-            group_ids: FxMap::default(),
+            group_ids: FxHashMap::default(),
             tracked_groups: Vec::new(),
             bins: Table::new(),
             existing_index: BTreeSet::new(),
-            existing_req_ok: FxMap::default(),
+            existing_req_ok: FxHashMap::default(),
             placement: Table::filled(input.pods.len(), None),
             relaxed: Table::filled(input.pods.len(), false),
             any_prefer_no_schedule: false,
             scratch: Vec::new(),
             state_buf: Vec::new(),
-            explained: FxMap::default(),
+            explained: FxHashMap::default(),
             unplaced: Vec::new(),
             max_new_claims,
             new_claims: 0,
