@@ -18,7 +18,8 @@
 //! `status` report: pools against limits, claims, totals), `pending` (pending pods and why each
 //! waits), `nodeclaim` (`explain nodeclaim`: why the claim exists), `choice` (which instance types
 //! it could have been and why this one won), `timeline` (what happened to it and when),
-//! `disruption` (whether it can be disrupted now, and what blocks it), `duration` (how facts word
+//! `disruption` (whether it can be disrupted now, and what blocks it; a budget's own rules are
+//! methods on [`Budget`](crate::apis::Budget)), `duration` (how facts word
 //! a span of time). This module holds the objects they read ([`Cluster`]) and small lookups they
 //! share.
 
@@ -28,7 +29,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashMap;
 
-mod budget;
 mod choice;
 mod claim_state;
 mod disruption;
@@ -42,7 +42,6 @@ mod recorded;
 mod status;
 mod timeline;
 
-pub use budget::{budget_active, budget_nodes, cron};
 pub use choice::{ChoiceOption, InstanceChoice};
 pub use claim_state::{ClaimPhase, ClaimState, claim_state};
 pub use disruption::{Blocker, BlockerKind, Disruptability};

@@ -1,36 +1,43 @@
-//! A NodePool disruption budget's rules: how many nodes it allows, and whether its cron window is
-//! active now.
+//! A NodePool disruption budget's rules, as methods on [`Budget`]: how many of the pool's nodes
+//! it lets be disrupted at once, and whether its cron window is active now (upstream's
+//! `Budget.GetAllowedDisruptions` and `Budget.IsActive`), with the small cron parser the window
+//! needs. The disruption controller and `explain` share them.
 
-use crate::apis::Budget;
+use super::Budget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 fn duration_of(text: &str) -> Option<SignedDuration> {
-    let d = crate::apis::parse_duration(text).ok()?;
+    let d = super::parse_duration(text).ok()?;
     SignedDuration::try_from(d).ok()
 }
 
-/// How many nodes a budget's `nodes` allows out of `count`: an integer, or a percentage rounded up.
-pub fn budget_nodes(nodes: &str, count: usize) -> Option<u64> {
-    match nodes.strip_suffix('%') {
-        Some(pct) => {
-            let pct: u64 = pct.parse().ok()?;
-            Some((pct * count as u64).div_ceil(100))
+impl Budget {
+    /// How many nodes the budget's `nodes` allows out of `count`: an integer, or a percentage
+    /// rounded up.
+    pub fn nodes_allowed(&self, count: usize) -> Option<u64> {
+        let nodes = self.nodes.as_str();
+        match nodes.strip_suffix('%') {
+            Some(pct) => {
+                let pct: u64 = pct.parse().ok()?;
+                Some((pct * count as u64).div_ceil(100))
+            }
+            None => nodes.parse().ok(),
         }
-        None => nodes.parse().ok(),
     }
-}
 
-/// Whether a budget applies at `now`: always without a schedule; with one, when the schedule hit
-/// within the last `duration` (upstream: the next hit after `now - duration` is not after `now`).
-pub fn budget_active(budget: &Budget, now: Timestamp) -> Result<bool, String> {
-    let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) else {
-        return Ok(true);
-    };
-    let schedule = cron::Schedule::parse(schedule)?;
-    let duration =
-        duration_of(duration).ok_or_else(|| format!("duration {duration:?} not understood"))?;
-    let start = now.checked_sub(duration).map_err(|e| e.to_string())?;
-    Ok(schedule.hits_between(start, now))
+    /// Whether the budget applies at `now`: always without a schedule; with one, when the
+    /// schedule hit within the last `duration` (upstream: the next hit after `now - duration` is
+    /// not after `now`).
+    pub fn is_active(&self, now: Timestamp) -> Result<bool, String> {
+        let (Some(schedule), Some(duration)) = (&self.schedule, &self.duration) else {
+            return Ok(true);
+        };
+        let schedule = cron::Schedule::parse(schedule)?;
+        let duration =
+            duration_of(duration).ok_or_else(|| format!("duration {duration:?} not understood"))?;
+        let start = now.checked_sub(duration).map_err(|e| e.to_string())?;
+        Ok(schedule.hits_between(start, now))
+    }
 }
 
 /// A small cron matcher for budget schedules: five fields (minute hour day-of-month month
@@ -187,7 +194,24 @@ pub mod cron {
 #[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::explain::fixtures::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().expect("timestamp")
+    }
+
+    fn budget(nodes: &str) -> Budget {
+        Budget {
+            nodes: nodes.to_owned(),
+            ..Budget::upstream_default_list().remove(0)
+        }
+    }
+
+    #[test]
+    fn a_percentage_budget_rounds_up() {
+        assert_eq!(budget("10%").nodes_allowed(1), Some(1));
+        assert_eq!(budget("10%").nodes_allowed(11), Some(2));
+        assert_eq!(budget("3").nodes_allowed(100), Some(3));
+    }
 
     #[test]
     fn cron_schedules_match_like_upstream() {
