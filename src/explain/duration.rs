@@ -1,8 +1,9 @@
 //! How facts word a span of time: kubectl's AGE notation. Explanations say "5m before launch" or
 //! "in 61m", and those sentences are part of the facts (`-o json` carries them), so the wording
-//! lives with them.
+//! lives with them. The plugin's AGE column (`age`) builds on it but is presentation, so it lives
+//! in the plugin.
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 
 /// `kubectl`'s AGE notation (`45s`, `5m`, `3h`, `2d`, `4m10s` when it matters), as
 /// `k8s.io/apimachinery/pkg/util/duration.HumanDuration` prints it.
@@ -61,14 +62,6 @@ pub fn human_duration(duration: SignedDuration) -> String {
         };
     }
     format!("{}y", hours / 24 / 365)
-}
-
-/// The age of something created at `at`, kubectl style; `<unknown>` without a time.
-pub fn age(at: Option<Timestamp>, now: Timestamp) -> String {
-    at.map_or_else(
-        || "<unknown>".to_owned(),
-        |at| human_duration(now.duration_since(at)),
-    )
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ mod timeline;
 pub use choice::{ChoiceOption, InstanceChoice};
 pub use claim_state::{ClaimPhase, ClaimState, claim_state};
 pub use disruption::{Blocker, BlockerKind, Disruptability};
-pub use duration::{age, human_duration};
+pub use duration::human_duration;
 pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
 pub use pending::{PendingPod, is_pending, pending_pods};
 pub use price::{HOURS_PER_MONTH, Price, PriceSource, claim_price, node_price};
