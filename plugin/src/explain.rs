@@ -4,7 +4,7 @@
 //! `karpenter_core::explain`.
 
 use crate::cluster::Cluster;
-use crate::output::{self, Format};
+use crate::output::{self, Format, age};
 use crate::table::{Cell, Color, Table};
 use anyhow::bail;
 use futures::StreamExt;
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
-use karpenter_core::explain::{self, ClaimExplanation, age, human_duration, provisioned_for};
+use karpenter_core::explain::{self, ClaimExplanation, human_duration, provisioned_for};
 use kube::api::{Api, ListParams};
 use std::fmt::Write as _;
 

@@ -2,6 +2,7 @@
 //! else does; a closed pipe (`| head`) ends the command quietly.
 
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::explain::human_duration;
 use serde::Serialize;
 use std::io::Write;
 
@@ -83,6 +84,15 @@ pub fn print_stdout(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The age of something created at `at`, kubectl style (an AGE column); `<unknown>` without a
+/// time.
+pub fn age(at: Option<Timestamp>, now: Timestamp) -> String {
+    at.map_or_else(
+        || "<unknown>".to_owned(),
+        |at| human_duration(now.duration_since(at)),
+    )
+}
+
 /// `a, b, c` (at most 15, then `and N more`), or `none`.
 pub fn name_list(names: &[String]) -> String {
     const MAX: usize = 15;
@@ -99,4 +109,18 @@ pub fn name_list(names: &[String]) -> String {
         text.push_str(&format!(" and {} more", names.len() - MAX));
     }
     text
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_age_is_kubectl_notation_and_unknown_without_a_time() {
+        let now: Timestamp = "2026-03-02T10:00:00Z".parse().expect("timestamp");
+        let created: Timestamp = "2026-03-02T09:57:30Z".parse().expect("timestamp");
+        assert_eq!(age(Some(created), now), "2m30s");
+        assert_eq!(age(None, now), "<unknown>");
+    }
 }

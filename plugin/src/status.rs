@@ -3,13 +3,13 @@
 //! per kind, made concurrently; the facts come from `karpenter_core::explain`.
 
 use crate::cluster::{Cluster, lean};
-use crate::output::{self, Format};
+use crate::output::{self, Format, age};
 use crate::table::{Cell, Color, Table, truncate};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool};
 use karpenter_core::explain::{
-    self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport, age,
+    self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport,
 };
 use karpenter_core::resources;
 use kube::api::ListParams;

@@ -297,11 +297,14 @@ impl Screen {
             let what = s.instance_type.clone().unwrap_or_default();
             bar.set_message(format!(
                 "{state} {what} {}",
-                explain::age(s.created_at, now)
+                crate::output::age(s.created_at, now)
             ));
         } else if let Some(bar) = self.bars.remove(&s.name) {
             bar.set_position(3);
-            bar.finish_with_message(format!("{state} after {}", explain::age(s.created_at, now)));
+            bar.finish_with_message(format!(
+                "{state} after {}",
+                crate::output::age(s.created_at, now)
+            ));
         }
         match self.format {
             Format::Table | Format::Wide => self.print(render_row(

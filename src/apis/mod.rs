@@ -11,6 +11,7 @@
 //! Defaults and validation live in the CRD schemas (OpenAPI plus CEL rules), so the API server
 //! rejects a bad manifest with a message that names the field, before any controller sees it.
 
+pub mod budget;
 mod common;
 pub mod ec2nodeclass;
 pub mod gcenodeclass;

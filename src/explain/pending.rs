@@ -1,0 +1,205 @@
+//! Pods that wait for a node, and why each waits: scheduling gates, a NodeClaim being launched for
+//! it, a FailedProvisioning Event, or the scheduler's own PodScheduled condition.
+
+use super::{
+    ClaimPhase, ClaimState, Cluster, NodeIndex, claim_state, event_time, is_terminal, label,
+    name_of, node_name_of, pod_key, provisioned_for,
+};
+use crate::apis::{NodeClaim, labels};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// A pod that waits for a node, and why.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPod {
+    pub namespace: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Timestamp>,
+    /// A word: `WaitingForNodeClaim`, `FailedProvisioning`, `Unschedulable`, `SchedulingGated`...
+    pub reason: String,
+    /// The sentence behind it.
+    pub message: String,
+    /// The claim being launched for it, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_claim: Option<String>,
+}
+
+/// Whether a pod waits for a node: unbound, not terminal, not being deleted.
+pub fn is_pending(pod: &Pod) -> bool {
+    node_name_of(pod).is_none() && !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Pods that wait for a node, with the reason each waits, oldest first.
+pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
+    // Claims still coming up, by the pods they were made for.
+    let mut nominated: HashMap<String, (&NodeClaim, ClaimState)> = HashMap::new();
+    let nodes = NodeIndex::new(&cluster.nodes);
+    for claim in &cluster.node_claims {
+        let state = claim_state(claim, nodes.of(claim));
+        if matches!(
+            state.phase,
+            ClaimPhase::Ready | ClaimPhase::NotReady | ClaimPhase::Terminating
+        ) {
+            continue;
+        }
+        for pod in provisioned_for(claim).unwrap_or_default() {
+            nominated.insert(pod, (claim, state.clone()));
+        }
+    }
+    // The newest FailedProvisioning event per pod.
+    let mut failed: HashMap<String, (Option<Timestamp>, &Event)> = HashMap::new();
+    for event in &cluster.events {
+        let object = &event.involved_object;
+        if event.reason.as_deref() != Some("FailedProvisioning")
+            || object.kind.as_deref() != Some("Pod")
+        {
+            continue;
+        }
+        let key = format!(
+            "{}/{}",
+            object.namespace.as_deref().unwrap_or_default(),
+            object.name.as_deref().unwrap_or_default()
+        );
+        let at = event_time(event);
+        if failed.get(&key).is_none_or(|(seen, _)| at > *seen) {
+            failed.insert(key, (at, event));
+        }
+    }
+    let mut out: Vec<PendingPod> = cluster
+        .pods
+        .iter()
+        .filter(|p| is_pending(p))
+        .map(|pod| {
+            let key = pod_key(pod);
+            let created_at = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let scheduled = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status != "True")
+                });
+            let gates: Vec<&str> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|g| g.name.as_str())
+                .collect();
+            let (reason, message, node_claim) = if !gates.is_empty() {
+                (
+                    "SchedulingGated".to_owned(),
+                    format!("waiting for scheduling gates: {}", gates.join(", ")),
+                    None,
+                )
+            } else if let Some((claim, state)) = nominated.get(&key) {
+                let name = name_of(&claim.metadata);
+                let what = label(&claim.metadata, labels::INSTANCE_TYPE)
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default();
+                (
+                    "WaitingForNodeClaim".to_owned(),
+                    format!("nodeclaim {name}{what} is {state}"),
+                    Some(name),
+                )
+            } else if let Some((_, event)) = failed.get(&key).filter(|(at, _)| {
+                scheduled.is_some() && at.is_some_and(|at| Some(at) >= created_at)
+            }) {
+                (
+                    "FailedProvisioning".to_owned(),
+                    event.message.clone().unwrap_or_default(),
+                    None,
+                )
+            } else if let Some(condition) = scheduled {
+                (
+                    condition
+                        .reason
+                        .clone()
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| "Unscheduled".to_owned()),
+                    condition.message.clone().unwrap_or_default(),
+                    None,
+                )
+            } else {
+                (
+                    "Pending".to_owned(),
+                    "not seen by the scheduler yet".to_owned(),
+                    None,
+                )
+            };
+            PendingPod {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: name_of(&pod.metadata),
+                created_at,
+                reason,
+                message,
+                node_claim,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        a.created_at
+            .cmp(&b.created_at)
+            .then_with(|| a.namespace.cmp(&b.namespace))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::explain::fixtures::*;
+    use serde_json::json;
+
+    #[test]
+    fn pending_pods_say_what_they_wait_for() {
+        let mut coming = ours("m.small");
+        coming.status = serde_json::from_value(json!({"conditions": [{"type": "Launched", "status": "False", "reason": "NotLaunched", "message": "", "lastTransitionTime": NOW}]})).expect("status");
+        let unschedulable = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}});
+        let cluster = Cluster {
+            node_claims: vec![coming],
+            pods: vec![
+                pod("web-1", None, unschedulable.clone()),
+                pod("huge", None, unschedulable.clone()),
+                pod("plain", None, unschedulable),
+                pod(
+                    "gated",
+                    None,
+                    json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+                ),
+                pod("running", Some("n1"), json!({})),
+            ],
+            events: vec![event(
+                "Pod",
+                "huge",
+                "FailedProvisioning",
+                "no NodePool fits: cpu 500 > 64",
+                NOW,
+            )],
+            ..Cluster::default()
+        };
+        let reasons: Vec<(String, String)> = pending_pods(&cluster)
+            .into_iter()
+            .map(|p| (p.name, p.reason))
+            .collect();
+        let reason = |name: &str| {
+            reasons
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, r)| r.as_str())
+        };
+        assert_eq!(reason("web-1"), Some("WaitingForNodeClaim"));
+        assert_eq!(reason("huge"), Some("FailedProvisioning"));
+        assert_eq!(reason("plain"), Some("Unschedulable"));
+        assert_eq!(reason("gated"), Some("SchedulingGated"));
+        assert_eq!(reason("running"), None);
+    }
+}

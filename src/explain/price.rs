@@ -1,0 +1,93 @@
+//! What a node or a NodeClaim costs per hour, and where that price came from: the node's
+//! `eks-node-viewer/instance-price` label (as eks-node-viewer reads it), else the claim's recorded
+//! instance type options.
+
+use super::{instance_type_options, label};
+use crate::apis::{NodeClaim, labels};
+use k8s_openapi::api::core::v1::Node;
+use serde::Serialize;
+
+/// Hours in an average month (8,760 / 12), the factor from $/hour to $/month, as eks-node-viewer uses.
+pub const HOURS_PER_MONTH: f64 = 730.0;
+
+/// Where an hourly price came from.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum PriceSource {
+    /// The node's `eks-node-viewer/instance-price` label.
+    NodeLabel,
+    /// The matching entry of the claim's recorded instance type options.
+    InstanceTypeOptions,
+}
+
+/// An hourly price and where it came from.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Price {
+    pub per_hour: f64,
+    pub source: PriceSource,
+}
+
+/// A node's price from its `eks-node-viewer/instance-price` label.
+pub fn node_price(node: &Node) -> Option<f64> {
+    label(&node.metadata, labels::INSTANCE_PRICE)?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite() && *p >= 0.0)
+}
+
+/// What a claim costs per hour: its node's price label if present, else the price of its
+/// launched instance type among the recorded options, else unknown.
+pub fn claim_price(claim: &NodeClaim, node: Option<&Node>) -> Option<Price> {
+    if let Some(per_hour) = node.and_then(node_price) {
+        return Some(Price {
+            per_hour,
+            source: PriceSource::NodeLabel,
+        });
+    }
+    let launched = label(&claim.metadata, labels::INSTANCE_TYPE)?;
+    let zone = label(&claim.metadata, labels::ZONE);
+    let capacity_type = label(&claim.metadata, labels::CAPACITY_TYPE);
+    let options = instance_type_options(claim)?;
+    let exact = options.iter().find(|o| {
+        o.name == launched
+            && Some(o.zone.as_str()) == zone
+            && Some(o.capacity_type.as_str()) == capacity_type
+    });
+    let option = exact.or_else(|| options.iter().find(|o| o.name == launched))?;
+    Some(Price {
+        per_hour: option.price,
+        source: PriceSource::InstanceTypeOptions,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::explain::fixtures::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_claim_costs_its_node_label_else_its_recorded_option_else_unknown() {
+        let c = ours("m.large");
+        assert_eq!(
+            claim_price(&c, Some(&node("n1", Some("0.25")))),
+            Some(Price {
+                per_hour: 0.25,
+                source: PriceSource::NodeLabel
+            })
+        );
+        assert_eq!(
+            claim_price(&c, Some(&node("n1", None))),
+            Some(Price {
+                per_hour: 0.2,
+                source: PriceSource::InstanceTypeOptions
+            })
+        );
+        let upstream =
+            claim(json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}}}));
+        assert_eq!(claim_price(&upstream, None), None);
+    }
+}
