@@ -29,7 +29,11 @@ const FORBIDDEN: &[(&str, &str, &str)] = &[
     ("scheduling", "kube::Client", "the scheduler has no client"),
     ("scheduling", "Api<", "the scheduler has no client"),
     ("scheduling", "aws_sdk_", "the scheduler sees no cloud SDK"),
-    ("scheduling", "google_cloud_", "the scheduler sees no cloud SDK"),
+    (
+        "scheduling",
+        "google_cloud_",
+        "the scheduler sees no cloud SDK",
+    ),
     ("scheduling", "async fn", "the scheduler is synchronous"),
     ("scheduling", ".await", "the scheduler is synchronous"),
     ("scheduling", "tokio::", "the scheduler is synchronous"),
@@ -37,12 +41,36 @@ const FORBIDDEN: &[(&str, &str, &str)] = &[
     ("cloud", "PostParams", "cloud makes no Kubernetes writes"),
     ("cloud", "DeleteParams", "cloud makes no Kubernetes writes"),
     ("cloud", "Recorder", "cloud records no Kubernetes Events"),
-    ("state", "kube::Client", "state is what the watches hold, not a client"),
-    ("state", "Api<", "state is what the watches hold, not a client"),
-    ("state", ".await", "state's step to the scheduler's input is pure"),
-    ("explain", "kube::Client", "explain states facts from objects it is given"),
-    ("explain", "Api<", "explain states facts from objects it is given"),
-    ("explain", ".await", "explain states facts from objects it is given"),
+    (
+        "state",
+        "kube::Client",
+        "state is what the watches hold, not a client",
+    ),
+    (
+        "state",
+        "Api<",
+        "state is what the watches hold, not a client",
+    ),
+    (
+        "state",
+        ".await",
+        "state's step to the scheduler's input is pure",
+    ),
+    (
+        "explain",
+        "kube::Client",
+        "explain states facts from objects it is given",
+    ),
+    (
+        "explain",
+        "Api<",
+        "explain states facts from objects it is given",
+    ),
+    (
+        "explain",
+        ".await",
+        "explain states facts from objects it is given",
+    ),
 ];
 
 /// Where a rule above does not hold, and why.
@@ -202,12 +230,11 @@ fn each_binary_writes_with_one_field_manager() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     library_files(&src, &mut files);
+    // Spelt in two pieces so this file does not match itself.
+    let needle = concat!("const FIELD_", "MANAGER: &str");
     let mut declared: Vec<String> = files
         .iter()
-        .filter(|f| {
-            std::fs::read_to_string(f)
-                .is_ok_and(|t| library_code(&t).contains("const FIELD_MANAGER"))
-        })
+        .filter(|f| std::fs::read_to_string(f).is_ok_and(|t| library_code(&t).contains(needle)))
         .filter_map(|f| f.strip_prefix(&src).ok())
         .map(|f| f.iter().next().map(|p| p.to_string_lossy().into_owned()))
         .map(Option::unwrap_or_default)
