@@ -15,9 +15,9 @@
 //! Every message is deleted from the queue once handled (or found unparseable), so none loops.
 
 use super::cloud_error;
-use super::unavailable::UnavailableOfferings;
 use crate::apis::labels;
 use crate::cloud::CloudError;
+use crate::cloud::unavailable::UnavailableOfferings;
 use std::sync::Arc;
 use std::time::Duration;
 

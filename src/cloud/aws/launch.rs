@@ -466,7 +466,11 @@ pub(super) async fn launch(
         };
         if CAPACITY_ERROR_CODES.contains(&code) {
             provider.unavailable.mark(lifecycle, &instance_type, &zone);
-            capacity_failures.push(super::unavailable::key(lifecycle, &instance_type, &zone));
+            capacity_failures.push(crate::cloud::unavailable::key(
+                lifecycle,
+                &instance_type,
+                &zone,
+            ));
         } else {
             other_errors.push(format!(
                 "{code}: {}",

@@ -20,10 +20,10 @@ pub mod interruption;
 mod launch;
 pub mod nodeclass;
 pub mod pricing;
-pub mod unavailable;
 pub mod userdata;
 
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::unavailable::{self, UnavailableOfferings};
 use crate::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use crate::scheduling::InstanceType;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -34,7 +34,6 @@ use pricing::PriceTable;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use unavailable::UnavailableOfferings;
 use userdata::ClusterBootstrap;
 
 /// Tag on everything launched for a cluster: `kubernetes.io/cluster/<name>` = `owned`.

@@ -97,17 +97,6 @@ impl ResolveError {
             reason: reason.into(),
         }
     }
-
-    /// As the provider reports it.
-    pub fn into_cloud_error(self, name: &str) -> CloudError {
-        match self {
-            Self::NotReady { reason, .. } => CloudError::NodeClassNotReady {
-                name: name.to_owned(),
-                reason,
-            },
-            Self::Cloud(e) => e,
-        }
-    }
 }
 
 /// Status condition types of an EC2NodeClass.
