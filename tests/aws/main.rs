@@ -11,6 +11,7 @@
 #![allow(clippy::await_holding_lock)]
 
 mod agent;
+mod contract;
 mod env;
 mod moto;
 mod provider;

@@ -14,6 +14,7 @@
 #![allow(clippy::await_holding_lock)]
 
 mod agent;
+mod contract;
 mod provider;
 
 use std::time::Duration;

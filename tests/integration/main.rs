@@ -5,3 +5,4 @@ use karpenter_test_support::rig;
 
 mod api_examples;
 mod api_validation;
+mod cloud_contract;
