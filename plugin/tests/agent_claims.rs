@@ -4,15 +4,12 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-#[path = "../../tests/support/rig.rs"]
-mod rig;
-
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
+use karpenter_test_support::rig::rig;
 use kube::api::{Api, ListParams};
-use rig::rig;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -7,13 +7,10 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-#[path = "../../tests/support/rig.rs"]
-mod rig;
-
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_test_support::rig::rig;
 use kube::api::{Api, Patch, PatchParams};
-use rig::rig;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};

@@ -14,13 +14,11 @@ mod env;
 mod moto;
 #[path = "../../tests/aws/proxy.rs"]
 mod proxy;
-#[path = "../../tests/support/rig.rs"]
-mod rig;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use karpenter_test_support::rig::{self, rig};
 use kube::Api;
 use kube::api::PostParams;
-use rig::rig;
 use std::process::{Command, Output, Stdio};
 
 const CLUSTER: &str = "plugin-init";

@@ -11,13 +11,10 @@
     clippy::await_holding_lock
 )]
 
-#[path = "../../tests/support/rig.rs"]
-mod rig;
-
 use gcp_fake::FakeGcp;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use karpenter_test_support::rig::rig;
 use kube::Api;
-use rig::rig;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 

@@ -5,10 +5,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-#[path = "../../tests/support/rig.rs"]
-mod rig;
-
-use rig::{repo_root, rig};
+use karpenter_test_support::rig::{repo_root, rig};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

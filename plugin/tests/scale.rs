@@ -10,14 +10,11 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-#[path = "../../tests/support/rig.rs"]
-mod rig;
-
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_test_support::rig::rig;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rig::rig;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

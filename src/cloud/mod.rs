@@ -9,6 +9,7 @@ pub mod catalogue;
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod fake;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod gcp_prices;

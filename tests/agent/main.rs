@@ -6,17 +6,14 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-#[path = "../support/rig.rs"]
-mod rig;
-
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
+use karpenter_test_support::rig::rig;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use rig::rig;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,23 +40,8 @@ impl Agent {
     }
 
     async fn start_with(settings: Settings) -> Self {
-        // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more):
-        // the agent's tasks run on worker threads, whose output the test harness does not capture.
-        if let Some(path) = std::env::var_os("KARPENTER_TEST_LOG")
-            && let Ok(file) = std::fs::File::options()
-                .create(true)
-                .append(true)
-                .open(path)
-        {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info,kube_runtime=warn".into()),
-                )
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .try_init();
-        }
+        // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more).
+        karpenter_test_support::logging::init();
         let client = rig().client().await;
         let provider = Arc::new(KwokProvider::new(client.clone()));
         let metrics = Arc::new(Metrics::new());

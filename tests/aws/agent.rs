@@ -35,7 +35,7 @@ impl Drop for Agent {
 /// Starts the agent as `karpenter-agent run --provider aws` wires it: the common controllers,
 /// then the EC2 loops (node class status, and the interruption queue when `queue` is set).
 async fn start(env: &Env, queue: Option<String>) -> Agent {
-    crate::log_to_stderr();
+    karpenter_test_support::logging::init();
     let client = rig().client().await;
     let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
     config.interruption_queue = queue;

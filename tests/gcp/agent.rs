@@ -34,7 +34,7 @@ impl Drop for Agent {
 }
 
 async fn start(config: GcpConfig) -> Agent {
-    crate::log_to_stderr();
+    karpenter_test_support::logging::init();
     let client = rig().client().await;
     let cluster = config.cluster_name.clone();
     let provider = Arc::new(

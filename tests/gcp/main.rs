@@ -1,5 +1,5 @@
 //! The GCP provider and the agent against the project's own GCP fake (`gcp-fake`, in-process,
-//! one per test) and the real rig (`../support/rig.rs`).
+//! one per test) and the real rig (`karpenter_test_support::rig`).
 //!
 //! `provider.rs` drives the provider alone: catalogue, node class resolution, launch labels and
 //! scheduling, the failed-operation check, stockout and quota fallback, preemption as seen by
@@ -13,15 +13,13 @@
 // `exclusive()` is held across awaits on purpose: it keeps agents one at a time.
 #![allow(clippy::await_holding_lock)]
 
-#[path = "../support/cloud_agent.rs"]
-mod cloud_agent;
-#[path = "../support/rig.rs"]
-mod rig;
-
 mod agent;
+mod contract;
 mod provider;
 
 use std::time::Duration;
+
+use karpenter_test_support::{cloud_agent, rig};
 
 pub use cloud_agent::{apply, exclusive, wait_for};
 
@@ -62,49 +60,4 @@ pub fn config(
     config.endpoint = Some(fake.endpoint());
     config.polling_initial_delay = Some(Duration::from_millis(20));
     config
-}
-
-/// With `KARPENTER_TEST_LOG=1`, the library's tracing events go to stderr.
-pub fn log_to_stderr() {
-    use std::sync::Once;
-    use tracing::field::{Field, Visit};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Metadata, Subscriber};
-
-    struct Stderr;
-    struct Line(String);
-    impl Visit for Line {
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            self.0.push_str(&format!(" {}={value:?}", field.name()));
-        }
-    }
-    impl Subscriber for Stderr {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.target().starts_with("karpenter_core")
-                && *metadata.level() <= tracing::Level::DEBUG
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut line = Line(String::new());
-            event.record(&mut line);
-            eprintln!(
-                "{} {}{}",
-                event.metadata().level(),
-                event.metadata().target(),
-                line.0
-            );
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-    static ONCE: Once = Once::new();
-    if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
-        ONCE.call_once(|| {
-            let _ = tracing::subscriber::set_global_default(Stderr);
-        });
-    }
 }

@@ -138,29 +138,9 @@ pub fn query(uri: &Uri) -> HashMap<String, String> {
 
 /// Decodes `%XX` escapes and `+` (a space in query strings).
 pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&text.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// An int64/uint64 the way proto3 JSON sends it: a decimal string.
@@ -170,24 +150,8 @@ pub fn int64(value: u64) -> Value {
 
 /// Standard base64 with padding, for `bytes` fields (etags, fingerprints, key data).
 pub fn base64(data: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(TABLE[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
 /// A fresh random etag or fingerprint, base64-encoded (8 random bytes, as GCE's fingerprints).
@@ -200,8 +164,9 @@ pub fn new_etag() -> String {
 /// the URL-safe alphabet, which is what google-cloud-compute-v1 decodes `bytes` fields with
 /// (a `/` or `+` makes it fail with "Invalid symbol").
 pub fn new_fingerprint() -> String {
+    use base64::Engine;
     let bytes: [u8; 8] = rand::random();
-    base64(&bytes).replace('+', "-").replace('/', "_")
+    base64::engine::general_purpose::URL_SAFE.encode(bytes)
 }
 
 /// A random numeric id in the 19-digit range GCE uses.

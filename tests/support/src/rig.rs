@@ -7,8 +7,6 @@
 //! `RIG_KEEP=1` keeps the directory and the components' logs for a look after a failure. Set `KARPENTER_TEST_KUBECONFIG`
 //! to point the tests at a rig you already started (`tests/rig/rig up DIR`) and skip the start-up.
 
-#![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;

@@ -1,9 +1,7 @@
 //! What the cloud providers' integration tests (`tests/aws`, `tests/gcp`) share: one agent on the
 //! rig at a time, `kubectl apply`, waiting with a dump of the cluster on timeout, the workload
 //! they scale, a stand-in kubelet that registers a Node for each launched instance, and cleaning
-//! a pool away through the agent. Included with `#[path]` next to `../support/rig.rs` (as `rig`).
-
-#![allow(dead_code)]
+//! a pool away through the agent.
 
 use crate::rig::rig;
 use k8s_openapi::api::core::v1::{Node, Pod};
