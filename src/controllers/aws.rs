@@ -15,7 +15,7 @@ use crate::cloud::aws::interruption::InterruptionQueue;
 /// found, which is a configuration error worth stopping for.
 pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
     let ctx = running.ctx.clone();
-    running.spawn(nodeclass_status::ec2_node_classes(
+    running.spawn(nodeclass_status::node_classes(
         ctx.client.clone(),
         ctx.provider.clone(),
     ));

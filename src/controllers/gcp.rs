@@ -8,7 +8,7 @@ use crate::cloud::gcp::GcpProvider;
 /// Starts the Compute Engine provider's loops beside `running`.
 pub fn start(running: &mut Running<GcpProvider>) {
     let ctx = running.ctx.clone();
-    running.spawn(nodeclass_status::gce_node_classes(
+    running.spawn(nodeclass_status::node_classes(
         ctx.client.clone(),
         ctx.provider.clone(),
     ));

@@ -16,6 +16,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, warn};
@@ -71,99 +73,97 @@ fn error_policy<K: Resource<DynamicType = ()>>(class: &K, error: &Error) -> Acti
     Action::requeue(RETRY_NOT_READY)
 }
 
-/// Resolves one EC2NodeClass and writes its status when the answer changed; a class that is not
-/// ready comes back as [`CloudError::NodeClassNotReady`] inside [`Error::Cloud`], its status
-/// written first.
-#[cfg(feature = "aws")]
-pub async fn sync_ec2_node_class(
-    client: &kube::Client,
-    provider: &crate::cloud::aws::AwsProvider,
-    name: &str,
-) -> Result<Arc<crate::cloud::aws::nodeclass::ResolvedNodeClass>, Error> {
-    let resolution = provider
-        .resolve_node_class_status(name)
-        .await
-        .map_err(Error::cloud("resolving the EC2NodeClass"))?;
-    if let Some(status) = &resolution.status {
-        write_status::<crate::apis::EC2NodeClass>(client, name, status).await?;
-    }
-    resolution
-        .resolved
-        .map_err(Error::cloud("resolving the EC2NodeClass"))
+/// A provider whose node class has a status: it resolves a class by name into what launches
+/// use, and the status that resolution amounts to (`None` when the class already says it).
+pub trait NodeClassResolver: Send + Sync + 'static {
+    /// The node class kind (EC2NodeClass, GCENodeClass).
+    type Class: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
+    /// What launches use from a resolved class.
+    type Resolved: Send + Sync;
+    /// The status written to the class.
+    type Status: Serialize + Send + Sync;
+
+    /// Resolves the class `name`: the outcome for launches, and the status to write if it
+    /// changed. The outer error is a failure to read the class at all.
+    fn resolve_status(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Resolution<Self>, CloudError>> + Send;
 }
 
-/// Keeps every EC2NodeClass's status current until cancelled: resolves it when it changes and
+/// What resolving a node class came to (see [`NodeClassResolver::resolve_status`]).
+pub type Resolution<P> = (
+    Result<Arc<<P as NodeClassResolver>::Resolved>, CloudError>,
+    Option<<P as NodeClassResolver>::Status>,
+);
+
+#[cfg(feature = "aws")]
+impl NodeClassResolver for crate::cloud::aws::AwsProvider {
+    type Class = crate::apis::EC2NodeClass;
+    type Resolved = crate::cloud::aws::nodeclass::ResolvedNodeClass;
+    type Status = crate::apis::EC2NodeClassStatus;
+
+    async fn resolve_status(&self, name: &str) -> Result<Resolution<Self>, CloudError> {
+        let resolution = self.resolve_node_class_status(name).await?;
+        Ok((resolution.resolved, resolution.status))
+    }
+}
+
+#[cfg(feature = "gcp")]
+impl NodeClassResolver for crate::cloud::gcp::GcpProvider {
+    type Class = crate::apis::GCENodeClass;
+    type Resolved = crate::cloud::gcp::nodeclass::ResolvedNodeClass;
+    type Status = crate::apis::GCENodeClassStatus;
+
+    async fn resolve_status(&self, name: &str) -> Result<Resolution<Self>, CloudError> {
+        let resolution = self.resolve_node_class_status(name).await?;
+        Ok((resolution.resolved, resolution.status))
+    }
+}
+
+/// Resolves one node class and writes its status when the answer changed; a class that is not
+/// ready comes back as [`CloudError::NodeClassNotReady`] inside [`Error::Cloud`], its status
+/// written first.
+pub async fn sync_node_class<P: NodeClassResolver>(
+    client: &kube::Client,
+    provider: &P,
+    name: &str,
+) -> Result<Arc<P::Resolved>, Error> {
+    let action = format!("resolving the {}", P::Class::kind(&()));
+    let (resolved, status) = provider
+        .resolve_status(name)
+        .await
+        .map_err(Error::cloud(action.clone()))?;
+    if let Some(status) = &status {
+        write_status::<P::Class>(client, name, status).await?;
+    }
+    resolved.map_err(Error::cloud(action))
+}
+
+/// Keeps every node class's status current until cancelled: resolves it when it changes and
 /// every few minutes after, and writes the status when the answer differs.
-#[cfg(feature = "aws")]
-pub async fn ec2_node_classes(client: kube::Client, provider: Arc<crate::cloud::aws::AwsProvider>) {
-    use crate::apis::EC2NodeClass;
-    use crate::cloud::aws::AwsProvider;
-
-    async fn reconcile(
-        class: Arc<EC2NodeClass>,
-        ctx: Arc<(kube::Client, Arc<AwsProvider>)>,
+pub async fn node_classes<P: NodeClassResolver>(client: kube::Client, provider: Arc<P>) {
+    async fn reconcile<P: NodeClassResolver>(
+        class: Arc<P::Class>,
+        ctx: Arc<(kube::Client, Arc<P>)>,
     ) -> Result<Action, Error> {
-        if class.metadata.deletion_timestamp.is_some() {
+        if class.meta().deletion_timestamp.is_some() {
             return Ok(Action::await_change());
         }
         let name = class.name_any();
-        let synced = sync_ec2_node_class(&ctx.0, &ctx.1, &name).await;
-        next_pass("EC2NodeClass", &name, synced)
+        let synced = sync_node_class(&ctx.0, &*ctx.1, &name).await;
+        next_pass(&P::Class::kind(&()), &name, synced)
     }
-    let api: Api<EC2NodeClass> = Api::all(client.clone());
+    let api: Api<P::Class> = Api::all(client.clone());
     Controller::new(api, watcher::Config::default())
         .run(
-            reconcile,
-            |class, error, _| error_policy(&*class, error),
-            Arc::new((client, provider)),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
-}
-
-/// Resolves one GCENodeClass and writes its status when the answer changed; a class that is not
-/// ready comes back as [`CloudError::NodeClassNotReady`] inside [`Error::Cloud`], its status
-/// written first.
-#[cfg(feature = "gcp")]
-pub async fn sync_gce_node_class(
-    client: &kube::Client,
-    provider: &crate::cloud::gcp::GcpProvider,
-    name: &str,
-) -> Result<Arc<crate::cloud::gcp::nodeclass::ResolvedNodeClass>, Error> {
-    let resolution = provider
-        .resolve_node_class_status(name)
-        .await
-        .map_err(Error::cloud("resolving the GCENodeClass"))?;
-    if let Some(status) = &resolution.status {
-        write_status::<crate::apis::GCENodeClass>(client, name, status).await?;
-    }
-    resolution
-        .resolved
-        .map_err(Error::cloud("resolving the GCENodeClass"))
-}
-
-/// Keeps every GCENodeClass's status current until cancelled, as [`ec2_node_classes`] does for
-/// EC2NodeClasses.
-#[cfg(feature = "gcp")]
-pub async fn gce_node_classes(client: kube::Client, provider: Arc<crate::cloud::gcp::GcpProvider>) {
-    use crate::apis::GCENodeClass;
-    use crate::cloud::gcp::GcpProvider;
-
-    async fn reconcile(
-        class: Arc<GCENodeClass>,
-        ctx: Arc<(kube::Client, Arc<GcpProvider>)>,
-    ) -> Result<Action, Error> {
-        if class.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
-        }
-        let name = class.name_any();
-        let synced = sync_gce_node_class(&ctx.0, &ctx.1, &name).await;
-        next_pass("GCENodeClass", &name, synced)
-    }
-    let api: Api<GCENodeClass> = Api::all(client.clone());
-    Controller::new(api, watcher::Config::default())
-        .run(
-            reconcile,
+            reconcile::<P>,
             |class, error, _| error_policy(&*class, error),
             Arc::new((client, provider)),
         )

@@ -91,7 +91,7 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
     );
 
     // The provider resolves; the node class status controller writes what it resolved.
-    nodeclass_status::sync_ec2_node_class(&rig().client().await, &provider, "resolve-demo")
+    nodeclass_status::sync_node_class(&rig().client().await, &provider, "resolve-demo")
         .await
         .expect("status written");
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
@@ -153,7 +153,7 @@ async fn a_node_class_whose_subnets_match_nothing_is_not_ready_and_says_why() {
         matches!(&error, CloudError::NodeClassNotReady { reason, .. } if reason.contains("no subnets")),
         "{error}"
     );
-    nodeclass_status::sync_ec2_node_class(&rig().client().await, &provider, "unready-demo")
+    nodeclass_status::sync_node_class(&rig().client().await, &provider, "unready-demo")
         .await
         .expect_err("the status says why it is not ready");
     let classes: Api<EC2NodeClass> = Api::all(rig().client().await);

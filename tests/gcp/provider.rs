@@ -149,7 +149,7 @@ async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_cla
     assert!(pages > 1, "the aggregated list was paged ({pages} pages)");
 
     // The provider resolves; the node class status controller writes what it resolved.
-    nodeclass_status::sync_gce_node_class(&rig().client().await, &provider, "catalogue-demo")
+    nodeclass_status::sync_node_class(&rig().client().await, &provider, "catalogue-demo")
         .await
         .expect("status written");
     let classes: Api<GCENodeClass> = Api::all(rig().client().await);
@@ -196,7 +196,7 @@ spec:
         matches!(err, CloudError::NodeClassNotReady { .. }),
         "{err:?}"
     );
-    nodeclass_status::sync_gce_node_class(&rig().client().await, &provider, "catalogue-missing")
+    nodeclass_status::sync_node_class(&rig().client().await, &provider, "catalogue-missing")
         .await
         .expect_err("the status says why it is not ready");
     let status = classes
