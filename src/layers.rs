@@ -1,8 +1,8 @@
 //! The layer rule, checked by reading the source: every `crate::…` path in library code must
 //! point down. From the bottom: `resources` and `metrics`; `apis`; `scheduling` (pure: no client,
 //! no cloud SDK, no async); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
-//! `state` (watched stores and the pure step from them to the scheduler's input); `explain`
-//! (pure facts); `controllers` and `setup` on top, side by side, neither importing the other.
+//! `state` (watched stores and the pure step from them to the scheduler's input); `disruption`
+//! (the pure decisions of which nodes to give back); `explain` (pure facts); `controllers` and `setup` on top, side by side, neither importing the other.
 //!
 //! Test code is exempt (a scheduler test may borrow a provider's catalogue as a fixture): files
 //! named `tests.rs` and `#[cfg(test)] mod …` blocks are not read. A module may import its own
@@ -19,9 +19,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("scheduling", 2),
     ("cloud", 3),
     ("state", 4),
-    ("explain", 5),
-    ("controllers", 6),
-    ("setup", 6),
+    ("disruption", 5),
+    ("explain", 6),
+    ("controllers", 7),
+    ("setup", 7),
 ];
 
 /// Text that must not appear in a layer's library code, with why.
@@ -55,6 +56,21 @@ const FORBIDDEN: &[(&str, &str, &str)] = &[
         "state",
         ".await",
         "state's step to the scheduler's input is pure",
+    ),
+    (
+        "disruption",
+        "kube::Client",
+        "disruption decides from objects it is given",
+    ),
+    (
+        "disruption",
+        "Api<",
+        "disruption decides from objects it is given",
+    ),
+    (
+        "disruption",
+        ".await",
+        "disruption decides from objects it is given",
     ),
     (
         "explain",

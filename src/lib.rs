@@ -8,6 +8,7 @@
 pub mod apis;
 pub mod cloud;
 pub mod controllers;
+pub mod disruption;
 pub mod explain;
 #[cfg(test)]
 mod layers;

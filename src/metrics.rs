@@ -20,6 +20,38 @@ pub struct BatchLabels {
     pub closed_by: String,
 }
 
+/// Label set of `karpenter_nodeclaims_disrupted_total`, as upstream: why (`empty`,
+/// `underutilized`, `drifted`, `expired`, `interrupted`, …), the NodePool and the capacity type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+/// Label set of `karpenter_voluntary_disruption_decisions_total`, as upstream: the decision
+/// (`delete` or `replace`), the reason and the consolidation type (`empty`, `single`, `multi`,
+/// or empty for drift).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub decision: String,
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+/// Label set of `karpenter_voluntary_disruption_eligible_nodes`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+/// Label set of `karpenter_nodepools_allowed_disruptions`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}
+
 /// Every metric the agent exports, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -34,6 +66,11 @@ pub struct Metrics {
     pub scheduling_seconds: Histogram,
     pub pod_unschedulable_to_nodeclaim_seconds: Histogram,
     pub batches: Family<BatchLabels, Counter>,
+    pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    pub disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
+    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
+    pub disruption_evaluation_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -62,6 +99,11 @@ impl Metrics {
                 10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
             ]),
             batches: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_eligible_nodes: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
+            disruption_evaluation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
         registry.register(
             "nodeclaims_created",
@@ -117,6 +159,31 @@ impl Metrics {
             "provisioner_batches",
             "Batches of pending pods handed to scheduling, by what closed them",
             metrics.batches.clone(),
+        );
+        registry.register(
+            "nodeclaims_disrupted",
+            "NodeClaims disrupted, by reason, NodePool and capacity type",
+            metrics.nodeclaims_disrupted.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_decisions",
+            "Disruption decisions taken, by decision, reason and consolidation type",
+            metrics.disruption_decisions.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_eligible_nodes",
+            "Nodes the last disruption pass could disrupt, by reason",
+            metrics.disruption_eligible_nodes.clone(),
+        );
+        registry.register(
+            "nodepools_allowed_disruptions",
+            "Nodes each NodePool's budgets allow to be disrupted now, by reason",
+            metrics.nodepools_allowed_disruptions.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_decision_evaluation_duration_seconds",
+            "Time one disruption pass took to decide",
+            metrics.disruption_evaluation_seconds.clone(),
         );
         Self {
             registry,
