@@ -15,6 +15,7 @@ pub mod budget;
 mod common;
 pub mod ec2nodeclass;
 pub mod gcenodeclass;
+mod human_duration;
 pub mod kwoknodeclass;
 pub mod labels;
 pub mod nodeclaim;
@@ -26,6 +27,7 @@ pub use common::{
 };
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use gcenodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
+pub use human_duration::human_duration;
 pub use kwoknodeclass::{KWOKNodeClass, KWOKNodeClassSpec, KWOKNodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
 pub use nodepool::{

@@ -182,7 +182,9 @@ pub enum ConsolidationPolicy {
 }
 
 /// The disruption methods a budget can be limited to.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 pub enum DisruptionReason {
     Underutilized,
     Empty,

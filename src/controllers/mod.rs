@@ -1,6 +1,6 @@
 //! The agent's control loops as library functions the binary wires up and tests can call:
 //! provisioning (pending pods → NodeClaims), the NodeClaim lifecycle (launch, registration,
-//! initialization, liveness, termination), garbage collection of orphaned instances, and
+//! initialization, liveness, termination), disruption (consolidation, drift), garbage collection of orphaned instances, and
 //! NodePool status.
 //!
 //! [`start`] returns the running loops so a provider's own loops (`aws`: the interruption
@@ -12,6 +12,7 @@
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod conditions;
+pub mod disruption;
 pub mod garbage_collection;
 #[cfg(feature = "gcp")]
 pub mod gcp;
@@ -255,6 +256,7 @@ pub async fn start<P: CloudProvider + 'static>(
         wake,
     )));
     tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
+    tasks.push(tokio::spawn(disruption::run(ctx.clone())));
     tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
     tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));
     Running {

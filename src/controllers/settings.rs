@@ -19,6 +19,16 @@ pub struct Settings {
     pub garbage_collection_interval: Duration,
     /// An instance younger than this is never garbage-collected (its claim may not be written yet).
     pub garbage_collection_grace: Duration,
+    /// How often the disruption controller looks for nodes to give back (upstream: 10 s).
+    pub disruption_poll: Duration,
+    /// How long a consolidation decision waits before it is checked again and carried out
+    /// (upstream: 15 s).
+    pub disruption_validation: Duration,
+    /// How long replacements have to become Initialized before a disruption is rolled back.
+    pub disruption_replacement_timeout: Duration,
+    /// Upstream's `SpotToSpotConsolidation` feature gate: whether a spot node may be replaced by
+    /// a cheaper spot node (off by default, as upstream).
+    pub spot_to_spot_consolidation: bool,
 }
 
 impl Default for Settings {
@@ -30,6 +40,10 @@ impl Default for Settings {
             registration_ttl: Duration::from_secs(15 * 60),
             garbage_collection_interval: Duration::from_secs(30),
             garbage_collection_grace: Duration::from_secs(30),
+            disruption_poll: Duration::from_secs(10),
+            disruption_validation: Duration::from_secs(15),
+            disruption_replacement_timeout: Duration::from_secs(10 * 60),
+            spot_to_spot_consolidation: false,
         }
     }
 }

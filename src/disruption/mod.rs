@@ -5,11 +5,28 @@
 //!
 //! One file per concept: `consolidatable` (when `consolidateAfter` lets consolidation consider a
 //! claim), `drift` (whether a claim no longer matches its NodePool), `expiration` (when a claim's
-//! `expireAfter` is reached).
+//! `expireAfter` is reached), `budgets` (how many nodes a pool lets go now), `candidates` (what
+//! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
+//! with its price and disruption cost), `consolidation` (the simulation without some nodes and
+//! its verdict), `methods` (emptiness, drift, multi- and single-node consolidation) and
+//! `decision` (one pass over them, and the re-check before a command is carried out).
 
+pub mod budgets;
+pub mod candidate;
+pub mod candidates;
 pub mod consolidatable;
+pub mod consolidation;
+pub mod decision;
 pub mod drift;
 pub mod expiration;
+mod methods;
+#[cfg(test)]
+mod tests;
 
+pub use budgets::{Allowance, allowance, reason_name};
+pub use candidate::{Candidate, candidates as judge};
+pub use candidates::{Blocker, BlockerKind, ClaimView, Disruptability, disruptability};
 pub use consolidatable::{ConsolidatableAt, consolidatable_at};
+pub use consolidation::{Outcome, Replacement};
+pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide, validate};
 pub use expiration::{expires_at, is_expired};

@@ -19,8 +19,8 @@
 //! waits), `nodeclaim` (`explain nodeclaim`: why the claim exists), `choice` (which instance types
 //! it could have been and why this one won), `timeline` (what happened to it and when),
 //! `disruption` (whether it can be disrupted now, and what blocks it; a budget's own rules are
-//! methods on [`Budget`](crate::apis::Budget)), `duration` (how facts word
-//! a span of time). This module holds the objects they read ([`Cluster`]) and small lookups they
+//! methods on [`Budget`](crate::apis::Budget)), and durations are worded by
+//! [`human_duration`](crate::apis::human_duration). This module holds the objects they read ([`Cluster`]) and small lookups they
 //! share.
 
 use crate::apis::{NodeClaim, NodePool};
@@ -32,7 +32,6 @@ use std::collections::HashMap;
 mod choice;
 mod claim_state;
 mod disruption;
-mod duration;
 #[cfg(test)]
 mod fixtures;
 mod nodeclaim;
@@ -42,10 +41,10 @@ mod recorded;
 mod status;
 mod timeline;
 
+pub use crate::apis::human_duration;
+pub use crate::disruption::{Blocker, BlockerKind, Disruptability};
 pub use choice::{ChoiceOption, InstanceChoice};
 pub use claim_state::{ClaimPhase, ClaimState, claim_state};
-pub use disruption::{Blocker, BlockerKind, Disruptability};
-pub use duration::human_duration;
 pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
 pub use pending::{PendingPod, is_pending, pending_pods};
 pub use price::{HOURS_PER_MONTH, Price, PriceSource, claim_price, node_price};

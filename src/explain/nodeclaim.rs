@@ -162,16 +162,7 @@ pub fn explain_node_claim(
         why: why_it_exists(claim, cluster, node_name.as_deref(), &pods_on_node),
         choice: instance_choice(claim, &cluster.events, now),
         timeline: timeline(claim, node, &claim_events, &node_events),
-        disruption: disruptability(
-            claim,
-            &state,
-            pool,
-            pool_name.as_deref(),
-            node,
-            &pods_on_node,
-            cluster,
-            now,
-        ),
+        disruption: disruptability(claim, pool, node, &pods_on_node, cluster, now),
         state,
     })
 }

@@ -37,6 +37,7 @@ pub use batcher::{
 pub use crate::state::is_provisionable;
 pub use claims::{node_claim_for, node_pool_hash};
 pub use round::{Memory, RecentClaims, Round, provision};
+pub(crate) use round::{catalogues, daemon_set_pods};
 
 use super::Context;
 use crate::cloud::CloudProvider;

@@ -172,7 +172,7 @@ fn claims_with_unconfirmed<P>(ctx: &Context<P>, recent: &RecentClaims) -> Vec<Ar
 
 /// One catalogue per node class the live pools and the claims name. A class the provider
 /// cannot list has none: its pools launch nothing this round, the rest go on.
-async fn catalogues<P: CloudProvider>(
+pub(crate) async fn catalogues<P: CloudProvider>(
     ctx: &Context<P>,
     pools: &[Arc<NodePool>],
     claims: &[Arc<NodeClaim>],
@@ -193,7 +193,7 @@ async fn catalogues<P: CloudProvider>(
 }
 
 /// One pod per DaemonSet in the cluster, as overhead on every new node.
-async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Error> {
+pub(crate) async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Error> {
     let daemon_sets = Api::<DaemonSet>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await

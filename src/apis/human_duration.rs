@@ -1,6 +1,6 @@
-//! How facts word a span of time: kubectl's AGE notation. Explanations say "5m before launch" or
-//! "in 61m", and those sentences are part of the facts (`-o json` carries them), so the wording
-//! lives with them. The plugin's AGE column (`age`) builds on it but is presentation, so it lives
+//! How facts word a span of time: kubectl's AGE notation. Explanations and disruption decisions
+//! say "5m before launch" or "in 61m", and those sentences are part of the facts (`-o json` and
+//! Events carry them), so the wording sits low enough for both to share it. The plugin's AGE column (`age`) builds on it but is presentation, so it lives
 //! in the plugin.
 
 use k8s_openapi::jiff::SignedDuration;

@@ -1,0 +1,219 @@
+//! The disruption controller (upstream's `pkg/controllers/disruption/controller.go`): every
+//! `disruption_poll` (10 s) it reads the cluster, lets [`crate::disruption::decide`] pick one
+//! command, waits the validation period (15 s) for consolidation and emptiness, checks the
+//! command again on a fresh read, and carries it out (`queue.rs`): replacements first, then the
+//! candidates are deleted and the termination finalizer drains them.
+//!
+//! One command at a time: the loop does not decide again until the last command's
+//! replacements are initialized (or rolled back) and its candidates' deletion is requested.
+//!
+//! Claims that are blocked get a `DisruptionBlocked` Event on the NodeClaim and its Node when
+//! the reason changes (a budget, a `do-not-disrupt` annotation, a PodDisruptionBudget,
+//! `consolidateAfter: Never`, a budget that cannot be read), so `kubectl describe` says why a
+//! node stays; it is not repeated every pass.
+
+mod queue;
+
+use super::{Context, Error};
+use crate::apis::{DisruptionReason, NodeClaim, NodePool};
+use crate::cloud::CloudProvider;
+use crate::disruption::{self, BlockerKind, Decision, Method, budgets::REASONS, reason_name};
+use crate::metrics::{DecisionLabels, PoolReasonLabels, ReasonLabels};
+use crate::state::{CachedPod, Catalogues, Snapshot};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Event, EventType};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::{debug, info, warn};
+
+/// The cluster as one pass reads it; [`Parts::input`] borrows it as the decision's input.
+struct Parts {
+    pods: Vec<Arc<CachedPod>>,
+    nodes: Vec<Arc<Node>>,
+    claims: Vec<Arc<NodeClaim>>,
+    pools: Vec<Arc<NodePool>>,
+    catalogues: Catalogues,
+    daemon_set_pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
+}
+
+impl Parts {
+    async fn read<P: CloudProvider>(ctx: &Context<P>) -> Result<Self, Error> {
+        let pools = ctx.pools.state();
+        let claims = ctx.claims.state();
+        let catalogues = super::provisioning::catalogues(ctx, &pools, &claims).await;
+        let daemon_set_pods = super::provisioning::daemon_set_pods(ctx).await?;
+        let pdbs = Api::<PodDisruptionBudget>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("listing PodDisruptionBudgets"))?
+            .items;
+        Ok(Self {
+            pods: ctx.pods.state(),
+            nodes: ctx.nodes.state(),
+            claims,
+            pools,
+            catalogues,
+            daemon_set_pods,
+            pdbs,
+        })
+    }
+
+    fn input<P>(&self, ctx: &Context<P>) -> disruption::Input<'_> {
+        disruption::Input {
+            snapshot: Snapshot {
+                pods: &self.pods,
+                nodes: &self.nodes,
+                claims: &self.claims,
+                pools: &self.pools,
+                catalogues: &self.catalogues,
+                daemon_set_pods: &self.daemon_set_pods,
+            },
+            pdbs: &self.pdbs,
+            now: Timestamp::now(),
+            options: disruption::Options {
+                spot_to_spot: ctx.settings.spot_to_spot_consolidation,
+                ..disruption::Options::default()
+            },
+        }
+    }
+}
+
+/// What the loop remembers between passes: the last blocker announced per claim.
+#[derive(Default)]
+struct Memory {
+    announced: HashMap<String, String>,
+}
+
+/// Runs the disruption loop until the task is dropped.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
+    let mut memory = Memory::default();
+    loop {
+        tokio::time::sleep(ctx.settings.disruption_poll).await;
+        if let Err(e) = pass(&ctx, &mut memory).await {
+            warn!(error = %e, cause = ?std::error::Error::source(&e), "disruption pass failed; retrying");
+        }
+    }
+}
+
+async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result<(), Error> {
+    let parts = Parts::read(ctx).await?;
+    let input = parts.input(ctx);
+    let started = Instant::now();
+    let decision = disruption::decide(&input);
+    ctx.metrics
+        .disruption_evaluation_seconds
+        .observe(started.elapsed().as_secs_f64());
+    record_metrics(ctx, &decision);
+    announce_blocked(ctx, memory, &decision).await;
+    let Some(command) = decision.command else {
+        return Ok(());
+    };
+    info!(command = %command.describe(), "disruption decided");
+    let command = match command.method {
+        // Upstream validates consolidation (emptiness included) after 15 s: pods the
+        // kube-scheduler was about to bind, or a burst of new pods, may change the answer.
+        Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+            tokio::time::sleep(ctx.settings.disruption_validation).await;
+            let parts = Parts::read(ctx).await?;
+            match disruption::validate(&parts.input(ctx), &command) {
+                Ok(command) => command,
+                Err(why) => {
+                    info!(command = %command.describe(), why, "disruption no longer holds; not carried out");
+                    return Ok(());
+                }
+            }
+        }
+        Method::Drift => command,
+    };
+    ctx.metrics
+        .disruption_decisions
+        .get_or_create(&DecisionLabels {
+            decision: command.decision().to_owned(),
+            reason: reason_name(command.reason).to_owned(),
+            consolidation_type: command.method.consolidation_type().to_owned(),
+        })
+        .inc();
+    queue::execute(ctx, &command).await
+}
+
+fn record_metrics<P>(ctx: &Context<P>, decision: &Decision<'_>) {
+    for reason in REASONS {
+        ctx.metrics
+            .disruption_eligible_nodes
+            .get_or_create(&ReasonLabels {
+                reason: reason_name(reason).to_owned(),
+            })
+            .set(i64::try_from(decision.eligible(reason)).unwrap_or(i64::MAX));
+    }
+    for ((pool, reason), allowance) in &decision.allowances {
+        ctx.metrics
+            .nodepools_allowed_disruptions
+            .get_or_create(&PoolReasonLabels {
+                nodepool: pool.clone(),
+                reason: reason_name(*reason).to_owned(),
+            })
+            .set(i64::try_from(allowance.allowed.min(i64::MAX as u64)).unwrap_or(i64::MAX));
+    }
+}
+
+/// Blockers worth an Event: lasting conditions a user set or can change. Transient ones (not
+/// initialized, `consolidateAfter` still counting, a disruption under way) and the normal case
+/// of a `WhenEmpty` pool with pods are left to `explain`.
+fn worth_announcing(kind: BlockerKind) -> bool {
+    matches!(
+        kind,
+        BlockerKind::Budget
+            | BlockerKind::DoNotDisruptNode
+            | BlockerKind::DoNotDisruptPod
+            | BlockerKind::PodDisruptionBudget
+            | BlockerKind::ConsolidationDisabled
+    )
+}
+
+async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &Decision<'_>) {
+    let mut seen = HashMap::new();
+    for candidate in &decision.candidates {
+        let d = &candidate.disruptability;
+        if d.disruptable_now {
+            continue;
+        }
+        let Some(blocker) = d.blockers.iter().find(|b| worth_announcing(b.kind)) else {
+            continue;
+        };
+        let name = candidate.name().to_owned();
+        let message = blocker.message.clone();
+        seen.insert(name.clone(), message.clone());
+        if memory.announced.get(&name) == Some(&message) {
+            continue;
+        }
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "DisruptionBlocked".to_owned(),
+            note: Some(format!("Cannot disrupt NodeClaim: {message}")),
+            action: "Disrupt".to_owned(),
+            secondary: None,
+        };
+        let mut targets = vec![candidate.claim.object_ref(&())];
+        if let Some(node) = candidate.node {
+            targets.push(node.object_ref(&()));
+        }
+        for target in targets {
+            if let Err(e) = ctx.recorder.publish(&event, &target).await {
+                debug!(nodeclaim = %name, error = %e, "could not publish event");
+            }
+        }
+    }
+    memory.announced = seen;
+}
+
+/// The reason a command's Events name, as upstream words it (`Underutilized`, `Empty`,
+/// `Drifted`).
+fn titled(reason: DisruptionReason) -> String {
+    format!("{reason:?}")
+}

@@ -1,0 +1,281 @@
+//! Carrying out one disruption command (upstream's `pkg/controllers/disruption/queue.go` and
+//! `orchestration`): taint the candidates' nodes `karpenter.sh/disrupted:NoSchedule` so nothing
+//! new lands on them, launch the replacements, wait until every replacement is Initialized,
+//! then delete the candidates' NodeClaims; termination drains them under their PodDisruption
+//! Budgets. Nothing is evicted before the replacements are up.
+//!
+//! Upstream taints before it launches (the candidates' pods stay where they are until the
+//! deletion; the taint only keeps new pods off nodes about to go). If a replacement is deleted
+//! (its launch failed) or is not Initialized within `disruption_replacement_timeout`, the
+//! command is rolled back: the taint comes off, the replacements that did not come up are
+//! deleted, and the candidates get an Event saying why.
+
+use super::titled;
+use crate::apis::nodeclaim::conditions as cond;
+use crate::apis::{NodeClaim, labels};
+use crate::controllers::provisioning::node_claim_for;
+use crate::controllers::{Context, Error, is_not_found};
+use crate::disruption::{Command, reason_name};
+use crate::metrics::DisruptedLabels;
+use crate::state::CachedPod;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// Carries out `command`.
+pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<(), Error> {
+    for candidate in &command.candidates {
+        set_disrupted_taint(ctx, &candidate.node, true).await?;
+    }
+    let replacements = match launch(ctx, command).await {
+        Ok(names) => names,
+        Err(e) => {
+            rollback(
+                ctx,
+                command,
+                &[],
+                &format!("launching a replacement failed: {e}"),
+            )
+            .await;
+            return Err(e);
+        }
+    };
+    if !replacements.is_empty() {
+        announce(
+            ctx,
+            command,
+            "DisruptionWaitingReadiness",
+            "Waiting on readiness to continue disruption".to_owned(),
+        )
+        .await;
+        if let Err(why) = wait_initialized(ctx, &replacements).await {
+            rollback(ctx, command, &replacements, &why).await;
+            return Ok(());
+        }
+    }
+    announce(
+        ctx,
+        command,
+        "DisruptionTerminating",
+        format!("Disrupting NodeClaim: {}", titled(command.reason)),
+    )
+    .await;
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for candidate in &command.candidates {
+        match api
+            .delete(&candidate.claim, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {
+                ctx.metrics
+                    .nodeclaims_disrupted
+                    .get_or_create(&DisruptedLabels {
+                        reason: reason_name(command.reason).to_owned(),
+                        nodepool: candidate.pool.clone(),
+                        capacity_type: candidate.capacity_type.clone(),
+                    })
+                    .inc();
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::kube("deleting a disrupted nodeclaim")(e)),
+        }
+    }
+    info!(command = %command.describe(), "disruption carried out");
+    Ok(())
+}
+
+/// Creates the replacements' NodeClaims; returns their names.
+async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let pools = ctx.pools.state();
+    let mut names = Vec::new();
+    for replacement in &command.replacements {
+        let Some(pool) = pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(replacement.claim.node_pool.as_str()))
+        else {
+            return Err(Error::Invalid {
+                object: format!("NodePool {}", replacement.claim.node_pool),
+                reason: "it is gone".to_owned(),
+            });
+        };
+        let pods: Vec<&CachedPod> = replacement.pods.iter().collect();
+        let claim = node_claim_for(&replacement.claim, pool, &pods);
+        let created = api
+            .create(&PostParams::default(), &claim)
+            .await
+            .map_err(Error::kube("creating a replacement nodeclaim"))?;
+        ctx.metrics.nodeclaims_created.inc();
+        let name = created.name_any();
+        info!(nodeclaim = %name, cheapest = ?replacement.claim.instance_types.first().map(|o| &o.name), "launching a replacement");
+        names.push(name);
+    }
+    if !names.is_empty() {
+        announce(
+            ctx,
+            command,
+            "DisruptionLaunching",
+            format!(
+                "Launching NodeClaim: {} ({})",
+                titled(command.reason),
+                names.join(", ")
+            ),
+        )
+        .await;
+    }
+    Ok(names)
+}
+
+/// Waits until every replacement is Initialized; says why not otherwise.
+async fn wait_initialized<P>(ctx: &Context<P>, names: &[String]) -> Result<(), String> {
+    let deadline = Instant::now() + ctx.settings.disruption_replacement_timeout;
+    loop {
+        let claims = ctx.claims.state();
+        let mut ready = 0;
+        for name in names {
+            match claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+            {
+                Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                    return Err(format!(
+                        "replacement {name} is being deleted (its launch failed)"
+                    ));
+                }
+                Some(c) if c.is_true(cond::INITIALIZED) => ready += 1,
+                Some(_) => {}
+                // The watch may not have delivered a claim created a moment ago; a claim that
+                // stays missing past the deadline counts as failed.
+                None => {}
+            }
+        }
+        if ready == names.len() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} of {} replacements were not initialized within {:?}",
+                names.len() - ready,
+                names.len(),
+                ctx.settings.disruption_replacement_timeout
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Undoes a command that cannot finish: untaints the candidates, deletes the replacements that
+/// did not come up, and tells the candidates' owners why.
+async fn rollback<P>(ctx: &Context<P>, command: &Command, replacements: &[String], why: &str) {
+    warn!(command = %command.describe(), why, "disruption rolled back");
+    for candidate in &command.candidates {
+        if let Err(e) = set_disrupted_taint(ctx, &candidate.node, false).await {
+            warn!(node = %candidate.node, error = %e, "could not untaint a node after a rollback");
+        }
+    }
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let claims = ctx.claims.state();
+    for name in replacements {
+        let initialized = claims
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(name) && c.is_true(cond::INITIALIZED));
+        if initialized {
+            continue;
+        }
+        if let Err(e) = api.delete(name, &DeleteParams::background()).await
+            && !is_not_found(&e)
+        {
+            warn!(nodeclaim = %name, error = %e, "could not delete a replacement after a rollback");
+        }
+    }
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "DisruptionBlocked".to_owned(),
+        note: Some(format!("Disruption rolled back: {why}")),
+        action: "Disrupt".to_owned(),
+        secondary: None,
+    };
+    for claim in claims.iter().filter(|c| {
+        command
+            .candidates
+            .iter()
+            .any(|d| c.metadata.name.as_deref() == Some(&d.claim))
+    }) {
+        if let Err(e) = ctx.recorder.publish(&event, &claim.object_ref(&())).await {
+            warn!(error = %e, "could not publish event");
+        }
+    }
+}
+
+/// Publishes an Event on every candidate's NodeClaim and Node.
+async fn announce<P>(ctx: &Context<P>, command: &Command, reason: &str, note: String) {
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Disrupt".to_owned(),
+        secondary: None,
+    };
+    let claims = ctx.claims.state();
+    let nodes = ctx.nodes.state();
+    for candidate in &command.candidates {
+        let claim = claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(&candidate.claim));
+        let node = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(&candidate.node));
+        let targets = claim
+            .map(|c| c.object_ref(&()))
+            .into_iter()
+            .chain(node.map(|n| n.object_ref(&())));
+        for target in targets {
+            if let Err(e) = ctx.recorder.publish(&event, &target).await {
+                warn!(error = %e, "could not publish event");
+            }
+        }
+    }
+}
+
+/// Adds or removes `karpenter.sh/disrupted:NoSchedule` on a node.
+async fn set_disrupted_taint<P>(ctx: &Context<P>, node: &str, on: bool) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let current = match nodes.get(node).await {
+        Ok(n) => n,
+        Err(e) if is_not_found(&e) => return Ok(()),
+        Err(e) => return Err(Error::kube("reading a node to taint")(e)),
+    };
+    let mut taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let has = taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY);
+    if has == on {
+        return Ok(());
+    }
+    if on {
+        taints.push(Taint {
+            key: labels::DISRUPTED_TAINT_KEY.to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..Taint::default()
+        });
+    } else {
+        taints.retain(|t| t.key != labels::DISRUPTED_TAINT_KEY);
+    }
+    // The resource version makes a concurrent change to the taints (the lifecycle loop syncing
+    // a claim's taints) fail this patch instead of being overwritten.
+    let patch = json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": {"taints": taints},
+    });
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube("tainting a node for disruption"))?;
+    Ok(())
+}

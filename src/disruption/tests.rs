@@ -1,0 +1,343 @@
+//! Disruption passes over small clusters: what a user would see the agent do.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use super::*;
+use crate::apis::{NodeClaim, NodePool};
+use crate::resources::ResourceList;
+use crate::scheduling::{InstanceType, Offering};
+use crate::state::{CachedPod, Catalogues, Snapshot};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const NOW: &str = "2026-03-02T10:00:00Z";
+const CLASS: &str = r#"{"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}"#;
+
+fn class() -> Value {
+    serde_json::from_str(CLASS).unwrap()
+}
+
+/// c-1, c-2, c-4, c-8, c-16: n vCPU, 4n GiB, $0.05·n on demand and $0.02·n spot, zone-a.
+fn catalogue() -> Vec<InstanceType> {
+    [1, 2, 4, 8, 16]
+        .into_iter()
+        .map(|n| {
+            let mut it = InstanceType::new(
+                &format!("c-{n}"),
+                ResourceList::parse([
+                    ("cpu", n.to_string().as_str()),
+                    ("memory", format!("{}Gi", 4 * n).as_str()),
+                    ("pods", "110"),
+                ])
+                .unwrap(),
+            );
+            it.offerings
+                .push(Offering::new("zone-a", "on-demand", 0.05 * f64::from(n)));
+            it.offerings
+                .push(Offering::new("zone-a", "spot", 0.02 * f64::from(n)));
+            it
+        })
+        .collect()
+}
+
+fn pool(disruption: Value, requirements: Value) -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default", "uid": "pool-uid"},
+        "spec": {"disruption": disruption,
+                 "template": {"spec": {"requirements": requirements, "nodeClassRef": class()}}},
+    }))
+    .unwrap()
+}
+
+fn on_demand_pool(disruption: Value) -> NodePool {
+    pool(
+        disruption,
+        json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]),
+    )
+}
+
+fn claim(name: &str, size: u32, capacity_type: &str) -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "creationTimestamp": "2026-03-02T09:00:00Z",
+            "labels": {"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": format!("c-{size}"),
+                       "karpenter.sh/capacity-type": capacity_type, "topology.kubernetes.io/zone": "zone-a"}},
+        "spec": {"requirements": [], "nodeClassRef": class()},
+        "status": {"nodeName": name, "providerID": format!("kwok://{name}"),
+            "conditions": [{"type": "Initialized", "status": "True", "reason": "Initialized", "message": "",
+                            "lastTransitionTime": "2026-03-02T09:01:00Z"}]},
+    }))
+    .unwrap()
+}
+
+fn node(name: &str, size: u32, capacity_type: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": format!("c-{size}"),
+            "karpenter.sh/capacity-type": capacity_type, "topology.kubernetes.io/zone": "zone-a", "kubernetes.io/hostname": name}},
+        "spec": {"providerID": format!("kwok://{name}")},
+        "status": {"allocatable": {"cpu": size.to_string(), "memory": format!("{}Gi", 4 * size), "pods": "110"}},
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str, node: &str, cpu: &str, extra: Value) -> CachedPod {
+    let mut value = json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+        "status": {"phase": "Running"},
+    });
+    if let (Some(m), Some(extra)) = (value["metadata"].as_object_mut(), extra.get("metadata")) {
+        for (k, v) in extra.as_object().unwrap() {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    let pod: Pod = serde_json::from_value(value).unwrap();
+    CachedPod::from(pod)
+}
+
+/// A pass's command, each claim's blockers, and the claims consolidation kept with why.
+type Passed = (
+    Option<Command>,
+    Vec<(String, Vec<BlockerKind>)>,
+    std::collections::BTreeMap<String, String>,
+);
+
+struct World {
+    pools: Vec<Arc<NodePool>>,
+    claims: Vec<Arc<NodeClaim>>,
+    nodes: Vec<Arc<Node>>,
+    pods: Vec<Arc<CachedPod>>,
+    pdbs: Vec<PodDisruptionBudget>,
+    catalogues: Catalogues,
+}
+
+impl World {
+    fn new(pool: NodePool) -> Self {
+        let mut catalogues = Catalogues::default();
+        catalogues.insert(&pool.spec.template.spec.node_class_ref, catalogue().into());
+        Self {
+            pools: vec![Arc::new(pool)],
+            claims: Vec::new(),
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            pdbs: Vec::new(),
+            catalogues,
+        }
+    }
+
+    fn with_node(
+        mut self,
+        name: &str,
+        size: u32,
+        capacity_type: &str,
+        pods: &[(&str, &str)],
+    ) -> Self {
+        self.claims.push(Arc::new(claim(name, size, capacity_type)));
+        self.nodes.push(Arc::new(node(name, size, capacity_type)));
+        for (pod_name, cpu) in pods {
+            self.pods
+                .push(Arc::new(pod(pod_name, name, cpu, json!({}))));
+        }
+        self
+    }
+
+    fn decide(&self) -> Passed {
+        let daemon_set_pods: Vec<Pod> = Vec::new();
+        let input = Input {
+            snapshot: Snapshot {
+                pods: &self.pods,
+                nodes: &self.nodes,
+                claims: &self.claims,
+                pools: &self.pools,
+                catalogues: &self.catalogues,
+                daemon_set_pods: &daemon_set_pods,
+            },
+            pdbs: &self.pdbs,
+            now: NOW.parse().unwrap(),
+            options: Options::default(),
+        };
+        let decision = decide(&input);
+        let blockers = decision
+            .candidates
+            .iter()
+            .map(|c| {
+                (
+                    c.name().to_owned(),
+                    c.disruptability.blockers.iter().map(|b| b.kind).collect(),
+                )
+            })
+            .collect();
+        (decision.command, blockers, decision.kept)
+    }
+}
+
+fn names(command: &Command) -> Vec<&str> {
+    command
+        .candidates
+        .iter()
+        .map(|c| c.claim.as_str())
+        .collect()
+}
+
+fn replacement_types(command: &Command) -> Vec<&str> {
+    command
+        .replacements
+        .iter()
+        .filter_map(|r| r.claim.instance_types.first())
+        .map(|o| o.name.as_str())
+        .collect()
+}
+
+/// Consolidates at once, every node at a time (the default budget, 10%, would let one go).
+fn consolidating() -> Value {
+    json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized", "budgets": [{"nodes": "100%"}]})
+}
+
+#[test]
+fn an_empty_node_is_deleted_by_emptiness() {
+    let world = World::new(on_demand_pool(consolidating()))
+        .with_node("a", 4, "on-demand", &[])
+        .with_node("b", 4, "on-demand", &[("web-1", "3")]);
+    let (command, _, _) = world.decide();
+    let command = command.expect("a command");
+    assert_eq!(command.method, Method::Emptiness);
+    assert_eq!(names(&command), ["a"]);
+    assert!(command.replacements.is_empty());
+}
+
+#[test]
+fn the_default_budget_lets_one_of_two_nodes_go_at_a_time() {
+    let world = World::new(on_demand_pool(json!({"consolidateAfter": "0s"})))
+        .with_node("a", 4, "on-demand", &[("web-1", "1")])
+        .with_node("b", 4, "on-demand", &[("web-2", "1")]);
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    assert_eq!(command.candidates.len(), 1);
+}
+
+#[test]
+fn two_half_empty_nodes_become_one_cheaper_node() {
+    let world = World::new(on_demand_pool(consolidating()))
+        .with_node("a", 4, "on-demand", &[("web-1", "1")])
+        .with_node("b", 4, "on-demand", &[("web-2", "1")]);
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::MultiNodeConsolidation);
+    assert_eq!(names(&command), ["a", "b"]);
+    assert_eq!(replacement_types(&command), ["c-2"]);
+    assert!(command.savings() > 0.29, "{}", command.describe());
+}
+
+#[test]
+fn a_small_pod_on_a_large_node_moves_to_a_cheaper_one() {
+    let world = World::new(on_demand_pool(consolidating())).with_node(
+        "big",
+        16,
+        "on-demand",
+        &[("web-1", "500m")],
+    );
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    assert_eq!(replacement_types(&command), ["c-1"]);
+    let options = &command.replacements[0].claim.instance_types;
+    assert!(
+        options.iter().all(|o| o.price < 0.8),
+        "every option is cheaper than c-16"
+    );
+}
+
+#[test]
+fn a_pod_that_fits_on_another_node_lets_its_node_go_without_a_replacement() {
+    // The default budget (10% of 3, rounded up) lets one node go at a time.
+    let world = World::new(on_demand_pool(json!({"consolidateAfter": "0s"})))
+        .with_node("a", 4, "on-demand", &[("web-1", "1")])
+        .with_node("b", 4, "on-demand", &[("web-2", "2")])
+        .with_node("c", 8, "on-demand", &[("web-3", "7")]);
+    let command = world.decide().0.expect("a command");
+    assert!(command.replacements.is_empty(), "{}", command.describe());
+    assert_eq!(names(&command), ["a"], "{}", command.describe());
+}
+
+#[test]
+fn a_cheapest_fleet_is_left_alone() {
+    let world = World::new(on_demand_pool(consolidating()))
+        .with_node("a", 2, "on-demand", &[("web-1", "1500m")])
+        .with_node("b", 2, "on-demand", &[("web-2", "1500m")]);
+    let (command, _, kept) = world.decide();
+    assert!(command.is_none(), "{:?}", command.map(|c| c.describe()));
+    assert!(kept.contains_key("a"), "{kept:?}");
+}
+
+#[test]
+fn a_zero_budget_blocks_consolidation_and_says_so() {
+    let world = World::new(on_demand_pool(
+        json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}),
+    ))
+    .with_node("a", 4, "on-demand", &[]);
+    let (command, blockers, _) = world.decide();
+    assert!(command.is_none());
+    assert_eq!(blockers, [("a".to_owned(), vec![BlockerKind::Budget])]);
+}
+
+#[test]
+fn consolidate_after_never_keeps_even_empty_nodes() {
+    let world = World::new(on_demand_pool(json!({"consolidateAfter": "Never"}))).with_node(
+        "a",
+        4,
+        "on-demand",
+        &[],
+    );
+    let (command, blockers, _) = world.decide();
+    assert!(command.is_none());
+    assert_eq!(blockers[0].1, [BlockerKind::ConsolidationDisabled]);
+}
+
+#[test]
+fn a_do_not_disrupt_pod_keeps_its_node() {
+    let mut world =
+        World::new(on_demand_pool(consolidating())).with_node("big", 16, "on-demand", &[]);
+    world.pods.push(Arc::new(pod(
+        "web-1",
+        "big",
+        "500m",
+        json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+    )));
+    let (command, blockers, _) = world.decide();
+    assert!(command.is_none());
+    assert_eq!(blockers[0].1, [BlockerKind::DoNotDisruptPod]);
+}
+
+#[test]
+fn a_spot_node_is_not_replaced_by_spot_while_the_gate_is_off() {
+    let world = World::new(pool(consolidating(), json!([]))).with_node(
+        "big",
+        16,
+        "spot",
+        &[("web-1", "500m")],
+    );
+    let (command, _, kept) = world.decide();
+    assert!(command.is_none(), "{:?}", command.map(|c| c.describe()));
+    assert!(kept["big"].contains("spot-to-spot"), "{kept:?}");
+}
+
+#[test]
+fn a_budget_of_one_lets_one_empty_node_go_per_pass() {
+    let world = World::new(on_demand_pool(
+        json!({"consolidateAfter": "0s", "budgets": [{"nodes": "1"}]}),
+    ))
+    .with_node("a", 4, "on-demand", &[])
+    .with_node("b", 4, "on-demand", &[])
+    .with_node("c", 4, "on-demand", &[]);
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.candidates.len(), 1);
+}
+
+#[test]
+fn when_empty_pools_delete_empty_nodes_only() {
+    let world = World::new(on_demand_pool(
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}),
+    ))
+    .with_node("big", 16, "on-demand", &[("web-1", "500m")]);
+    assert!(world.decide().0.is_none());
+}
