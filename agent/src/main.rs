@@ -57,6 +57,10 @@ struct RunArgs {
     /// StatefulSets want exists and the kube-scheduler has judged each (false: always wait).
     #[arg(long, env = "BATCH_CLOSE_WHEN_COMPLETE", default_value_t = true, action = clap::ArgAction::Set)]
     batch_close_when_complete: bool,
+    /// Upstream's feature gates, as upstream spells them (`SpotToSpotConsolidation=true`,
+    /// comma-separated). Gates this agent does not know are refused.
+    #[arg(long, env = "FEATURE_GATES", value_delimiter = ',', value_parser = parse_feature_gate)]
+    feature_gates: Vec<(String, bool)>,
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
@@ -171,6 +175,33 @@ async fn aws_provider(
     Ok(AwsProvider::new(config, client).await)
 }
 
+/// Reads one `Name=true|false` feature gate. Upstream's other gates (NodeRepair,
+/// ReservedCapacity, NodeOverlay, StaticCapacity, CapacityBuffer) are accepted so an upstream
+/// chart's value works, and have no effect here yet.
+fn parse_feature_gate(text: &str) -> Result<(String, bool), String> {
+    const KNOWN: &[&str] = &[
+        "SpotToSpotConsolidation",
+        "NodeRepair",
+        "ReservedCapacity",
+        "NodeOverlay",
+        "StaticCapacity",
+        "CapacityBuffer",
+    ];
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not Name=true|false"))?;
+    if !KNOWN.contains(&name) {
+        return Err(format!(
+            "unknown feature gate {name:?}; known: {}",
+            KNOWN.join(", ")
+        ));
+    }
+    let on = value
+        .parse::<bool>()
+        .map_err(|_| format!("feature gate {name} must be true or false, not {value:?}"))?;
+    Ok((name.to_owned(), on))
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     karpenter_core::apis::parse_duration(text).map_err(|e| e.to_string())
 }
@@ -249,6 +280,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
         batch_close_when_complete: args.batch_close_when_complete,
+        spot_to_spot_consolidation: args
+            .feature_gates
+            .iter()
+            .rev()
+            .find(|(gate, _)| gate == "SpotToSpotConsolidation")
+            .is_some_and(|(_, on)| *on),
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::new());

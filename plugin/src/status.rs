@@ -122,6 +122,7 @@ pub fn report(snapshot: &explain::Cluster, args: &StatusArgs) -> StatusReport {
     let options = StatusOptions {
         node_pool: args.nodepool.clone(),
         all_pods_listed: args.output == Format::Wide,
+        now: Some(k8s_openapi::jiff::Timestamp::now()),
     };
     let mut report = explain::status_report(snapshot, &options);
     if let Some(ns) = &args.namespace {

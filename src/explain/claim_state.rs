@@ -1,10 +1,11 @@
 //! A NodeClaim's state: its phase from its conditions (Launched, Registered, Initialized, Ready,
 //! as upstream's lifecycle controller sets them) and its Node's readiness, why it is stuck when a
-//! condition says so, and whether it drifted.
+//! condition says so, whether it drifted, is being disrupted or has expired.
 
 use crate::apis::NodeClaim;
 use crate::apis::nodeclaim::conditions as cond;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 /// Where a claim is in its life, from its conditions (and its node's readiness).
@@ -48,10 +49,14 @@ pub struct ClaimState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     pub drifted: bool,
+    /// Its Node carries `karpenter.sh/disrupted`: a disruption is replacing or draining it.
+    pub disrupting: bool,
+    /// Its `expireAfter` has been reached: the agent deletes it whatever the budgets say.
+    pub expiring: bool,
 }
 
 impl std::fmt::Display for ClaimState {
-    /// `Ready`, `Ready,Drifted`, `Launching(NodeClassNotReady)`.
+    /// `Ready`, `Ready,Drifted`, `Terminating,Disrupting`, `Launching(NodeClassNotReady)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", self.phase)?;
         if let Some(detail) = &self.detail {
@@ -59,6 +64,12 @@ impl std::fmt::Display for ClaimState {
         }
         if self.drifted {
             f.write_str(",Drifted")?;
+        }
+        if self.disrupting {
+            f.write_str(",Disrupting")?;
+        }
+        if self.expiring {
+            f.write_str(",Expiring")?;
         }
         Ok(())
     }
@@ -130,6 +141,16 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
         phase,
         detail,
         drifted,
+        disrupting: node.is_some_and(crate::disruption::candidates::is_disrupting),
+        expiring: false,
+    }
+}
+
+/// [`claim_state`], also saying whether its `expireAfter` has been reached at `now`.
+pub fn claim_state_at(claim: &NodeClaim, node: Option<&Node>, now: Timestamp) -> ClaimState {
+    ClaimState {
+        expiring: crate::disruption::is_expired(claim, now),
+        ..claim_state(claim, node)
     }
 }
 

@@ -44,7 +44,7 @@ mod timeline;
 pub use crate::apis::human_duration;
 pub use crate::disruption::{Blocker, BlockerKind, Disruptability};
 pub use choice::{ChoiceOption, InstanceChoice};
-pub use claim_state::{ClaimPhase, ClaimState, claim_state};
+pub use claim_state::{ClaimPhase, ClaimState, claim_state, claim_state_at};
 pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
 pub use pending::{PendingPod, is_pending, pending_pods};
 pub use price::{HOURS_PER_MONTH, Price, PriceSource, claim_price, node_price};

@@ -8,10 +8,10 @@ use super::disruption::disruptability;
 use super::timeline::timeline;
 use super::{
     ClaimState, Cluster, Disruptability, InstanceChoice, NodeIndex, Price, TimelineEntry,
-    claim_price, claim_state, instance_type_options, is_daemon_or_mirror, is_terminal, label,
+    claim_price, claim_state_at, instance_type_options, is_daemon_or_mirror, is_terminal, label,
     name_of, node_name_of, plural, pod_key, provisioned_for,
 };
-use crate::apis::{NodeClaim, labels};
+use crate::apis::{NodeClaim, human_duration, labels};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -122,7 +122,7 @@ pub fn explain_node_claim(
             .collect(),
         None => Vec::new(),
     };
-    let state = claim_state(claim, node);
+    let state = claim_state_at(claim, node, now);
     let claim_events: Vec<&Event> = cluster
         .events
         .iter()
@@ -162,7 +162,11 @@ pub fn explain_node_claim(
         why: why_it_exists(claim, cluster, node_name.as_deref(), &pods_on_node),
         choice: instance_choice(claim, &cluster.events, now),
         timeline: timeline(claim, node, &claim_events, &node_events),
-        disruption: disruptability(claim, pool, node, &pods_on_node, cluster, now),
+        disruption: {
+            let mut d = disruptability(claim, pool, node, &pods_on_node, cluster, now);
+            d.notes.extend(what_the_agent_said(&claim_events, now));
+            d
+        },
         state,
     })
 }
@@ -246,6 +250,36 @@ fn why_it_exists(
             }
         }
     }
+}
+
+/// The Events the agent's disruption controller publishes on a claim.
+const DISRUPTION_EVENTS: &[&str] = &[
+    "DisruptionBlocked",
+    "Unconsolidatable",
+    "DisruptionLaunching",
+    "DisruptionWaitingReadiness",
+    "DisruptionTerminating",
+];
+
+/// The disruption controller's last word on the claim, if any: what it decided or why it kept
+/// the claim, from the simulation `explain` cannot run without the provider's catalogue.
+fn what_the_agent_said(events: &[&Event], now: Timestamp) -> Option<String> {
+    let last = events
+        .iter()
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| DISRUPTION_EVENTS.contains(&r))
+        })
+        .max_by_key(|e| super::event_time(e))?;
+    let ago = super::event_time(last)
+        .map(|t| format!(" {} ago", human_duration(now.duration_since(t))))
+        .unwrap_or_default();
+    Some(format!(
+        "the agent said{ago} ({}): {}",
+        last.reason.as_deref().unwrap_or_default(),
+        last.message.as_deref().unwrap_or_default()
+    ))
 }
 
 #[cfg(test)]

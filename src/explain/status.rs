@@ -142,6 +142,8 @@ pub struct StatusOptions {
     pub node_pool: Option<String>,
     /// `Cluster::pods` holds every pod, so per-node usage can be computed.
     pub all_pods_listed: bool,
+    /// The clock claims' expiry is judged against; `None` leaves expiry out.
+    pub now: Option<Timestamp>,
 }
 
 fn requests_of_claim(claim: &NodeClaim) -> ResourceList {
@@ -224,6 +226,9 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
             continue;
         }
         let mut summary = claim_summary(claim, node);
+        if let Some(now) = options.now {
+            summary.state.expiring = crate::disruption::is_expired(claim, now);
+        }
         summary.usage = options.all_pods_listed.then(|| {
             let pods = summary
                 .node_name

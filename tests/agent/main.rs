@@ -12,6 +12,8 @@ use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use karpenter_test_support::rig::rig;
+
+mod disruption;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::sync::Arc;

@@ -176,26 +176,33 @@ fn worth_announcing(kind: BlockerKind) -> bool {
     )
 }
 
+/// Publishes, once per change, why each claim stays: a blocker (`DisruptionBlocked`) or
+/// consolidation's verdict on it (`Unconsolidatable`, as upstream), on the claim and its Node.
 async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &Decision<'_>) {
     let mut seen = HashMap::new();
     for candidate in &decision.candidates {
         let d = &candidate.disruptability;
-        if d.disruptable_now {
+        let name = candidate.name().to_owned();
+        let (reason, note) = if let Some(why) = decision.kept.get(&name) {
+            ("Unconsolidatable", why.clone())
+        } else if d.disruptable_now {
             continue;
-        }
-        let Some(blocker) = d.blockers.iter().find(|b| worth_announcing(b.kind)) else {
+        } else if let Some(blocker) = d.blockers.iter().find(|b| worth_announcing(b.kind)) {
+            (
+                "DisruptionBlocked",
+                format!("Cannot disrupt NodeClaim: {}", blocker.message),
+            )
+        } else {
             continue;
         };
-        let name = candidate.name().to_owned();
-        let message = blocker.message.clone();
-        seen.insert(name.clone(), message.clone());
-        if memory.announced.get(&name) == Some(&message) {
+        seen.insert(name.clone(), note.clone());
+        if memory.announced.get(&name) == Some(&note) {
             continue;
         }
         let event = Event {
             type_: EventType::Normal,
-            reason: "DisruptionBlocked".to_owned(),
-            note: Some(format!("Cannot disrupt NodeClaim: {message}")),
+            reason: reason.to_owned(),
+            note: Some(note),
             action: "Disrupt".to_owned(),
             secondary: None,
         };

@@ -1,0 +1,350 @@
+//! The disruption controller on the rig: nodes that are no longer needed, or cost more than
+//! their pods need, are given back, within the pools' budgets, replacements first.
+
+use super::{Agent, apply, clean_up, exclusive, pool_claims, running_pods, wait_for};
+use k8s_openapi::api::core::v1::Node;
+use karpenter_core::apis::NodeClaim;
+use karpenter_core::controllers::Settings;
+use karpenter_test_support::rig::rig;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// An agent that decides every 2 s and re-checks after 2 s (upstream: 10 s and 15 s), so the
+/// tests wait for behaviour, not for timers.
+async fn quick_agent() -> Agent {
+    Agent::start_with(Settings {
+        garbage_collection_interval: Duration::from_secs(2),
+        garbage_collection_grace: Duration::from_secs(2),
+        disruption_poll: Duration::from_secs(2),
+        disruption_validation: Duration::from_secs(2),
+        ..Settings::default()
+    })
+    .await
+}
+
+/// A KWOKNodeClass and an on-demand NodePool named `name` with the given `disruption` block
+/// (a YAML flow map).
+fn pool(name: &str, disruption: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.kwok.sh/v1alpha1
+kind: KWOKNodeClass
+metadata: {{name: {name}}}
+spec: {{}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  disruption: {disruption}
+  template:
+    metadata:
+      labels: {{test-pool: {name}}}
+    spec:
+      requirements:
+        - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
+"#
+    )
+}
+
+fn scale(namespace: &str, name: &str, replicas: u32) {
+    let out = rig()
+        .kubectl()
+        .args([
+            "-n",
+            namespace,
+            "scale",
+            "deployment",
+            name,
+            &format!("--replicas={replicas}"),
+        ])
+        .output()
+        .expect("kubectl scale");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn live_claims(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
+    pool_claims(client, pool)
+        .await
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .collect()
+}
+
+async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.note.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_to_zero_gives_the_empty_node_back_after_consolidate_after() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool("empty-pool", "{consolidateAfter: 10s}"));
+    apply(&super::deployment(
+        "empty-test",
+        "inflate",
+        "empty-pool",
+        4,
+        "1",
+    ));
+    wait_for("4 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "empty-test").await.len() == 4).then_some(())
+    })
+    .await;
+    assert!(!live_claims(&client, "empty-pool").await.is_empty());
+    scale("empty-test", "inflate", 0);
+    wait_for(
+        "the empty nodes to be gone",
+        Duration::from_secs(120),
+        || async {
+            pool_claims(&client, "empty-pool")
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let left = nodes
+        .list(&ListParams::default().labels("test-pool=empty-pool"))
+        .await
+        .expect("nodes");
+    assert!(
+        left.items.is_empty(),
+        "nodes left: {:?}",
+        left.items.iter().map(|n| n.name_any()).collect::<Vec<_>>()
+    );
+    assert!(
+        !events_with_reason(&client, "DisruptionTerminating")
+            .await
+            .is_empty(),
+        "the claims say why they went"
+    );
+    clean_up(&client, "empty-test", "empty-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_node_left_with_one_small_pod_is_replaced_by_a_cheaper_one() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let agent = quick_agent().await;
+    apply(&pool("shrink-pool", "{consolidateAfter: 5s}"));
+    // A big pod and a small one, pending together: one node holds both.
+    apply(&super::deployment(
+        "shrink-test",
+        "big",
+        "shrink-pool",
+        1,
+        "6",
+    ));
+    apply(&super::deployment(
+        "shrink-test",
+        "small",
+        "shrink-pool",
+        1,
+        "500m",
+    ));
+    wait_for("2 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "shrink-test").await.len() == 2).then_some(())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let price_of_pool = || async {
+        let list = nodes
+            .list(&ListParams::default().labels("test-pool=shrink-pool"))
+            .await
+            .expect("nodes");
+        list.items.iter().map(super::hourly_price).sum::<f64>()
+    };
+    let before = price_of_pool().await;
+    let first: BTreeSet<String> = live_claims(&client, "shrink-pool")
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(first.len(), 1, "both pods were planned onto one node");
+    let out = rig()
+        .kubectl()
+        .args([
+            "-n",
+            "shrink-test",
+            "delete",
+            "deployment",
+            "big",
+            "--wait=true",
+        ])
+        .output()
+        .expect("kubectl delete");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = wait_for(
+        "the small pod to run alone on a new, cheaper node",
+        Duration::from_secs(240),
+        || async {
+            let claims = live_claims(&client, "shrink-pool").await;
+            let replaced = claims.iter().all(|c| !first.contains(&c.name_any()));
+            let running = running_pods(&client, "shrink-test").await;
+            let small_runs = running.len() == 1
+                && running[0]
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("app"))
+                    .is_some_and(|a| a == "small");
+            let price = price_of_pool().await;
+            (claims.len() == 1 && replaced && small_runs && price < before).then_some(price)
+        },
+    )
+    .await;
+    assert!(after < before, "${after:.4}/h is not below ${before:.4}/h");
+    let metrics = agent.metrics.encode().expect("metrics");
+    assert!(
+        metrics.contains("karpenter_voluntary_disruption_decisions_total{decision=\"replace\",reason=\"underutilized\",consolidation_type=\"single\"}"),
+        "{metrics}"
+    );
+    for reason in [
+        "DisruptionLaunching",
+        "DisruptionWaitingReadiness",
+        "DisruptionTerminating",
+    ] {
+        assert!(
+            !events_with_reason(&client, reason).await.is_empty(),
+            "no {reason} event"
+        );
+    }
+    clean_up(&client, "shrink-test", "shrink-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_budget_keeps_an_empty_node_and_says_why() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool(
+        "frozen-pool",
+        r#"{consolidateAfter: 0s, budgets: [{nodes: "0"}]}"#,
+    ));
+    apply(&super::deployment(
+        "frozen-test",
+        "inflate",
+        "frozen-pool",
+        1,
+        "1",
+    ));
+    wait_for("1 running pod", Duration::from_secs(120), || async {
+        (running_pods(&client, "frozen-test").await.len() == 1).then_some(())
+    })
+    .await;
+    scale("frozen-test", "inflate", 0);
+    let notes = wait_for(
+        "a DisruptionBlocked event naming the budget",
+        Duration::from_secs(60),
+        || async {
+            let notes = events_with_reason(&client, "DisruptionBlocked").await;
+            notes
+                .iter()
+                .any(|n| n.contains("frozen-pool") && n.contains("budget"))
+                .then_some(notes)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        live_claims(&client, "frozen-pool").await.len(),
+        1,
+        "the budget keeps the node: {notes:?}"
+    );
+    clean_up(&client, "frozen-test", "frozen-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_of_one_never_lets_two_nodes_go_at_once() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool(
+        "one-pool",
+        r#"{consolidateAfter: 0s, budgets: [{nodes: "1"}]}"#,
+    ));
+    // Required hostname anti-affinity: one pod per node, three nodes.
+    apply(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: one-test}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread, namespace: one-test}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata: {labels: {app: spread}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {test-pool: one-pool}
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: spread}}
+              topologyKey: kubernetes.io/hostname
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {requests: {cpu: "1"}}
+"#,
+    );
+    wait_for("3 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "one-test").await.len() == 3).then_some(())
+    })
+    .await;
+    scale("one-test", "spread", 0);
+    let most_at_once = std::sync::Arc::new(AtomicUsize::new(0));
+    wait_for(
+        "the three nodes to be gone, one at a time",
+        Duration::from_secs(240),
+        || {
+            let client = client.clone();
+            let most = most_at_once.clone();
+            async move {
+                let claims = pool_claims(&client, "one-pool").await;
+                let disrupting = claims
+                    .iter()
+                    .filter(|c| c.metadata.deletion_timestamp.is_some())
+                    .count();
+                most.fetch_max(disrupting, Ordering::SeqCst);
+                claims.is_empty().then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        most_at_once.load(Ordering::SeqCst),
+        1,
+        "the budget allows one node at a time"
+    );
+    clean_up(&client, "one-test", "one-pool").await;
+}
