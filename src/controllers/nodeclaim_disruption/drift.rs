@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How long the provider's verdict on a claim is trusted before it is asked again.
 pub const CLOUD_VERDICT_TTL: Duration = Duration::from_secs(300);
@@ -68,7 +68,9 @@ pub(super) async fn reconcile<P: CloudProvider>(
             let catalogue = match ctx.provider.instance_types(node_class).await {
                 Ok(catalogue) => Some(catalogue),
                 Err(e) => {
-                    warn!(nodepool = %pool.name_any(), error = %e, "no catalogue to judge instance-type drift by");
+                    // The node class status loop reports a class that is not ready; this pass
+                    // judges the claims without the catalogue.
+                    debug!(nodepool = %pool.name_any(), error = %e, "no catalogue to judge instance-type drift by");
                     None
                 }
             };
