@@ -23,6 +23,24 @@ impl NodePool {
     pub fn hash(&self) -> String {
         template(&self.spec.template).to_string()
     }
+
+    /// The hash this agent stamped before it computed upstream's (FNV-1a over the template's
+    /// JSON less its requirements), under the same version `v3`. Claims made then still carry
+    /// it; drift and the hash loop accept it for the unchanged template, so upgrading the agent
+    /// does not make every node look drifted.
+    pub fn legacy_hash(&self) -> String {
+        use std::hash::Hasher;
+        let mut template = serde_json::to_value(&self.spec.template).unwrap_or_default();
+        if let Some(spec) = template
+            .get_mut("spec")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            spec.remove("requirements");
+        }
+        let mut hasher = fnv::FnvHasher::default();
+        hasher.write(template.to_string().as_bytes());
+        hasher.finish().to_string()
+    }
 }
 
 /// `NodeClaimTemplate{ObjectMeta, Spec}`.
@@ -237,6 +255,13 @@ mod tests {
         let spot =
             json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]);
         assert_eq!(pool(web(spot)).hash(), "8894170854890529868");
+    }
+
+    #[test]
+    fn the_legacy_hash_stays_what_claims_made_by_earlier_agents_carry() {
+        let spot =
+            json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]);
+        assert_eq!(pool(web(spot)).legacy_hash(), "18408960296977224894");
     }
 
     #[test]

@@ -97,7 +97,9 @@ fn node_pool_drifted(claim: &NodeClaim, pool: &NodePool) -> Option<Drift> {
         return None;
     }
     let pool_hash = pool.hash();
-    (*claim_hash != pool_hash).then(|| Drift {
+    // A claim an earlier agent stamped with its own hash of the same template has not drifted
+    // (the hash loop re-stamps it with upstream's).
+    (*claim_hash != pool_hash && *claim_hash != pool.legacy_hash()).then(|| Drift {
         reason: DriftReason::NodePoolDrifted,
         message: format!(
             "NodePool {} has changed since this node was made (template hash {claim_hash}, now {pool_hash})",
@@ -311,6 +313,24 @@ mod tests {
             .insert(labels::NODE_POOL_HASH_VERSION.to_owned(), "v2".to_owned());
         let changed = pool(json!({"team": "api"}), on_demand());
         assert_eq!(drifted(&claim, &changed, None, now()), None);
+    }
+
+    #[test]
+    fn a_claim_stamped_by_an_earlier_agent_has_not_drifted_until_the_template_changes() {
+        let web = web();
+        let mut claim = claim_of(&web, DAY, "on-demand");
+        claim
+            .metadata
+            .annotations
+            .as_mut()
+            .expect("annotations")
+            .insert(labels::NODE_POOL_HASH.to_owned(), web.legacy_hash());
+        assert_eq!(drifted(&claim, &web, None, now()), None);
+        let changed = pool(json!({"team": "api"}), on_demand());
+        assert_eq!(
+            drifted(&claim, &changed, None, now()).map(|d| d.reason),
+            Some(DriftReason::NodePoolDrifted)
+        );
     }
 
     #[test]

@@ -23,9 +23,7 @@ pub(super) async fn reconcile<P: CloudProvider>(
     let version_current = annotations
         .get(labels::NODE_POOL_HASH_VERSION)
         .is_some_and(|v| v == labels::NODE_POOL_HASH_VERSION_VALUE);
-    if !version_current {
-        restamp_claims(ctx, pool, &hash).await?;
-    }
+    restamp_claims(ctx, pool, &hash, version_current).await?;
     if version_current && annotations.get(labels::NODE_POOL_HASH) == Some(&hash) {
         return Ok(());
     }
@@ -47,14 +45,20 @@ pub(super) async fn reconcile<P: CloudProvider>(
     }
 }
 
-async fn restamp_claims<P>(ctx: &Context<P>, pool: &NodePool, hash: &str) -> Result<(), Error> {
+async fn restamp_claims<P>(
+    ctx: &Context<P>,
+    pool: &NodePool,
+    hash: &str,
+    pool_version_current: bool,
+) -> Result<(), Error> {
     let name = pool.name_any();
+    let legacy = pool.legacy_hash();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for claim in ctx.claims.state() {
         if claim.labels().get(labels::NODE_POOL) != Some(&name) {
             continue;
         }
-        let Some(annotations) = restamped(&claim, hash) else {
+        let Some(annotations) = restamped(&claim, hash, &legacy, pool_version_current) else {
             continue;
         };
         let patch = json!({"metadata": {"annotations": annotations}});
@@ -74,12 +78,28 @@ async fn restamp_claims<P>(ctx: &Context<P>, pool: &NodePool, hash: &str) -> Res
     Ok(())
 }
 
-/// The annotations that bring `claim` to the current hash version, or `None` if it has it. A
-/// claim already `Drifted` keeps its old hash: what it drifted from cannot be recomputed under
-/// the new scheme, so it stays drifted (as upstream).
-fn restamped(claim: &NodeClaim, pool_hash: &str) -> Option<BTreeMap<&'static str, String>> {
-    let version = claim.annotations().get(labels::NODE_POOL_HASH_VERSION);
+/// The annotations that bring `claim` to the current hash, or `None` if it has it.
+///
+/// After a hash-version change of the pool (`pool_version_current` false), a claim of another
+/// version takes the current version and the pool's hash; one already `Drifted` keeps its old
+/// hash: what it drifted from cannot be recomputed under the new scheme, so it stays drifted
+/// (as upstream). A claim an earlier agent stamped with its own hash of the unchanged template
+/// (`legacy_hash`) takes upstream's.
+fn restamped(
+    claim: &NodeClaim,
+    pool_hash: &str,
+    legacy_hash: &str,
+    pool_version_current: bool,
+) -> Option<BTreeMap<&'static str, String>> {
+    let annotations = claim.annotations();
+    let version = annotations.get(labels::NODE_POOL_HASH_VERSION);
     if version.is_some_and(|v| v == labels::NODE_POOL_HASH_VERSION_VALUE) {
+        let legacy = annotations.get(labels::NODE_POOL_HASH).map(String::as_str)
+            == Some(legacy_hash)
+            && legacy_hash != pool_hash;
+        return legacy.then(|| BTreeMap::from([(labels::NODE_POOL_HASH, pool_hash.to_owned())]));
+    }
+    if pool_version_current {
         return None;
     }
     let mut annotations = BTreeMap::from([(
@@ -112,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_claim_of_an_older_hash_version_takes_the_pools_current_hash() {
-        let stamped = restamped(&claim("v2", json!([])), "456").expect("re-stamped");
+        let stamped = restamped(&claim("v2", json!([])), "456", "789", false).expect("re-stamped");
         assert_eq!(stamped[labels::NODE_POOL_HASH], "456");
         assert_eq!(stamped[labels::NODE_POOL_HASH_VERSION], "v3");
     }
@@ -121,13 +141,28 @@ mod tests {
     fn a_drifted_claim_of_an_older_hash_version_keeps_its_hash_and_stays_drifted() {
         let drifted = json!([{"type": "Drifted", "status": "True", "reason": "NodePoolDrifted",
             "message": "", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
-        let stamped = restamped(&claim("v2", drifted), "456").expect("re-stamped");
+        let stamped = restamped(&claim("v2", drifted), "456", "789", false).expect("re-stamped");
         assert!(!stamped.contains_key(labels::NODE_POOL_HASH));
         assert_eq!(stamped[labels::NODE_POOL_HASH_VERSION], "v3");
     }
 
     #[test]
     fn a_claim_of_the_current_hash_version_is_left_alone() {
-        assert_eq!(restamped(&claim("v3", json!([])), "456"), None);
+        assert_eq!(
+            restamped(&claim("v3", json!([])), "456", "789", false),
+            None
+        );
+    }
+
+    #[test]
+    fn a_claim_of_an_older_version_waits_for_the_pools_version_change() {
+        assert_eq!(restamped(&claim("v2", json!([])), "456", "789", true), None);
+    }
+
+    #[test]
+    fn a_claim_stamped_by_an_earlier_agent_takes_upstreams_hash_of_the_same_template() {
+        let stamped = restamped(&claim("v3", json!([])), "456", "123", true).expect("re-stamped");
+        assert_eq!(stamped[labels::NODE_POOL_HASH], "456");
+        assert!(!stamped.contains_key(labels::NODE_POOL_HASH_VERSION));
     }
 }
