@@ -20,6 +20,7 @@ pub mod kwoknodeclass;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
+mod nodepool_hash;
 
 pub use common::{
     InvalidDuration, KubeletConfiguration, LabelValue, NillableDuration, NodeClassReference,

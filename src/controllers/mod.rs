@@ -19,6 +19,7 @@ pub mod gcp;
 #[cfg(feature = "aws")]
 pub mod interruption;
 pub mod lifecycle;
+pub mod nodeclaim_disruption;
 #[cfg(any(feature = "aws", feature = "gcp"))]
 pub mod nodeclass_status;
 pub mod nodepool_status;
@@ -258,6 +259,7 @@ pub async fn start<P: CloudProvider + 'static>(
     tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
     tasks.push(tokio::spawn(disruption::run(ctx.clone())));
     tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
+    tasks.push(tokio::spawn(nodeclaim_disruption::run(ctx.clone())));
     tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));
     Running {
         ctx,

@@ -6,6 +6,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod drift;
+
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::kwok::KwokProvider;

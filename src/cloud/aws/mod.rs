@@ -16,6 +16,7 @@
 //! ```
 
 pub mod catalogue;
+pub mod drift;
 pub mod interruption;
 mod launch;
 pub mod nodeclass;
@@ -875,5 +876,20 @@ impl CloudProvider for AwsProvider {
         let resolved = self.resolve_node_class(&node_class.name).await?;
         let snapshot = self.catalogue().await?;
         Ok(self.instance_types_for(&resolved, &snapshot).into())
+    }
+
+    /// Upstream's AWS `IsDrifted`, for the image only (see [`drift`]).
+    async fn drift(&self, claim: &NodeClaim) -> Result<Option<String>, CloudError> {
+        let reference = &claim.spec.node_class_ref;
+        if !is_ec2_node_class(reference) {
+            return Ok(None);
+        }
+        let class = kube::Api::<EC2NodeClass>::all(self.kube.clone())
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
+        Ok(class
+            .and_then(|class| drift::ami_drift(claim, class.status.as_ref()))
+            .map(str::to_owned))
     }
 }

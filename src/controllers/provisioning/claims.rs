@@ -16,25 +16,8 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
-use std::hash::Hasher;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-
-/// A deterministic hash of a NodePool's template, less the fields upstream leaves out
-/// (requirements), stamped on its claims so drift can be detected later.
-pub fn node_pool_hash(pool: &NodePool) -> String {
-    let mut template = serde_json::to_value(&pool.spec.template).unwrap_or_default();
-    if let Some(spec) = template
-        .get_mut("spec")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        spec.remove("requirements");
-    }
-    // FNV-1a over the canonical JSON text (serde_json orders object keys).
-    let mut hasher = fnv::FnvHasher::default();
-    hasher.write(template.to_string().as_bytes());
-    hasher.finish().to_string()
-}
 
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -47,7 +30,7 @@ fn random_suffix() -> String {
 /// The NodeClaim object for a planned claim.
 pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
     let mut annotations = pool.spec.template.metadata.annotations.clone();
-    annotations.insert(labels::NODE_POOL_HASH.to_owned(), node_pool_hash(pool));
+    annotations.insert(labels::NODE_POOL_HASH.to_owned(), pool.hash());
     annotations.insert(
         labels::NODE_POOL_HASH_VERSION.to_owned(),
         labels::NODE_POOL_HASH_VERSION_VALUE.to_owned(),
@@ -212,51 +195,4 @@ fn truncate(text: &str, max: usize) -> String {
         .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
     format!("{}…", &text[..cut])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pool(requirements: serde_json::Value) -> NodePool {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": "default"},
-            "spec": {
-                "limits": {"cpu": "1000"},
-                "template": {
-                    "metadata": {"labels": {"team": "web"}, "annotations": {"owner": "ops"}},
-                    "spec": {
-                        "requirements": requirements,
-                        "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
-                        "expireAfter": "720h",
-                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                    },
-                },
-            },
-        }))
-        .expect("a NodePool")
-    }
-
-    #[test]
-    fn the_node_pool_hash_stays_what_existing_claims_carry() {
-        // Claims already in clusters carry this value (karpenter.sh/nodepool-hash); a different
-        // one would make every existing node look drifted.
-        let requirements = serde_json::json!([
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-        ]);
-        assert_eq!(node_pool_hash(&pool(requirements)), "18408960296977224894");
-    }
-
-    #[test]
-    fn the_node_pool_hash_ignores_requirements() {
-        let spot = serde_json::json!([
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-        ]);
-        assert_eq!(
-            node_pool_hash(&pool(spot)),
-            node_pool_hash(&pool(serde_json::json!([]))),
-            "upstream leaves requirements out of the hash"
-        );
-    }
 }

@@ -35,7 +35,7 @@ pub use batcher::{
 };
 // Which pods are ours is decided where the scheduler's input is built; tests ask it here.
 pub use crate::state::is_provisionable;
-pub use claims::{node_claim_for, node_pool_hash};
+pub use claims::node_claim_for;
 pub use round::{Memory, RecentClaims, Round, provision};
 pub(crate) use round::{catalogues, daemon_set_pods};
 
