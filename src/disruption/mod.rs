@@ -29,4 +29,5 @@ pub use candidates::{Blocker, BlockerKind, ClaimView, Disruptability, disruptabi
 pub use consolidatable::{ConsolidatableAt, consolidatable_at};
 pub use consolidation::{Outcome, Replacement};
 pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide, validate};
+pub use drift::{Drift, DriftReason, drifted};
 pub use expiration::{expires_at, is_expired};

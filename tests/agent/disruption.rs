@@ -289,34 +289,7 @@ async fn a_budget_of_one_never_lets_two_nodes_go_at_once() {
         r#"{consolidateAfter: 0s, budgets: [{nodes: "1"}]}"#,
     ));
     // Required hostname anti-affinity: one pod per node, three nodes.
-    apply(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: one-test}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: spread, namespace: one-test}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: spread}}
-  template:
-    metadata: {labels: {app: spread}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      nodeSelector: {test-pool: one-pool}
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {matchLabels: {app: spread}}
-              topologyKey: kubernetes.io/hostname
-      containers:
-        - name: pause
-          image: registry.k8s.io/pause:3.10
-          resources: {requests: {cpu: "1"}}
-"#,
-    );
+    apply(&spread("one-test", "one-pool"));
     wait_for("3 running pods", Duration::from_secs(120), || async {
         (running_pods(&client, "one-test").await.len() == 3).then_some(())
     })
@@ -347,4 +320,111 @@ spec:
         "the budget allows one node at a time"
     );
     clean_up(&client, "one-test", "one-pool").await;
+}
+
+/// Three pods that each need a node of their own (required hostname anti-affinity).
+fn spread(namespace: &str, pool: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: spread, namespace: {namespace}}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: spread}}}}
+  template:
+    metadata: {{labels: {{app: spread}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{test-pool: {pool}}}
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {{matchLabels: {{app: spread}}}}
+              topologyKey: kubernetes.io/hostname
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: "1"}}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_a_pools_template_labels_replaces_its_nodes_one_by_one() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool(
+        "drift-pool",
+        r#"{consolidateAfter: Never, budgets: [{nodes: "1"}]}"#,
+    ));
+    apply(&spread("drift-test", "drift-pool"));
+    wait_for("3 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "drift-test").await.len() == 3).then_some(())
+    })
+    .await;
+    let first: BTreeSet<String> = live_claims(&client, "drift-pool")
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(first.len(), 3);
+    let out = rig()
+        .kubectl()
+        .args([
+            "patch",
+            "nodepool",
+            "drift-pool",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"template":{"metadata":{"labels":{"release":"two"}}}}}"#,
+        ])
+        .output()
+        .expect("kubectl patch");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let most_at_once = std::sync::Arc::new(AtomicUsize::new(0));
+    wait_for(
+        "every node replaced by one with the new label, pods running",
+        Duration::from_secs(420),
+        || {
+            let client = client.clone();
+            let most = most_at_once.clone();
+            let first = first.clone();
+            async move {
+                let claims = pool_claims(&client, "drift-pool").await;
+                let going = claims
+                    .iter()
+                    .filter(|c| c.metadata.deletion_timestamp.is_some())
+                    .count();
+                most.fetch_max(going, Ordering::SeqCst);
+                let all_new = claims.iter().all(|c| !first.contains(&c.name_any()));
+                let nodes: Api<Node> = Api::all(client.clone());
+                let relabelled = nodes
+                    .list(&ListParams::default().labels("test-pool=drift-pool,release=two"))
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+                let running = running_pods(&client, "drift-test").await.len();
+                (all_new && claims.len() == 3 && relabelled == 3 && running == 3).then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        most_at_once.load(Ordering::SeqCst),
+        1,
+        "the budget lets one drifted node go at a time"
+    );
+    clean_up(&client, "drift-test", "drift-pool").await;
 }

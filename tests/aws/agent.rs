@@ -35,6 +35,19 @@ impl Drop for Agent {
 /// Starts the agent as `karpenter-agent run --provider aws` wires it: the common controllers,
 /// then the EC2 loops (node class status, and the interruption queue when `queue` is set).
 async fn start(env: &Env, queue: Option<String>) -> Agent {
+    start_with(
+        env,
+        queue,
+        Settings {
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            ..Settings::default()
+        },
+    )
+    .await
+}
+
+async fn start_with(env: &Env, queue: Option<String>, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
     let client = rig().client().await;
     let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
@@ -44,11 +57,6 @@ async fn start(env: &Env, queue: Option<String>) -> Agent {
         &env.sdk,
         client.clone(),
     ));
-    let settings = Settings {
-        garbage_collection_interval: Duration::from_secs(2),
-        garbage_collection_grace: Duration::from_secs(2),
-        ..Settings::default()
-    };
     let mut running = controllers::start(
         client.clone(),
         provider.clone(),
@@ -458,4 +466,83 @@ async fn the_agent_keeps_an_ec2_node_class_status_current_from_not_ready_to_read
     assert!(status.instance_profile.is_some());
     rig().kubectl_ok(&["delete", "ec2nodeclass", "status-demo", "--wait=false"]);
     drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_replaces_a_half_empty_instance_with_a_cheaper_one_and_terminates_the_old() {
+    let _guard = exclusive();
+    let env = Env::new("agent-shrink", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    let _agent = start_with(
+        &env,
+        None,
+        Settings {
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            disruption_poll: Duration::from_secs(2),
+            disruption_validation: Duration::from_secs(2),
+            ..Settings::default()
+        },
+    )
+    .await;
+    apply(&node_class("agent-shrink", &env.cluster, &role));
+    apply(&pool("agent-shrink", &["m5.large", "m5.xlarge"]));
+    // Three 1-CPU pods: one m5.xlarge ($0.192/h) holds them for less than three m5.large.
+    apply(&workload("agent-shrink-app", "agent-shrink", 3));
+    wait_for("3 running pods", Duration::from_secs(180), || async {
+        (running(&client, "agent-shrink-app").await.len() == 3).then_some(())
+    })
+    .await;
+    let big = wait_for(
+        "one initialized m5.xlarge claim",
+        Duration::from_secs(60),
+        || async {
+            let claims = claims_of(&client, "agent-shrink").await;
+            (claims.len() == 1 && claims[0].is_true("Initialized")).then(|| claims[0].clone())
+        },
+    )
+    .await;
+    assert_eq!(
+        big.labels().get(labels::INSTANCE_TYPE).map(String::as_str),
+        Some("m5.xlarge")
+    );
+    let big_id = instance_id(&big);
+    rig().kubectl_ok(&[
+        "-n",
+        "agent-shrink-app",
+        "scale",
+        "deployment",
+        "app",
+        "--replicas=1",
+    ]);
+    let small = wait_for(
+        "the pod to run alone on an m5.large that replaced the m5.xlarge",
+        Duration::from_secs(240),
+        || async {
+            let claims = claims_of(&client, "agent-shrink").await;
+            let live: Vec<&NodeClaim> = claims
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .collect();
+            let replaced = live.len() == 1
+                && live[0].name_any() != big.name_any()
+                && live[0]
+                    .labels()
+                    .get(labels::INSTANCE_TYPE)
+                    .map(String::as_str)
+                    == Some("m5.large");
+            let running = running(&client, "agent-shrink-app").await.len() == 1;
+            (replaced && running && claims.len() == 1).then(|| live[0].clone())
+        },
+    )
+    .await;
+    wait_for(
+        "the m5.xlarge instance to be terminated",
+        Duration::from_secs(60),
+        || async { (env.state(&big_id).await == "terminated").then_some(()) },
+    )
+    .await;
+    assert_eq!(env.state(&instance_id(&small)).await, "running");
+    clean_up(&client, "agent-shrink-app", "agent-shrink", "ec2nodeclass").await;
 }

@@ -34,6 +34,18 @@ impl Drop for Agent {
 }
 
 async fn start(config: GcpConfig) -> Agent {
+    start_with(
+        config,
+        Settings {
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            ..Settings::default()
+        },
+    )
+    .await
+}
+
+async fn start_with(config: GcpConfig, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
     let client = rig().client().await;
     let cluster = config.cluster_name.clone();
@@ -42,11 +54,6 @@ async fn start(config: GcpConfig) -> Agent {
             .await
             .expect("provider"),
     );
-    let settings = Settings {
-        garbage_collection_interval: Duration::from_secs(2),
-        garbage_collection_grace: Duration::from_secs(2),
-        ..Settings::default()
-    };
     let tasks = vec![
         tokio::spawn({
             let (client, provider) = (client.clone(), provider.clone());
@@ -431,4 +438,88 @@ async fn a_preempted_spot_vm_has_its_node_replaced() {
     );
     clean_up(&client, "gcp-preempt-app", cluster, "gcenodeclass").await;
     drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_replaces_a_half_empty_vm_with_a_cheaper_one_and_deletes_the_old() {
+    let _guard = exclusive();
+    let (project, cluster) = ("shrink-demo", "gcp-shrink");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    let _agent = start_with(
+        config(&fake, project, cluster),
+        Settings {
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            disruption_poll: Duration::from_secs(2),
+            disruption_validation: Duration::from_secs(2),
+            ..Settings::default()
+        },
+    )
+    .await;
+    apply(&node_class(cluster, project));
+    apply(&pool(
+        cluster,
+        &["e2-standard-2", "e2-standard-4"],
+        "on-demand",
+    ));
+    // Three 1-CPU pods: one e2-standard-4 holds them for less than three e2-standard-2.
+    apply(&workload("gcp-shrink-app", cluster, 3));
+    wait_for("3 running pods", Duration::from_secs(180), || async {
+        (running(&client, "gcp-shrink-app").await.len() == 3).then_some(())
+    })
+    .await;
+    let big = wait_for(
+        "one initialized e2-standard-4 claim",
+        Duration::from_secs(60),
+        || async {
+            let claims = claims_of(&client, cluster).await;
+            (claims.len() == 1 && claims[0].is_true("Initialized")).then(|| claims[0].clone())
+        },
+    )
+    .await;
+    assert_eq!(
+        big.labels().get(labels::INSTANCE_TYPE).map(String::as_str),
+        Some("e2-standard-4")
+    );
+    let (_, zone, big_vm) = vm_of(&big);
+    rig().kubectl_ok(&[
+        "-n",
+        "gcp-shrink-app",
+        "scale",
+        "deployment",
+        "app",
+        "--replicas=1",
+    ]);
+    wait_for(
+        "the pod to run alone on an e2-standard-2 that replaced the e2-standard-4",
+        Duration::from_secs(240),
+        || async {
+            let claims = claims_of(&client, cluster).await;
+            let replaced = claims.len() == 1
+                && claims[0].metadata.deletion_timestamp.is_none()
+                && claims[0].name_any() != big.name_any()
+                && claims[0]
+                    .labels()
+                    .get(labels::INSTANCE_TYPE)
+                    .map(String::as_str)
+                    == Some("e2-standard-2");
+            let running = running(&client, "gcp-shrink-app").await.len() == 1;
+            (replaced && running).then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "the old VM to be deleted",
+        Duration::from_secs(60),
+        || async {
+            fake.state()
+                .compute
+                .instance(project, &zone, &big_vm)
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    clean_up(&client, "gcp-shrink-app", cluster, "gcenodeclass").await;
 }
