@@ -175,9 +175,19 @@ async fn aws_provider(
     Ok(AwsProvider::new(config, client).await)
 }
 
-/// Reads one `Name=true|false` feature gate. Upstream's other gates (NodeRepair,
-/// ReservedCapacity, NodeOverlay, StaticCapacity, CapacityBuffer) are accepted so an upstream
-/// chart's value works, and have no effect here yet.
+/// Whether the last setting of `name` among the feature gates turns it on (all are off by
+/// default, as upstream's `SpotToSpotConsolidation` and `NodeRepair`).
+fn gate(gates: &[(String, bool)], name: &str) -> bool {
+    gates
+        .iter()
+        .rev()
+        .find(|(gate, _)| gate == name)
+        .is_some_and(|(_, on)| *on)
+}
+
+/// Reads one `Name=true|false` feature gate. Upstream's other gates (ReservedCapacity,
+/// NodeOverlay, StaticCapacity, CapacityBuffer) are accepted so an upstream chart's value
+/// works, and have no effect here yet.
 fn parse_feature_gate(text: &str) -> Result<(String, bool), String> {
     const KNOWN: &[&str] = &[
         "SpotToSpotConsolidation",
@@ -235,7 +245,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             .await
             .context("no kubeconfig and not running in a cluster")?,
     };
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    controllers::agent_client(config).context("creating the Kubernetes client")
 }
 
 async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
@@ -280,12 +290,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
         batch_close_when_complete: args.batch_close_when_complete,
-        spot_to_spot_consolidation: args
-            .feature_gates
-            .iter()
-            .rev()
-            .find(|(gate, _)| gate == "SpotToSpotConsolidation")
-            .is_some_and(|(_, on)| *on),
+        spot_to_spot_consolidation: gate(&args.feature_gates, "SpotToSpotConsolidation"),
+        node_repair: gate(&args.feature_gates, "NodeRepair"),
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::new());

@@ -189,11 +189,15 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Node repair: a node condition the cloud names unhealthy held past its toleration
+    /// (upstream's `NodeRepair` gate).
+    Unhealthy,
 }
 
 /// How and when Karpenter may disrupt a pool's nodes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = disruption_rules)]
 pub struct Disruption {
     /// How long a node must have had no pod scheduled or removed before consolidation considers
     /// it, or `Never`.
@@ -201,10 +205,26 @@ pub struct Disruption {
     /// Which nodes consolidation may remove.
     #[serde(default)]
     pub consolidation_policy: ConsolidationPolicy,
+    /// With `Balanced`: how much disruption a move may cost for its savings. A move passes when
+    /// its share of the pool's disruption is at most this many times its share of the pool's
+    /// price (upstream's `k`, default 2; designs/balanced-consolidation.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "exclusiveMinimum" = true))]
+    pub consolidation_threshold: Option<f64>,
     /// Caps on how many nodes may be disrupted at once; the most restrictive active one wins.
     #[serde(default = "Budget::upstream_default_list")]
     #[schemars(transform = budget_list_rules)]
     pub budgets: Vec<Budget>,
+}
+
+fn disruption_rules(schema: &mut schemars::Schema) {
+    add_rules(
+        schema,
+        &[(
+            "!has(self.consolidationThreshold) || (has(self.consolidationPolicy) && self.consolidationPolicy == 'Balanced')",
+            "consolidationThreshold is only allowed with consolidationPolicy Balanced",
+        )],
+    );
 }
 
 fn budget_list_rules(schema: &mut schemars::Schema) {
@@ -224,6 +244,7 @@ impl Disruption {
         Self {
             consolidate_after: NillableDuration("0s".to_owned()),
             consolidation_policy: ConsolidationPolicy::default(),
+            consolidation_threshold: None,
             budgets: Budget::upstream_default_list(),
         }
     }

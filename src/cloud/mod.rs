@@ -17,7 +17,9 @@ pub mod unavailable;
 
 pub mod kwok;
 pub mod provider;
+pub mod repair;
 
 pub use provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, ProviderId,
 };
+pub use repair::RepairPolicy;

@@ -231,6 +231,12 @@ pub trait CloudProvider: Send + Sync {
         )
     }
 
+    /// The Node conditions that make a node of this cloud unhealthy, and for how long each is
+    /// tolerated before the node is repaired (replaced). None unless the provider says.
+    fn repair_policies(&self) -> Vec<super::RepairPolicy> {
+        Vec::new()
+    }
+
     /// Why a claim's machine no longer matches its node class, if it does not.
     fn drift(
         &self,

@@ -1,7 +1,7 @@
 //! What every control loop shares: the API client, the cloud provider, the reflector stores
 //! the loops read the cluster from, the event recorder, the settings and the metrics.
 
-use super::{FIELD_MANAGER, OwnWrites, Settings};
+use super::{FIELD_MANAGER, Notices, OwnWrites, Settings};
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::state::CachedPod;
@@ -24,6 +24,8 @@ pub struct Context<P> {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
     pub own_writes: OwnWrites,
+    /// Events that loops re-evaluate every pass, published once per state.
+    pub notices: Notices,
 }
 
 impl<P: CloudProvider> Context<P> {
@@ -43,6 +45,7 @@ impl<P: CloudProvider> Context<P> {
             controller: FIELD_MANAGER.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let notices = Notices::new(client.clone(), reporter.clone());
         let recorder = Recorder::new(client.clone(), reporter);
         Self {
             client,
@@ -55,6 +58,7 @@ impl<P: CloudProvider> Context<P> {
             settings,
             metrics,
             own_writes: OwnWrites::default(),
+            notices,
         }
     }
 

@@ -26,14 +26,18 @@ pub mod nodepool_status;
 pub mod pod_events;
 pub mod provisioning;
 
+mod client;
 mod context;
 mod error;
+mod notices;
 mod own_writes;
 mod settings;
 
+pub use client::agent_client;
 pub use context::Context;
 pub use error::Error;
 pub(crate) use error::is_not_found;
+pub use notices::Notices;
 pub use own_writes::OwnWrites;
 pub use settings::Settings;
 

@@ -29,6 +29,9 @@ pub struct Settings {
     /// Upstream's `SpotToSpotConsolidation` feature gate: whether a spot node may be replaced by
     /// a cheaper spot node (off by default, as upstream).
     pub spot_to_spot_consolidation: bool,
+    /// Upstream's `NodeRepair` feature gate: whether nodes the cloud's repair policies call
+    /// unhealthy are replaced (off by default, as upstream).
+    pub node_repair: bool,
 }
 
 impl Default for Settings {
@@ -44,6 +47,7 @@ impl Default for Settings {
             disruption_validation: Duration::from_secs(15),
             disruption_replacement_timeout: Duration::from_secs(10 * 60),
             spot_to_spot_consolidation: false,
+            node_repair: false,
         }
     }
 }

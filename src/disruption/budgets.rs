@@ -13,10 +13,11 @@ use k8s_openapi::jiff::Timestamp;
 use std::fmt;
 
 /// Every reason a budget can name, in upstream's order.
-pub const REASONS: [DisruptionReason; 3] = [
+pub const REASONS: [DisruptionReason; 4] = [
     DisruptionReason::Empty,
     DisruptionReason::Drifted,
     DisruptionReason::Underutilized,
+    DisruptionReason::Unhealthy,
 ];
 
 /// The name upstream's metrics and Events give a reason.
@@ -25,6 +26,7 @@ pub fn reason_name(reason: DisruptionReason) -> &'static str {
         DisruptionReason::Empty => "empty",
         DisruptionReason::Drifted => "drifted",
         DisruptionReason::Underutilized => "underutilized",
+        DisruptionReason::Unhealthy => "unhealthy",
     }
 }
 

@@ -1,10 +1,10 @@
 //! One disruption pass: judge every claim, then try the methods in upstream's order
-//! (`pkg/controllers/disruption/controller.go`): emptiness, drift, multi-node consolidation,
-//! single-node consolidation. The first method that finds something to do gives the pass's
+//! (`pkg/controllers/disruption/controller.go`): repair (with the `NodeRepair` gate), emptiness,
+//! drift, multi-node consolidation, single-node consolidation. The first method that finds something to do gives the pass's
 //! [`Command`]; the rest are not tried, as upstream acts on one command at a time.
 //!
-//! Upstream's static drift (pools with a fixed `replicas` count) and node repair (behind the
-//! `NodeRepair` gate, off by default) have no counterpart here yet.
+//! Upstream's static drift (pools with a fixed `replicas` count, behind its `StaticCapacity`
+//! gate) has no counterpart here: the NodePool API here has no `replicas`.
 
 use super::budgets::{Allowance, REASONS, allowance, reason_name};
 use super::candidate::{Candidate, candidates};
@@ -12,6 +12,7 @@ use super::candidates::is_disrupting;
 use super::consolidation::Replacement;
 use super::methods;
 use crate::apis::{DisruptionReason, NodeClaim, labels};
+use crate::cloud::RepairPolicy;
 use crate::state::Snapshot;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
@@ -25,6 +26,8 @@ pub struct Input<'a> {
     pub pdbs: &'a [PodDisruptionBudget],
     pub now: Timestamp,
     pub options: Options,
+    /// The cloud's repair policies when the `NodeRepair` gate is on; empty turns repair off.
+    pub repair_policies: &'a [RepairPolicy],
 }
 
 /// Tuning, upstream's defaults unless said otherwise.
@@ -53,6 +56,7 @@ impl Default for Options {
 /// The method behind a command, as upstream names it in metrics and Events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Method {
+    Repair,
     Emptiness,
     Drift,
     MultiNodeConsolidation,
@@ -60,11 +64,12 @@ pub enum Method {
 }
 
 impl Method {
-    /// Upstream's `consolidation_type` label: `empty`, `multi`, `single`, or empty for drift.
+    /// Upstream's `consolidation_type` label: `empty`, `multi`, `single`, or empty for repair
+    /// and drift.
     pub fn consolidation_type(self) -> &'static str {
         match self {
             Self::Emptiness => "empty",
-            Self::Drift => "",
+            Self::Repair | Self::Drift => "",
             Self::MultiNodeConsolidation => "multi",
             Self::SingleNodeConsolidation => "single",
         }
@@ -148,9 +153,11 @@ pub struct Decision<'a> {
     pub command: Option<Command>,
     /// Every claim, judged.
     pub candidates: Vec<Candidate<'a>>,
-    /// Claims consolidation or drift looked at and kept, with why (pods with nowhere to go, no
-    /// cheaper replacement, …).
+    /// Claims repair, consolidation or drift looked at and kept, with why (pods with nowhere
+    /// to go, no cheaper replacement, …).
     pub kept: BTreeMap<String, String>,
+    /// Claims whose nodes are unhealthy past their cloud's toleration (repair on).
+    pub due_for_repair: std::collections::BTreeSet<String>,
     /// What each pool's budgets allow now, per reason.
     pub allowances: BTreeMap<(String, DisruptionReason), Allowance>,
 }
@@ -163,6 +170,7 @@ impl Decision<'_> {
             .iter()
             .filter(|c| match reason {
                 DisruptionReason::Drifted => c.disruptability.drift,
+                DisruptionReason::Unhealthy => self.due_for_repair.contains(c.name()),
                 r => c.disruptability.consolidation == Some(r),
             })
             .count()
@@ -199,6 +207,7 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         command: None,
         candidates: judged,
         kept: BTreeMap::new(),
+        due_for_repair: Default::default(),
         allowances,
     };
     let budgets = || {
@@ -211,7 +220,12 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         )
     };
     let mut kept = BTreeMap::new();
-    let command = methods::emptiness(&decision.candidates, &mut budgets())
+    decision.due_for_repair = methods::due_for_repair(input, &decision.candidates)
+        .into_iter()
+        .map(|(c, _)| c.name().to_owned())
+        .collect();
+    let command = methods::repair(input, &decision.candidates, &mut budgets(), &mut kept)
+        .or_else(|| methods::emptiness(&decision.candidates, &mut budgets()))
         .or_else(|| methods::drift(input, &decision.candidates, &mut budgets(), &mut kept))
         .or_else(|| methods::multi_node(input, &decision.candidates, &mut budgets(), &mut kept))
         .or_else(|| methods::single_node(input, &decision.candidates, &mut budgets(), &mut kept));
@@ -291,6 +305,9 @@ pub fn validate<'a>(input: &Input<'a>, command: &Command) -> Result<Command, Str
         };
         let still = match command.reason {
             DisruptionReason::Drifted => c.disruptability.drift,
+            DisruptionReason::Unhealthy => methods::due_for_repair(input, &decision_now)
+                .iter()
+                .any(|(d, _)| d.name() == c.name()),
             DisruptionReason::Empty => {
                 c.disruptability.consolidation == Some(DisruptionReason::Empty)
             }
@@ -317,15 +334,33 @@ pub fn validate<'a>(input: &Input<'a>, command: &Command) -> Result<Command, Str
         chosen.push(c);
     }
     match command.method {
-        Method::Emptiness | Method::Drift => Ok(command.clone()),
+        Method::Repair | Method::Emptiness | Method::Drift => Ok(command.clone()),
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             let multi = command.method == Method::MultiNodeConsolidation;
-            match super::consolidation::consolidate(
+            let outcome = super::consolidation::consolidate(
                 &input.snapshot,
                 &chosen,
                 input.options.spot_to_spot,
                 multi,
-            ) {
+            );
+            // A Balanced pool's move must still be worth it against the pool as it is now.
+            let replacement_price = match &outcome {
+                super::consolidation::Outcome::Replace(r) => methods::replacement_price(r),
+                _ => 0.0,
+            };
+            if !matches!(outcome, super::consolidation::Outcome::Keep(_))
+                && let Some((pool, score)) = super::balanced::rejected(
+                    &chosen,
+                    replacement_price,
+                    &super::balanced::pool_totals(&decision_now),
+                )
+            {
+                return Err(format!(
+                    "the move is no longer worth it under NodePool {pool}'s consolidationPolicy Balanced: {}",
+                    score.describe()
+                ));
+            }
+            match outcome {
                 super::consolidation::Outcome::Delete => Ok(Command {
                     replacements: Vec::new(),
                     ..command.clone()

@@ -5,12 +5,15 @@
 //!
 //! One file per concept: `consolidatable` (when `consolidateAfter` lets consolidation consider a
 //! claim), `drift` (whether a claim no longer matches its NodePool), `expiration` (when a claim's
-//! `expireAfter` is reached), `budgets` (how many nodes a pool lets go now), `candidates` (what
+//! `expireAfter` is reached), `repair` (whether a node is unhealthy past its cloud's
+//! toleration), `budgets` (how many nodes a pool lets go now), `candidates` (what
 //! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
 //! with its price and disruption cost), `consolidation` (the simulation without some nodes and
-//! its verdict), `methods` (emptiness, drift, multi- and single-node consolidation) and
-//! `decision` (one pass over them, and the re-check before a command is carried out).
+//! its verdict), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
+//! `methods` (emptiness, drift, multi- and single-node consolidation) and `decision` (one pass
+//! over them, and the re-check before a command is carried out).
 
+pub mod balanced;
 pub mod budgets;
 pub mod candidate;
 pub mod candidates;
@@ -20,6 +23,7 @@ pub mod decision;
 pub mod drift;
 pub mod expiration;
 mod methods;
+pub mod repair;
 #[cfg(test)]
 mod tests;
 

@@ -111,6 +111,7 @@ struct World {
     pods: Vec<Arc<CachedPod>>,
     pdbs: Vec<PodDisruptionBudget>,
     catalogues: Catalogues,
+    repair_policies: Vec<crate::cloud::RepairPolicy>,
 }
 
 impl World {
@@ -124,6 +125,7 @@ impl World {
             pods: Vec::new(),
             pdbs: Vec::new(),
             catalogues,
+            repair_policies: Vec::new(),
         }
     }
 
@@ -143,6 +145,46 @@ impl World {
         self
     }
 
+    /// Turns repair on with the kwok provider's policies (Ready False or Unknown for 10 min).
+    fn with_repair(mut self) -> Self {
+        self.repair_policies = crate::cloud::repair::kubelet_not_ready(10).to_vec();
+        self
+    }
+
+    /// Sets the node's Ready condition to `status` since `since`.
+    fn ready(mut self, name: &str, status: &str, since: &str) -> Self {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .unwrap();
+        let conditions = json!([{"type": "Ready", "status": status, "lastTransitionTime": since}]);
+        Arc::make_mut(node)
+            .status
+            .get_or_insert_default()
+            .conditions = Some(serde_json::from_value(conditions).unwrap());
+        self
+    }
+
+    fn validate(&self, command: &Command) -> Result<Command, String> {
+        let daemon_set_pods: Vec<Pod> = Vec::new();
+        let input = Input {
+            snapshot: Snapshot {
+                pods: &self.pods,
+                nodes: &self.nodes,
+                claims: &self.claims,
+                pools: &self.pools,
+                catalogues: &self.catalogues,
+                daemon_set_pods: &daemon_set_pods,
+            },
+            pdbs: &self.pdbs,
+            now: NOW.parse().unwrap(),
+            options: Options::default(),
+            repair_policies: &self.repair_policies,
+        };
+        validate(&input, command)
+    }
+
     fn decide(&self) -> Passed {
         let daemon_set_pods: Vec<Pod> = Vec::new();
         let input = Input {
@@ -157,6 +199,7 @@ impl World {
             pdbs: &self.pdbs,
             now: NOW.parse().unwrap(),
             options: Options::default(),
+            repair_policies: &self.repair_policies,
         };
         let decision = decide(&input);
         let blockers = decision
@@ -340,4 +383,155 @@ fn when_empty_pools_delete_empty_nodes_only() {
     ))
     .with_node("big", 16, "on-demand", &[("web-1", "500m")]);
     assert!(world.decide().0.is_none());
+}
+
+#[test]
+fn an_empty_node_that_gets_a_pod_before_the_check_is_kept() {
+    let mut world = World::new(on_demand_pool(consolidating())).with_node("a", 4, "on-demand", &[]);
+    let command = world.decide().0.expect("a command");
+    assert!(world.validate(&command).is_ok(), "nothing changed");
+    world.pods.push(Arc::new(pod("late", "a", "1", json!({}))));
+    let why = world.validate(&command).expect_err("a pod arrived");
+    assert!(why.contains('a'), "{why}");
+}
+
+#[test]
+fn a_replacement_is_computed_afresh_when_the_decision_is_checked_again() {
+    let world = World::new(on_demand_pool(consolidating())).with_node(
+        "big",
+        16,
+        "on-demand",
+        &[("web-1", "500m")],
+    );
+    let command = world.decide().0.expect("a command");
+    let checked = world.validate(&command).expect("still holds");
+    assert_eq!(replacement_types(&checked), ["c-1"]);
+}
+
+/// A pool where moving the eight pods of `x` (a c-8) onto a new c-4 saves an eighth of the
+/// pool's price but disrupts most of its pods: worth it by cost alone, not by Balanced's score.
+/// The other nodes are full, so nothing else can move.
+fn a_busy_pool_with_an_oversized_node(disruption: Value) -> World {
+    let small: Vec<(String, &str)> = (0..8).map(|i| (format!("x-{i}"), "450m")).collect();
+    let small: Vec<(&str, &str)> = small.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    World::new(on_demand_pool(disruption))
+        .with_node("x", 8, "on-demand", &small)
+        .with_node("a", 8, "on-demand", &[("a-1", "7900m")])
+        .with_node("big", 16, "on-demand", &[("big-1", "15900m")])
+}
+
+#[test]
+fn under_when_empty_or_underutilized_any_saving_replaces_the_oversized_node() {
+    let world = a_busy_pool_with_an_oversized_node(consolidating());
+    let (command, _, kept) = world.decide();
+    let command = command.unwrap_or_else(|| panic!("no command: {kept:?}"));
+    assert_eq!(names(&command), ["x"]);
+    assert_eq!(replacement_types(&command), ["c-4"]);
+}
+
+#[test]
+fn balanced_keeps_a_node_whose_move_disrupts_more_than_it_saves_and_says_by_how_much() {
+    let world = a_busy_pool_with_an_oversized_node(
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "Balanced", "budgets": [{"nodes": "100%"}]}),
+    );
+    let (command, _, kept) = world.decide();
+    assert!(command.is_none(), "{command:?}");
+    // Even deleted outright, x saves $0.40 of $1.60 (25%) for 9 of 13 disruption (69.2%):
+    // score 0.36, so its replacement by a c-4 (score 0.18) is never simulated.
+    assert_eq!(
+        kept["x"],
+        "not worth disrupting under consolidationPolicy Balanced, even deleted outright: score \
+         0.36 < threshold 0.50 (consolidationThreshold: 2.0, savings 25.0%, disruption 69.2%)"
+    );
+}
+
+#[test]
+fn a_higher_consolidation_threshold_lets_balanced_take_the_same_move() {
+    let world = a_busy_pool_with_an_oversized_node(json!({
+        "consolidateAfter": "0s", "consolidationPolicy": "Balanced", "consolidationThreshold": 6,
+        "budgets": [{"nodes": "100%"}]}));
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::SingleNodeConsolidation);
+    assert_eq!(names(&command), ["x"]);
+    assert_eq!(replacement_types(&command), ["c-4"]);
+}
+
+#[test]
+fn balanced_still_deletes_empty_nodes_and_clearly_oversized_ones() {
+    let world = World::new(on_demand_pool(
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "Balanced", "budgets": [{"nodes": "100%"}]}),
+    ))
+    .with_node("empty", 4, "on-demand", &[])
+    .with_node("a", 4, "on-demand", &[("a-1", "3")]);
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::Emptiness);
+    assert_eq!(names(&command), ["empty"]);
+
+    let world = World::new(on_demand_pool(
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "Balanced", "budgets": [{"nodes": "100%"}]}),
+    ))
+    .with_node("huge", 16, "on-demand", &[("tiny", "500m")])
+    .with_node("a", 16, "on-demand", &[("a-1", "15900m")]);
+    let command = world.decide().0.expect("a command");
+    assert_eq!(names(&command), ["huge"]);
+    assert_eq!(replacement_types(&command), ["c-1"]);
+}
+
+#[test]
+fn a_node_unhealthy_past_its_toleration_is_repaired_before_anything_else() {
+    let world = World::new(on_demand_pool(consolidating()))
+        .with_node("sick", 4, "on-demand", &[("web-1", "3")])
+        .with_node("empty", 4, "on-demand", &[])
+        .ready("sick", "Unknown", "2026-03-02T09:45:00Z")
+        .with_repair();
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::Repair);
+    assert_eq!(command.reason, crate::apis::DisruptionReason::Unhealthy);
+    assert_eq!(names(&command), ["sick"]);
+}
+
+#[test]
+fn repair_waits_out_the_toleration_and_is_off_without_the_gate() {
+    let within = World::new(on_demand_pool(consolidating()))
+        .with_node("sick", 4, "on-demand", &[("web-1", "3")])
+        .with_node("empty", 4, "on-demand", &[])
+        .ready("sick", "False", "2026-03-02T09:55:00Z")
+        .with_repair();
+    assert_eq!(
+        within.decide().0.expect("a command").method,
+        Method::Emptiness
+    );
+    let gate_off = World::new(on_demand_pool(consolidating()))
+        .with_node("sick", 4, "on-demand", &[("web-1", "3")])
+        .with_node("empty", 4, "on-demand", &[])
+        .ready("sick", "Unknown", "2026-03-02T09:00:00Z");
+    assert_eq!(
+        gate_off.decide().0.expect("a command").method,
+        Method::Emptiness
+    );
+}
+
+#[test]
+fn an_unhealthy_budget_of_zero_holds_repair_back() {
+    let world = World::new(on_demand_pool(json!({
+        "consolidateAfter": "Never",
+        "budgets": [{"nodes": "0", "reasons": ["Unhealthy"]}]})))
+    .with_node("sick", 4, "on-demand", &[("web-1", "3")])
+    .ready("sick", "Unknown", "2026-03-02T09:00:00Z")
+    .with_repair();
+    assert!(world.decide().0.is_none());
+}
+
+#[test]
+fn balanced_judges_the_move_itself_when_deleting_the_node_would_be_worth_it() {
+    let world = a_busy_pool_with_an_oversized_node(json!({
+        "consolidateAfter": "0s", "consolidationPolicy": "Balanced", "consolidationThreshold": 4,
+        "budgets": [{"nodes": "100%"}]}));
+    let (command, _, kept) = world.decide();
+    assert!(command.is_none(), "{command:?}");
+    assert_eq!(
+        kept["x"],
+        "its move is not worth it under consolidationPolicy Balanced: score 0.18 < threshold 0.25 \
+         (consolidationThreshold: 4.0, savings 12.5%, disruption 69.2%)"
+    );
 }

@@ -466,13 +466,18 @@ fn schedule_in_order<P: PodView>(input: &Input<'_, P>, order: &[usize]) -> Plan 
 }
 
 /// Whether `candidate` beats `incumbent`: it places more pods, or as many with no more of them
-/// relaxed, for less.
+/// relaxed, for less, or for the same price on fewer new nodes (one node's worth of DaemonSets
+/// and one launch instead of several; upstream packs pods into an open claim while any type
+/// holds them, and consolidation replaces with at most one node).
 fn better(candidate: &Plan, incumbent: &Plan) -> bool {
     let (placed, placed_before) = (candidate.placed_pods(), incumbent.placed_pods());
+    let (price, price_before) = (candidate.total_price(), incumbent.total_price());
     placed > placed_before
         || (placed == placed_before
             && candidate.relaxed.len() <= incumbent.relaxed.len()
-            && candidate.total_price() < incumbent.total_price() - 1e-9)
+            && (price < price_before - 1e-9
+                || (price <= price_before + 1e-9
+                    && candidate.new_claims.len() < incumbent.new_claims.len())))
 }
 
 /// The NodePool orders to try, as indexes into `input.node_pools`. First upstream's: weight

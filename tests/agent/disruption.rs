@@ -237,46 +237,180 @@ async fn a_large_node_left_with_one_small_pod_is_replaced_by_a_cheaper_one() {
     clean_up(&client, "shrink-test", "shrink-pool").await;
 }
 
+/// A budget schedule (cron, UTC) that fires once a month at 00:00 on a day two weeks from
+/// today, for a minute: never active while a test runs.
+fn a_closed_window() -> String {
+    let today = k8s_openapi::jiff::Timestamp::now()
+        .to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC)
+        .day();
+    let day = (i32::from(today) + 13) % 28 + 1;
+    format!("0 0 {day} * *")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zero_budget_keeps_an_empty_node_and_says_why() {
+async fn each_blocked_pool_keeps_its_empty_node_and_says_why_while_others_let_go() {
     let _guard = exclusive().await;
     let client = rig().client().await;
     let _agent = quick_agent().await;
-    apply(&pool(
-        "frozen-pool",
-        r#"{consolidateAfter: 0s, budgets: [{nodes: "0"}]}"#,
-    ));
-    apply(&super::deployment(
-        "frozen-test",
-        "inflate",
-        "frozen-pool",
-        1,
-        "1",
-    ));
-    wait_for("1 running pod", Duration::from_secs(120), || async {
-        (running_pods(&client, "frozen-test").await.len() == 1).then_some(())
+    // Pool name, its disruption block, and what its DisruptionBlocked event must say (empty:
+    // the pool is not blocked and its empty node must go).
+    let closed = a_closed_window();
+    let pools = [
+        (
+            "frozen-pool",
+            r#"{consolidateAfter: 0s, budgets: [{nodes: "0"}]}"#.to_owned(),
+            "budget",
+        ),
+        (
+            "window-pool",
+            r#"{consolidateAfter: 0s, budgets: [{nodes: "0", schedule: "* * * * *", duration: 1h}]}"#
+                .to_owned(),
+            "budget",
+        ),
+        (
+            "never-pool",
+            "{consolidateAfter: Never}".to_owned(),
+            "consolidateAfter: Never",
+        ),
+        // Minute 61 passes the CRD's pattern (as an older CRD let it through) but is no time.
+        (
+            "badcron-pool",
+            r#"{consolidateAfter: 0s, budgets: [{nodes: "10", schedule: "61 * * * *", duration: 1h}]}"#
+                .to_owned(),
+            "schedule that cannot be read",
+        ),
+        (
+            "closed-pool",
+            format!(
+                r#"{{consolidateAfter: 0s, budgets: [{{nodes: "0", schedule: "{closed}", duration: 1m}}]}}"#
+            ),
+            "",
+        ),
+    ];
+    for (name, disruption, _) in &pools {
+        apply(&pool(name, disruption));
+        apply(&super::deployment("blocked-test", name, name, 1, "1"));
+    }
+    wait_for("5 running pods", Duration::from_secs(180), || async {
+        (running_pods(&client, "blocked-test").await.len() == pools.len()).then_some(())
     })
     .await;
-    scale("frozen-test", "inflate", 0);
-    let notes = wait_for(
-        "a DisruptionBlocked event naming the budget",
-        Duration::from_secs(60),
+    for (name, _, _) in &pools {
+        scale("blocked-test", name, 0);
+    }
+    wait_for(
+        "the empty node of the pool whose zero budget is outside its window to go",
+        Duration::from_secs(120),
         || async {
-            let notes = events_with_reason(&client, "DisruptionBlocked").await;
-            notes
-                .iter()
-                .any(|n| n.contains("frozen-pool") && n.contains("budget"))
-                .then_some(notes)
+            live_claims(&client, "closed-pool")
+                .await
+                .is_empty()
+                .then_some(())
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        live_claims(&client, "frozen-pool").await.len(),
-        1,
-        "the budget keeps the node: {notes:?}"
+    for (name, _, says) in pools.iter().filter(|(_, _, says)| !says.is_empty()) {
+        let notes = wait_for(
+            &format!("a DisruptionBlocked event for {name} saying {says:?}"),
+            Duration::from_secs(60),
+            || async {
+                let notes = events_with_reason(&client, "DisruptionBlocked").await;
+                notes
+                    .iter()
+                    .any(|n| n.contains(name) && n.contains(says))
+                    .then_some(notes)
+            },
+        )
+        .await;
+        assert_eq!(
+            live_claims(&client, name).await.len(),
+            1,
+            "{name} keeps its node: {notes:?}"
+        );
+    }
+    for (name, _, _) in &pools {
+        clean_up(&client, "blocked-test", name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_half_empty_nodes_become_fewer_cheaper_nodes_with_every_pod_running_again() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool("half-pool", "{consolidateAfter: Never}"));
+    // Four 2-CPU pods that refuse to share a node make four nodes; a 1-CPU pod then lands
+    // beside each; when the 2-CPU pods go, four nodes are left half empty.
+    apply(&spread_n("half-test", "wide", "half-pool", 4, "2"));
+    wait_for("4 running wide pods", Duration::from_secs(180), || async {
+        (running_pods(&client, "half-test").await.len() == 4).then_some(())
+    })
+    .await;
+    apply(&super::deployment("half-test", "stay", "half-pool", 4, "1"));
+    wait_for("8 running pods", Duration::from_secs(180), || async {
+        (running_pods(&client, "half-test").await.len() == 8).then_some(())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pool_price = || async {
+        let list = nodes
+            .list(&ListParams::default().labels("test-pool=half-pool"))
+            .await
+            .expect("nodes");
+        list.items.iter().map(super::hourly_price).sum::<f64>()
+    };
+    let claims_before = live_claims(&client, "half-pool").await.len();
+    assert_eq!(claims_before, 4, "one node per wide pod");
+    let out = rig()
+        .kubectl()
+        .args([
+            "-n",
+            "half-test",
+            "delete",
+            "deployment",
+            "wide",
+            "--wait=true",
+        ])
+        .output()
+        .expect("kubectl delete");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    clean_up(&client, "frozen-test", "frozen-pool").await;
+    let before = pool_price().await;
+    rig()
+        .kubectl()
+        .args([
+            "patch",
+            "nodepool",
+            "half-pool",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"disruption":{"consolidateAfter":"0s"}}}"#,
+        ])
+        .output()
+        .expect("kubectl patch");
+    let (claims, after) = wait_for(
+        "fewer, cheaper nodes with the four pods running",
+        Duration::from_secs(300),
+        || async {
+            let claims = pool_claims(&client, "half-pool").await;
+            let settled = claims
+                .iter()
+                .all(|c| c.metadata.deletion_timestamp.is_none());
+            let running = running_pods(&client, "half-test").await.len();
+            let price = pool_price().await;
+            (settled && claims.len() < claims_before && running == 4 && price < before - 1e-9)
+                .then_some((claims.len(), price))
+        },
+    )
+    .await;
+    assert!(
+        claims < 4 && after < before,
+        "{claims} nodes at ${after:.4}/h, was 4 at ${before:.4}/h"
+    );
+    clean_up(&client, "half-test", "half-pool").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,6 +458,11 @@ async fn a_budget_of_one_never_lets_two_nodes_go_at_once() {
 
 /// Three pods that each need a node of their own (required hostname anti-affinity).
 fn spread(namespace: &str, pool: &str) -> String {
+    spread_n(namespace, "spread", pool, 3, "1")
+}
+
+/// A Deployment whose `replicas` pods of `cpu` each refuse to share a node.
+fn spread_n(namespace: &str, name: &str, pool: &str, replicas: u32, cpu: &str) -> String {
     format!(
         r#"
 apiVersion: v1
@@ -332,24 +471,24 @@ metadata: {{name: {namespace}}}
 ---
 apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: spread, namespace: {namespace}}}
+metadata: {{name: {name}, namespace: {namespace}}}
 spec:
-  replicas: 3
-  selector: {{matchLabels: {{app: spread}}}}
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {{labels: {{app: spread}}}}
+    metadata: {{labels: {{app: {name}}}}}
     spec:
       terminationGracePeriodSeconds: 0
       nodeSelector: {{test-pool: {pool}}}
       affinity:
         podAntiAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector: {{matchLabels: {{app: spread}}}}
+            - labelSelector: {{matchLabels: {{app: {name}}}}}
               topologyKey: kubernetes.io/hostname
       containers:
         - name: pause
           image: registry.k8s.io/pause:3.10
-          resources: {{requests: {{cpu: "1"}}}}
+          resources: {{requests: {{cpu: "{cpu}"}}}}
 "#
     )
 }

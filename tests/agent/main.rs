@@ -6,7 +6,9 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod disruption;
 mod drift;
+mod termination;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
@@ -14,8 +16,6 @@ use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use karpenter_test_support::rig::rig;
-
-mod disruption;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::sync::Arc;
@@ -46,7 +46,7 @@ impl Agent {
     async fn start_with(settings: Settings) -> Self {
         // Agent logs go to the file named by KARPENTER_TEST_LOG, if set (RUST_LOG=debug for more).
         karpenter_test_support::logging::init();
-        let client = rig().client().await;
+        let client = rig().agent_client().await;
         let provider = Arc::new(KwokProvider::new(client.clone()));
         let metrics = Arc::new(Metrics::new());
         let task = tokio::spawn({

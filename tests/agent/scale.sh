@@ -4,10 +4,19 @@
 # created (p50/p99, from the agent's histogram), the time until every pod runs, and the agent's
 # peak RSS (VmHWM), and what closed the provisioning batches. A figure, not a test.
 #
-# Usage: tests/agent/scale.sh [N ...]
-# Environment: AGENT_BIN=path (default target/debug/karpenter-agent, built first); anything the
-# agent reads passes through to it. MALLOC_ARENA_MAX defaults to 2, as the agent's image sets it
-# (agent/Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
+# N:M adds a scale-down phase: once N pods run, scale to M and wait until the fleet settles (no
+# NodeClaim being deleted, and no NodeClaim or Node created or deleted for SETTLE_SECONDS, 60 by
+# default, longer than one disruption command takes: 10 s poll + 15 s validation), then print the
+# fleet's $/h (the nodes' eks-node-viewer/instance-price labels), the $/h of the scheduler's plan
+# for the M pods from scratch (`cargo bench --bench disruption -- --plan M`, same catalogue and
+# NodePool), their ratio, and the time from the scale-down to the last change. The NodePool's
+# consolidateAfter is set to CONSOLIDATE_AFTER (default 0s) when the scale-down starts.
+#
+# Usage: tests/agent/scale.sh [N[:M] ...]      e.g. tests/agent/scale.sh 2000:200
+# Environment: AGENT_BIN=path (default $CARGO_TARGET_DIR/debug/karpenter-agent, built first);
+# anything the agent reads passes through to it. MALLOC_ARENA_MAX defaults to 2, as the agent's
+# image sets it (agent/Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
+# SCALE_DOWN_TIMEOUT (seconds, default 1800) bounds the wait for the fleet to settle.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -17,11 +26,80 @@ sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(15 2000)
 
 # AGENT_BIN measures another build of the agent (e.g. a release build in another target dir).
-agent_bin="${AGENT_BIN:-target/debug/karpenter-agent}"
+agent_bin="${AGENT_BIN:-${CARGO_TARGET_DIR:-target}/debug/karpenter-agent}"
 [[ -n "${AGENT_BIN:-}" ]] || cargo build --workspace --quiet
 bin="$(tests/rig/rig bin | tail -n 1)"
+settle_seconds="${SETTLE_SECONDS:-60}"
+consolidate_after="${CONSOLIDATE_AFTER:-0s}"
 
-for n in "${sizes[@]}"; do
+# Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
+pod_cpu() { if [[ "$1" -gt 100 ]]; then echo 250m; else echo 1; fi; }
+
+# The scheduler's plan for each scale-down target, computed before any rig runs (the first time,
+# cargo builds the benchmark binary).
+declare -A plans
+for size in "${sizes[@]}"; do
+  [[ "$size" == *:* ]] || continue
+  plans[$size]="$(cargo bench --quiet --bench disruption -- --plan "${size#*:}" --cpu "$(pod_cpu "${size%%:*}")" --memory 128Mi | grep '^PLAN ')"
+done
+
+# The fleet as one line: each NodeClaim (name, and its deletion timestamp once deleted) and each
+# Node, sorted, so any creation or deletion changes it.
+fleet_state() {
+  {
+    "${k[@]}" get nodeclaims -o 'jsonpath={range .items[*]}claim {.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}'
+    "${k[@]}" get nodes -l karpenter.sh/nodepool -o 'jsonpath={range .items[*]}node {.metadata.name}{"\n"}{end}'
+  } | sort | tr '\n' ';'
+}
+
+# The nodes' hourly prices summed, and how many nodes there are.
+fleet_price() {
+  "${k[@]}" get nodes -l karpenter.sh/nodepool -o json | python3 -c '
+import json, sys
+nodes = json.load(sys.stdin)["items"]
+total = sum(float(n["metadata"]["labels"].get("eks-node-viewer/instance-price", "nan")) for n in nodes)
+print(f"{total:.4f} {len(nodes)}")'
+}
+
+# Scales inflate to m pods and waits until the fleet settles. Prints the scale-down's start, the
+# last change, and the fleet's price and size before and after.
+scale_down() {
+  local before after since last state previous now running total deleting
+  before="$(fleet_price)"
+  "${k[@]}" patch nodepool default --type merge -p "{\"spec\":{\"disruption\":{\"consolidateAfter\":\"$consolidate_after\"}}}" >/dev/null
+  since=$(date +%s.%N)
+  "${k[@]}" scale deployment inflate --replicas "$m" >/dev/null
+  last=$since
+  previous=""
+  while :; do
+    now=$(date +%s.%N)
+    state="$(fleet_state)"
+    if [[ "$state" != "$previous" ]]; then
+      previous="$state"
+      last=$now
+    fi
+    # A claim being deleted has a timestamp after its name.
+    deleting=$(tr ';' '\n' <<<"$state" | awk '$1 == "claim" && NF > 2' | wc -l)
+    running=$("${k[@]}" get pods -l app=inflate --field-selector status.phase=Running --no-headers 2>/dev/null | wc -l)
+    total=$("${k[@]}" get pods -l app=inflate --no-headers 2>/dev/null | wc -l)
+    if [[ "$deleting" -eq 0 && "$running" -eq "$m" && "$total" -eq "$m" ]] &&
+      python3 -c "import sys; sys.exit(0 if $now - $last >= $settle_seconds else 1)"; then
+      break
+    fi
+    if python3 -c "import sys; sys.exit(0 if $now - $since > ${SCALE_DOWN_TIMEOUT:-1800} else 1)"; then
+      echo "timeout: the fleet did not settle ($deleting NodeClaims being deleted, $running/$m pods running)" >&2
+      break
+    fi
+    sleep 2
+  done
+  after="$(fleet_price)"
+  echo "$since $last $before $after"
+}
+
+for size in "${sizes[@]}"; do
+  n="${size%%:*}"
+  m=""
+  [[ "$size" == *:* ]] && m="${size#*:}"
   dir="$(mktemp -d /tmp/karpenter-scale-XXXXXX)"
   tests/rig/rig up "$dir" --owner-pid $$ >/dev/null
   k=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
@@ -33,8 +111,7 @@ for n in "${sizes[@]}"; do
   "$agent_bin" run --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
   agent=$!
   sleep 2
-  # Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
-  if [[ "$n" -gt 100 ]]; then cpu=250m; else cpu=1; fi
+  cpu="$(pod_cpu "$n")"
   "${k[@]}" set resources deployment inflate --requests "cpu=$cpu,memory=128Mi" >/dev/null
   start=$(date +%s.%N)
   "${k[@]}" scale deployment inflate --replicas "$n" >/dev/null
@@ -64,6 +141,8 @@ for n in "${sizes[@]}"; do
   file_rss=$(awk '/RssFile/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
+  down=""
+  [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
   [[ -n "${KEEP_SCALE_LOGS:-}" ]] && cp "$dir/agent.log" "/tmp/agent-scale-$n.log"
   tests/rig/rig down "$dir" --purge >/dev/null
@@ -88,5 +167,18 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB "
       f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
+PY
+  [[ -n "$m" ]] || continue
+  python3 - "$n" "$m" "$down" "${plans[$size]}" <<'PY'
+import sys
+n, m, down, plan = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
+since, last = float(down[0]), float(down[1])
+before, before_nodes, after, after_nodes = float(down[2]), int(down[3]), float(down[4]), int(down[5])
+fields = dict(f.split("=", 1) for f in plan.split()[1:])
+planned, planned_nodes = float(fields["price"]), int(fields["nodes"])
+print(f"scale-down {n}->{m} pods: settled {last - since:.1f}s after the scale-down (its last NodeClaim/Node change); "
+      f"fleet ${before:.4f}/h on {before_nodes} nodes -> ${after:.4f}/h on {after_nodes} nodes; "
+      f"the scheduler's plan for {m} pods from scratch: ${planned:.4f}/h on {planned_nodes} nodes ({fields['types']}); "
+      f"settled/plan = {after / planned:.3f}")
 PY
 done

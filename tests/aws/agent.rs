@@ -49,7 +49,7 @@ async fn start(env: &Env, queue: Option<String>) -> Agent {
 
 async fn start_with(env: &Env, queue: Option<String>, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
-    let client = rig().client().await;
+    let client = rig().agent_client().await;
     let mut config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
     config.interruption_queue = queue;
     let provider = Arc::new(AwsProvider::with_sdk_config(

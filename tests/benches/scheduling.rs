@@ -4,10 +4,8 @@
 //! The workload mirrors `scheduling_benchmark_test.go` (build tag `test_performance`) in
 //! `sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling`:
 //!
-//! * 400 instance types from `fake.InstanceTypes(400)`: type *i* has *i+1* vCPU, *2(i+1)* GiB and
-//!   *10(i+1)* pods, 100m CPU and 10Mi memory kube-reserved, priced by
-//!   `fake.PriceFromResources` (0.1 per vCPU + 0.1 per 10^9 bytes of memory), offered as spot in
-//!   test-zone-1/2 and on-demand in test-zone-1/2/3, all at that price;
+//! * 400 instance types from `fake.InstanceTypes(400)` (see `fake.rs`, shared with the
+//!   disruption benchmark);
 //! * one NodePool without requirements, limits cpu=10000000 and memory=10000000Gi;
 //! * `makeDiversePods(n)`: fifths of generic pods, zonal topology spread, hostname topology
 //!   spread, zonal self-affinity and hostname anti-affinity; CPU from {100, 250, 500, 1000,
@@ -20,66 +18,19 @@
 //! Each size runs until at least one second has passed. `--machine` prints one `RESULT` line
 //! per size for `tests/benches/compare-upstream`; `--sizes 1,50,...` picks sizes.
 
+mod fake;
+
+use fake::{Rng, catalogue};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::apis::NodePool;
-use karpenter_core::resources::ResourceList;
-use karpenter_core::scheduling::{Input, PoolInput, Requirement, schedule};
-use karpenter_core::scheduling::{InstanceType, Offering};
+use karpenter_core::scheduling::InstanceType;
+use karpenter_core::scheduling::{Input, PoolInput, schedule};
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-/// SplitMix64: a tiny deterministic generator, so the workload is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next() % items.len() as u64) as usize]
-    }
-}
 
 const LABEL_VALUES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "g"];
 const CPU_MILLIS: [u32; 5] = [100, 250, 500, 1000, 1500];
 const MEMORY_MIB: [u32; 6] = [100, 256, 512, 1024, 2048, 4096];
-
-/// `fake.InstanceTypes(400)` with `fake.PriceFromResources` prices.
-fn catalogue() -> Vec<InstanceType> {
-    (0..400_u64)
-        .map(|i| {
-            let cpu = i + 1;
-            let capacity = ResourceList::new()
-                .with("cpu", cpu * 1000)
-                .with("memory", (cpu * 2) << 30)
-                .with("pods", cpu * 10);
-            let mut it = InstanceType::new(&format!("fake-it-{i}"), capacity);
-            it.overhead.kube_reserved = ResourceList::new()
-                .with("cpu", 100)
-                .with("memory", 10 << 20);
-            it.requirements
-                .add(Requirement::in_values("kubernetes.io/arch", ["amd64"]));
-            it.requirements.add(Requirement::in_values(
-                "kubernetes.io/os",
-                ["darwin", "linux", "windows"],
-            ));
-            let price = 0.1 * cpu as f64 + 0.1 * ((cpu * 2) << 30) as f64 / 1e9;
-            it.offerings = vec![
-                Offering::new("test-zone-1", "spot", price),
-                Offering::new("test-zone-2", "spot", price),
-                Offering::new("test-zone-1", "on-demand", price),
-                Offering::new("test-zone-2", "on-demand", price),
-                Offering::new("test-zone-3", "on-demand", price),
-            ];
-            it
-        })
-        .collect()
-}
 
 fn node_pool() -> NodePool {
     let value = json!({

@@ -47,7 +47,7 @@ async fn start(config: GcpConfig) -> Agent {
 
 async fn start_with(config: GcpConfig, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
-    let client = rig().client().await;
+    let client = rig().agent_client().await;
     let cluster = config.cluster_name.clone();
     let provider = Arc::new(
         GcpProvider::new(config, client.clone())

@@ -763,6 +763,22 @@ impl CloudProvider for AwsProvider {
         "aws"
     }
 
+    /// Upstream's AWS provider (`pkg/cloudprovider/cloudprovider.go` `RepairPolicies`): the
+    /// kubelet's Ready condition for 30 minutes, and the conditions the EKS node monitoring
+    /// agent reports (accelerated hardware after 10 minutes, the rest after 30).
+    fn repair_policies(&self) -> Vec<crate::cloud::RepairPolicy> {
+        use crate::cloud::RepairPolicy;
+        let mut policies = crate::cloud::repair::kubelet_not_ready(30).to_vec();
+        policies.extend([
+            RepairPolicy::new("AcceleratedHardwareReady", "False", 10),
+            RepairPolicy::new("StorageReady", "False", 30),
+            RepairPolicy::new("NetworkingReady", "False", 30),
+            RepairPolicy::new("KernelReady", "False", 30),
+            RepairPolicy::new("ContainerRuntimeReady", "False", 30),
+        ]);
+        policies
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

@@ -740,6 +740,11 @@ impl CloudProvider for GcpProvider {
         "gcp"
     }
 
+    /// As the GKE Karpenter providers: the kubelet's Ready condition, tolerated 15 minutes.
+    fn repair_policies(&self) -> Vec<crate::cloud::RepairPolicy> {
+        crate::cloud::repair::kubelet_not_ready(15).to_vec()
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

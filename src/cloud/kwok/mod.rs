@@ -123,6 +123,11 @@ impl CloudProvider for KwokProvider {
         "kwok"
     }
 
+    /// Upstream's kwok provider: the kubelet's Ready condition, tolerated 10 minutes.
+    fn repair_policies(&self) -> Vec<crate::cloud::RepairPolicy> {
+        crate::cloud::repair::kubelet_not_ready(10).to_vec()
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

@@ -10,13 +10,14 @@
 //! Claims that are blocked get a `DisruptionBlocked` Event on the NodeClaim and its Node when
 //! the reason changes (a budget, a `do-not-disrupt` annotation, a PodDisruptionBudget,
 //! `consolidateAfter: Never`, a budget that cannot be read), so `kubectl describe` says why a
-//! node stays; it is not repeated every pass.
+//! node stays; it is not repeated every pass. A budget that cannot be read also gets a Warning
+//! on its NodePool.
 
 mod queue;
 
 use super::{Context, Error};
 use crate::apis::{DisruptionReason, NodeClaim, NodePool};
-use crate::cloud::CloudProvider;
+use crate::cloud::{CloudProvider, RepairPolicy};
 use crate::disruption::{self, BlockerKind, Decision, Method, budgets::REASONS, reason_name};
 use crate::metrics::{DecisionLabels, PoolReasonLabels, ReasonLabels};
 use crate::state::{CachedPod, Catalogues, Snapshot};
@@ -40,6 +41,8 @@ struct Parts {
     catalogues: Catalogues,
     daemon_set_pods: Vec<Pod>,
     pdbs: Vec<PodDisruptionBudget>,
+    /// The cloud's repair policies, or none while the `NodeRepair` gate is off.
+    repair_policies: Vec<RepairPolicy>,
 }
 
 impl Parts {
@@ -61,6 +64,11 @@ impl Parts {
             catalogues,
             daemon_set_pods,
             pdbs,
+            repair_policies: if ctx.settings.node_repair {
+                ctx.provider.repair_policies()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -80,6 +88,7 @@ impl Parts {
                 spot_to_spot: ctx.settings.spot_to_spot_consolidation,
                 ..disruption::Options::default()
             },
+            repair_policies: &self.repair_policies,
         }
     }
 }
@@ -110,6 +119,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         .disruption_evaluation_seconds
         .observe(started.elapsed().as_secs_f64());
     record_metrics(ctx, &decision);
+    announce_invalid_budgets(ctx, &parts.pools, &decision).await;
     announce_blocked(ctx, memory, &decision).await;
     let Some(command) = decision.command else {
         return Ok(());
@@ -129,7 +139,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
                 }
             }
         }
-        Method::Drift => command,
+        Method::Repair | Method::Drift => command,
     };
     ctx.metrics
         .disruption_decisions
@@ -159,6 +169,37 @@ fn record_metrics<P>(ctx: &Context<P>, decision: &Decision<'_>) {
                 reason: reason_name(*reason).to_owned(),
             })
             .set(i64::try_from(allowance.allowed.min(i64::MAX as u64)).unwrap_or(i64::MAX));
+    }
+}
+
+/// A budget the agent cannot read (a schedule or a node count an older CRD let through)
+/// stops its own pool's disruption; a Warning on the NodePool says which and how to fix it,
+/// once per wording (see `Notices`).
+async fn announce_invalid_budgets<P>(
+    ctx: &Context<P>,
+    pools: &[Arc<NodePool>],
+    decision: &Decision<'_>,
+) {
+    for pool in pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let Some(error) = decision
+            .allowances
+            .iter()
+            .find(|((p, _), _)| p == name)
+            .and_then(|(_, a)| a.error.as_ref())
+        else {
+            continue;
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "DisruptionBlocked".to_owned(),
+            note: Some(format!("NodePool {name}: {error}")),
+            action: "Disrupt".to_owned(),
+            secondary: None,
+        };
+        ctx.notices
+            .publish(&event, &pool.object_ref(&()), error)
+            .await;
     }
 }
 

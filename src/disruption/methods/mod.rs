@@ -1,37 +1,58 @@
 //! The disruption methods, one file each as upstream splits them
-//! (`pkg/controllers/disruption/{emptiness,drift,multinodeconsolidation,singlenodeconsolidation}.go`).
+//! (`pkg/controllers/disruption/{repair,emptiness,drift,multinodeconsolidation,singlenodeconsolidation}.go`).
 //! Each takes the judged candidates and what the budgets still allow, and returns a command or
-//! nothing; consolidation and drift record why they kept the candidates they looked at.
+//! nothing; repair, consolidation and drift record why they kept the candidates they looked at.
 
 mod drift;
 mod emptiness;
 mod multi_node;
+mod repair;
 mod single_node;
 
 pub(super) use drift::drift;
 pub(super) use emptiness::emptiness;
 pub(super) use multi_node::multi_node;
+pub(super) use repair::{due as due_for_repair, repair};
 pub(super) use single_node::single_node;
 
 use super::candidate::Candidate;
+use super::consolidation::Replacement;
 use crate::apis::{ConsolidationPolicy, DisruptionReason};
 
-/// The candidates consolidation may consider beyond emptiness, cheapest to disrupt first.
-/// Pools with `consolidationPolicy: Balanced` are left to emptiness and drift for now: upstream
-/// scores each of their moves (designs/balanced-consolidation.md), which is not built yet.
+/// The candidates consolidation may consider beyond emptiness, cheapest to disrupt first: those
+/// of `WhenEmptyOrUnderutilized` and `Balanced` pools (the latter's moves are then scored, see
+/// [`balanced`](super::balanced)).
 fn consolidatable<'c, 'a>(candidates: &'c [Candidate<'a>]) -> Vec<&'c Candidate<'a>> {
     let mut out: Vec<&Candidate<'a>> = candidates
         .iter()
         .filter(|c| c.disruptability.consolidation.is_some())
         .filter(|c| {
             c.pool.is_some_and(|p| {
-                p.spec.disruption.consolidation_policy
-                    == ConsolidationPolicy::WhenEmptyOrUnderutilized
+                matches!(
+                    p.spec.disruption.consolidation_policy,
+                    ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
+                )
             })
         })
         .collect();
     by_cost(&mut out);
     out
+}
+
+/// The hourly price a replacement is expected to cost: its cheapest remaining option, which
+/// the launch tries first.
+pub(super) fn replacement_price(replacements: &[Replacement]) -> f64 {
+    replacements
+        .iter()
+        .map(|r| {
+            r.claim
+                .instance_types
+                .iter()
+                .map(|o| o.price)
+                .fold(f64::INFINITY, f64::min)
+        })
+        .filter(|p| p.is_finite())
+        .sum()
 }
 
 /// Orders candidates cheapest to disrupt first, then by name so equal costs keep one order.

@@ -1,12 +1,14 @@
 //! Multi-node consolidation (upstream's `multinodeconsolidation.go`): the largest prefix of the
 //! candidates, cheapest to disrupt first and at most `multi_node_max` of them, whose pods fit on
 //! the rest of the cluster plus at most one cheaper new node. Found by binary search over the
-//! prefix length, from two candidates up, as upstream's `firstNConsolidationOption`.
+//! prefix length, from two candidates up, as upstream's `firstNConsolidationOption`. A prefix
+//! with nodes of `Balanced` pools counts only if its move passes their scores.
 
+use super::super::balanced;
 use super::super::candidate::Candidate;
 use super::super::consolidation::{Outcome, consolidate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
-use super::{CONSOLIDATION, consolidatable};
+use super::{CONSOLIDATION, consolidatable, replacement_price};
 use std::collections::BTreeMap;
 
 pub(crate) fn multi_node(
@@ -23,6 +25,7 @@ pub(crate) fn multi_node(
     if pool.len() < 2 {
         return None;
     }
+    let totals = balanced::pool_totals(candidates);
     let (mut low, mut high) = (2, pool.len());
     let mut best: Option<(usize, Outcome)> = None;
     while low <= high {
@@ -34,6 +37,14 @@ pub(crate) fn multi_node(
             true,
         ) {
             Outcome::Keep(_) => high = mid - 1,
+            Outcome::Replace(r)
+                if balanced::rejected(&pool[..mid], replacement_price(&r), &totals).is_some() =>
+            {
+                high = mid - 1
+            }
+            Outcome::Delete if balanced::rejected(&pool[..mid], 0.0, &totals).is_some() => {
+                high = mid - 1
+            }
             outcome => {
                 best = Some((mid, outcome));
                 low = mid + 1;

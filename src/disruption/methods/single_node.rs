@@ -1,11 +1,14 @@
 //! Single-node consolidation (upstream's `singlenodeconsolidation.go`): the first candidate,
 //! cheapest to disrupt first, whose pods fit on the rest of the cluster (delete) or on the rest
-//! plus one cheaper new node (replace). Each candidate it keeps is recorded with why.
+//! plus one cheaper new node (replace). Each candidate it keeps is recorded with why. A
+//! `Balanced` pool's node is skipped when even deleting it would not pass its score (upstream's
+//! candidate filter), and its move taken only when the move's score passes.
 
+use super::super::balanced;
 use super::super::candidate::Candidate;
 use super::super::consolidation::{Outcome, consolidate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
-use super::{CONSOLIDATION, consolidatable};
+use super::{CONSOLIDATION, consolidatable, replacement_price};
 use std::collections::BTreeMap;
 
 pub(crate) fn single_node(
@@ -14,11 +17,24 @@ pub(crate) fn single_node(
     budgets: &mut Budgets,
     kept: &mut BTreeMap<String, String>,
 ) -> Option<Command> {
+    let totals = balanced::pool_totals(candidates);
     for candidate in consolidatable(candidates)
         .into_iter()
         .take(input.options.single_node_max)
     {
         if !budgets.allows(candidate.pool_name(), CONSOLIDATION) {
+            continue;
+        }
+        if let Some(best) = balanced::delete_score(candidate, &totals)
+            && !best.approved()
+        {
+            kept.insert(
+                candidate.name().to_owned(),
+                format!(
+                    "not worth disrupting under consolidationPolicy Balanced, even deleted outright: {}",
+                    best.describe()
+                ),
+            );
             continue;
         }
         let replacements = match consolidate(
@@ -34,6 +50,18 @@ pub(crate) fn single_node(
                 continue;
             }
         };
+        if let Some((_, score)) =
+            balanced::rejected(&[candidate], replacement_price(&replacements), &totals)
+        {
+            kept.insert(
+                candidate.name().to_owned(),
+                format!(
+                    "its move is not worth it under consolidationPolicy Balanced: {}",
+                    score.describe()
+                ),
+            );
+            continue;
+        }
         return Some(Command {
             method: Method::SingleNodeConsolidation,
             reason: CONSOLIDATION,

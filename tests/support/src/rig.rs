@@ -150,6 +150,20 @@ impl Rig {
         kube::Client::try_from(config).expect("client for the rig")
     }
 
+    /// A client for an agent under test, built as the agent builds its own
+    /// (`karpenter_core::controllers::agent_client`: no automatic retries).
+    pub async fn agent_client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .expect("read the rig's kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("load the rig's kubeconfig");
+        karpenter_core::controllers::agent_client(config).expect("agent client for the rig")
+    }
+
     fn install_crds(&self) {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let yaml = karpenter_core::apis::crds_yaml().expect("render CRDs");

@@ -1,102 +1,79 @@
-//! Termination, when a claim is deleted: taint and drain its Node (evictions that respect
-//! PodDisruptionBudgets), delete the instance, release and delete the Node, delete the pods left
-//! bound to it, and release the claim's finalizer.
+//! Termination, for every deletion of a claim (disruption, expiry, interruption, a user's
+//! `kubectl delete nodeclaim|node`): record the claim's termination deadline, drain its Node
+//! (taint, evictions in upstream's order under PodDisruptionBudgets, `do-not-disrupt` pods
+//! waited for until the deadline), delete the instance, release and delete the Node, delete the
+//! pods left bound to it, and release the claim's finalizer.
 //!
-//! Follows upstream's `pkg/controllers/node/termination` (the controller and its `terminator`
-//! drain), run here from the claim's reconcile instead of a separate Node controller.
+//! Follows upstream's `pkg/controllers/node/termination` (the controller and its `terminator`),
+//! run here from the claim's reconcile instead of a separate Node controller. The parts:
+//! `deadline` (the `terminationGracePeriod` deadline), `drain_plan` (what to do with each pod,
+//! pure), `drain` (one pass of it against the API), `events` (upstream's wording).
+//!
+//! A node whose instance is already gone is not drained (upstream's check in `finalize`): its
+//! kubelet is gone too, so evicted pods would hang terminating for ever; its pods are deleted
+//! instead, so their controllers recreate them elsewhere.
+
+mod deadline;
+mod drain;
+mod drain_plan;
+mod events;
 
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::{CloudProvider, DeleteOutcome, ProviderId};
 use crate::controllers::{Context, Error, is_not_found};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use drain::Drain;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use std::time::Duration;
 use tracing::info;
 
-fn is_daemon_or_mirror(pod: &Pod) -> bool {
-    let owned_by_daemonset = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .annotations()
-        .contains_key("kubernetes.io/config.mirror");
-    owned_by_daemonset || mirror
-}
+/// How soon a drain that is still waiting looks again.
+const DRAIN_REQUEUE: Duration = Duration::from_secs(2);
 
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// Taints the node, evicts its pods and reports how many are still there.
-async fn drain<P>(node: &Node, ctx: &Context<P>) -> Result<usize, Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node_name = node.name_any();
-    let taints = node
-        .spec
+/// Whether the node's instance is gone: its kubelet stopped reporting Ready and the cloud has
+/// no such instance. While the Node is Ready its kubelet runs, whatever a lagging cloud API
+/// says, so a Ready node is always drained (upstream's rule, after the cloud-node-lifecycle
+/// controller's).
+async fn instance_is_gone<P: CloudProvider>(
+    node: &Node,
+    provider_id: Option<&str>,
+    ctx: &Context<P>,
+) -> Result<bool, Error> {
+    let ready = node
+        .status
         .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    if !taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY) {
-        let mut taints = taints.clone();
-        taints.push(Taint {
-            key: labels::DISRUPTED_TAINT_KEY.to_owned(),
-            effect: "NoSchedule".to_owned(),
-            ..Taint::default()
-        });
-        let patch = json!({"spec": {"taints": taints}});
-        nodes
-            .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::kube("tainting the node"))?;
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    if ready {
+        return Ok(false);
     }
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+    let Some(id) = provider_id.and_then(|id| id.parse::<ProviderId>().ok()) else {
+        return Ok(false);
+    };
+    let instance = ctx
+        .provider
+        .get(&id)
         .await
-        .map_err(Error::kube("listing the node's pods"))?;
-    let mut remaining = 0;
-    for pod in on_node
-        .items
-        .iter()
-        .filter(|p| !is_daemon_or_mirror(p) && !is_terminal(p))
-    {
-        remaining += 1;
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let namespaced: Api<Pod> =
-            Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-        match namespaced
-            .evict(&pod.name_any(), &EvictParams::default())
-            .await
-        {
-            Ok(_) => {}
-            // 429: a PodDisruptionBudget says not now; try again on the next pass.
-            Err(kube::Error::Api(status)) if status.code == 429 || status.code == 404 => {}
-            // The pod's namespace is being deleted, which refuses the Eviction object; the
-            // namespace controller deletes the pod itself.
-            Err(kube::Error::Api(status))
-                if status.code == 403 && status.message.contains("being terminated") => {}
-            Err(e) => return Err(Error::kube("evicting a pod")(e)),
-        }
-    }
-    Ok(remaining)
+        .map_err(Error::cloud("looking up the instance"))?;
+    Ok(instance.is_none())
 }
 
-/// Deletes pods still bound to a node that is gone. A pod the kube-scheduler bound in the
-/// moment between the drain and the instance's deletion can never run; without this it waits
-/// for the pod garbage collector (40 s and more) before its controller replaces it.
+/// Deletes pods still bound to a node that is gone (all but static pods, which go with their
+/// Node): those of a node whose instance vanished, pods that tolerate the drain's taint, and a
+/// pod the kube-scheduler bound in the moment between the drain and the instance's deletion.
+/// None can ever run; without this each waits for the pod garbage collector (40 s and more)
+/// before its controller replaces it.
 async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(), Error> {
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let stranded = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
         .await
         .map_err(Error::kube("listing pods left on the deleted node"))?;
-    for pod in stranded.items.iter().filter(|p| !is_daemon_or_mirror(p)) {
+    for pod in stranded.items.iter().filter(|p| !drain_plan::is_static(p)) {
         let namespaced: Api<Pod> =
             Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
         if let Err(e) = namespaced
@@ -117,6 +94,8 @@ async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(
     Ok(())
 }
 
+/// One termination pass over a deleted claim: drain, then delete the instance, the Node and
+/// the finalizers once nothing is left to wait for.
 pub(super) async fn terminate<P: CloudProvider>(
     claim: &NodeClaim,
     ctx: &Context<P>,
@@ -128,15 +107,16 @@ pub(super) async fn terminate<P: CloudProvider>(
     {
         return Ok(Action::await_change());
     }
+    let deadline = deadline::ensure(claim, ctx).await?;
     let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
     let node = provider_id
         .as_deref()
         .and_then(|id| ctx.node_by_provider_id(id));
     if let Some(node) = &node {
-        let remaining = drain(node, ctx).await?;
-        if remaining > 0 {
-            info!(nodeclaim = %claim.name_any(), node = %node.name_any(), pods = remaining, "draining");
-            return Ok(Action::requeue(Duration::from_secs(2)));
+        if instance_is_gone(node, provider_id.as_deref(), ctx).await? {
+            info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "instance is gone; deleting the node and its pods without a drain");
+        } else if let Drain::Waiting = drain::pass(claim, node, deadline, ctx).await? {
+            return Ok(Action::requeue(DRAIN_REQUEUE));
         }
     }
     if let Some(id) = provider_id

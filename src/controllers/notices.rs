@@ -1,0 +1,178 @@
+//! Events that a loop re-evaluates on every pass (a drain that is still waiting, a deadline that
+//! still stands), published once per state instead of once per pass.
+//!
+//! kube's [`Recorder`] folds repeats of an Event into one series only by type, action, reason
+//! and object: the note is not part of its key, so a new note ("2 pods are waiting" after "3
+//! pods are waiting") would be patched into the old Event with the old text, and every repeat is
+//! still an API write. Client-go keys its series on the note too, and upstream Karpenter drops
+//! repeats of the same Event within two minutes (`pkg/events/recorder.go`). [`Notices`] does
+//! both: a new note is a new Event; the same note again is dropped for two minutes, then counted
+//! into its Event's series as a reminder (Events expire after an hour; a drain can take longer).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, Recorder, Reporter};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tracing::warn;
+
+/// How long the same notice is not repeated: upstream's event dedupe timeout.
+const REPEAT_AFTER: Duration = Duration::from_secs(120);
+
+/// How long a notice that was not repeated is remembered (longer than [`REPEAT_AFTER`], so a
+/// reminder joins its Event's series; the Recorder itself keeps a series for six minutes).
+const FORGET_AFTER: Duration = Duration::from_secs(300);
+
+/// Which notice: the object it is about, the reason, and what tells one state from another.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    object: String,
+    reason: String,
+    state: String,
+}
+
+/// A notice published, with the recorder that holds its Event's series.
+struct Published {
+    at: Instant,
+    recorder: Recorder,
+}
+
+/// Publishes Events once per state; see the module comment.
+pub struct Notices {
+    client: Client,
+    reporter: Reporter,
+    published: Mutex<HashMap<Key, Published>>,
+}
+
+impl Notices {
+    /// Notices published through `client` as `reporter`.
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Self {
+            client,
+            reporter,
+            published: Mutex::default(),
+        }
+    }
+
+    /// Publishes `event` about `regarding` unless the same reason and `state` were published
+    /// about it less than two minutes ago. `state` is what makes two notices different (often
+    /// the note itself; empty for "once per object"). Failures are logged, not returned: an
+    /// Event is never worth failing a reconcile for.
+    pub async fn publish(&self, event: &Event, regarding: &ObjectReference, state: &str) {
+        let key = Key {
+            object: regarding
+                .uid
+                .clone()
+                .or_else(|| regarding.name.clone())
+                .unwrap_or_default(),
+            reason: event.reason.clone(),
+            state: state.to_owned(),
+        };
+        let Some(recorder) = self.admit(key, Instant::now()) else {
+            return;
+        };
+        if let Err(e) = recorder.publish(event, regarding).await {
+            warn!(object = ?regarding.name, reason = %event.reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// The recorder to publish the notice `key` with at `now`, or `None` if it was published
+    /// less than [`REPEAT_AFTER`] ago.
+    fn admit(&self, key: Key, now: Instant) -> Option<Recorder> {
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        published.retain(|_, p| now.saturating_duration_since(p.at) < FORGET_AFTER);
+        if let Some(p) = published.get_mut(&key) {
+            if now.saturating_duration_since(p.at) < REPEAT_AFTER {
+                return None;
+            }
+            p.at = now;
+            return Some(p.recorder.clone());
+        }
+        // A recorder of its own, so this state's Event is not folded into another state's.
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        published.insert(
+            key,
+            Published {
+                at: now,
+                recorder: recorder.clone(),
+            },
+        );
+        Some(recorder)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn notices() -> Notices {
+        // Never contacted: these tests only ask which notices get through.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = Client::try_from(config).expect("client");
+        Notices::new(
+            client,
+            Reporter {
+                controller: "test".to_owned(),
+                instance: None,
+            },
+        )
+    }
+
+    fn key(state: &str) -> Key {
+        Key {
+            object: "node-uid".to_owned(),
+            reason: "FailedDraining".to_owned(),
+            state: state.to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_same_notice_is_published_once_per_two_minutes_and_a_new_state_at_once() {
+        let notices = notices();
+        let start = Instant::now();
+        assert!(notices.admit(key("3 pods"), start).is_some());
+        assert!(
+            notices
+                .admit(key("3 pods"), start + Duration::from_secs(2))
+                .is_none()
+        );
+        assert!(
+            notices
+                .admit(key("2 pods"), start + Duration::from_secs(4))
+                .is_some()
+        );
+        assert!(
+            notices
+                .admit(key("3 pods"), start + Duration::from_secs(119))
+                .is_none()
+        );
+        assert!(
+            notices
+                .admit(key("3 pods"), start + Duration::from_secs(121))
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_notice_not_seen_for_five_minutes_is_forgotten() {
+        let notices = notices();
+        let start = Instant::now();
+        assert!(notices.admit(key("a"), start).is_some());
+        assert!(
+            notices
+                .admit(key("b"), start + Duration::from_secs(301))
+                .is_some()
+        );
+        let remembered = notices
+            .published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        assert_eq!(remembered, 1);
+    }
+}
