@@ -117,12 +117,12 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     })
 }
 
-/// Builds the report from what [`fetch`] listed.
-pub fn report(snapshot: &explain::Cluster, args: &StatusArgs) -> StatusReport {
+/// Builds the report from what [`fetch`] listed, judging expiry at `now`.
+pub fn report(snapshot: &explain::Cluster, args: &StatusArgs, now: Timestamp) -> StatusReport {
     let options = StatusOptions {
         node_pool: args.nodepool.clone(),
         all_pods_listed: args.output == Format::Wide,
-        now: Some(k8s_openapi::jiff::Timestamp::now()),
+        now: Some(now),
     };
     let mut report = explain::status_report(snapshot, &options);
     if let Some(ns) = &args.namespace {
@@ -135,7 +135,8 @@ pub fn report(snapshot: &explain::Cluster, args: &StatusArgs) -> StatusReport {
 /// Runs `status`.
 pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
     let snapshot = fetch(cluster, args).await?;
-    let report = report(&snapshot, args);
+    let now = Timestamp::now();
+    let report = report(&snapshot, args, now);
     if let Some(pool) = &args.nodepool
         && report.node_pools.is_empty()
     {
@@ -150,7 +151,6 @@ pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
             output::name_list(&names)
         );
     }
-    let now = Timestamp::now();
     match args.output {
         Format::Json | Format::Yaml => output::print_data(args.output, "Status", &report, now)?,
         Format::Name => output::print_stdout(&names(&report))?,
@@ -394,19 +394,19 @@ mod tests {
 
     #[test]
     fn the_status_screen_shows_pools_claims_pending_pods_and_costs() {
-        let report = report(&fixtures::cluster(), &args(Format::Table));
+        let report = report(&fixtures::cluster(), &args(Format::Table), fixtures::now());
         insta::assert_snapshot!(render(&report, fixtures::now(), false, false));
     }
 
     #[test]
     fn the_wide_status_adds_pool_capacity_pods_and_provider_ids() {
-        let report = report(&fixtures::cluster(), &args(Format::Wide));
+        let report = report(&fixtures::cluster(), &args(Format::Wide), fixtures::now());
         insta::assert_snapshot!(render(&report, fixtures::now(), true, false));
     }
 
     #[test]
     fn json_output_carries_the_same_facts_as_the_table() {
-        let report = report(&fixtures::cluster(), &args(Format::Json));
+        let report = report(&fixtures::cluster(), &args(Format::Json), fixtures::now());
         let text =
             output::render_data(Format::Json, "Status", &report, fixtures::now()).expect("json");
         insta::assert_snapshot!(text);
@@ -414,13 +414,17 @@ mod tests {
 
     #[test]
     fn the_status_of_a_cluster_upstream_karpenter_runs() {
-        let report = report(&fixtures::upstream_cluster(), &args(Format::Table));
+        let report = report(
+            &fixtures::upstream_cluster(),
+            &args(Format::Table),
+            fixtures::now(),
+        );
         insta::assert_snapshot!(render(&report, fixtures::now(), false, false));
     }
 
     #[test]
     fn name_output_lists_the_claims_as_kubectl_names_them() {
-        let report = report(&fixtures::cluster(), &args(Format::Name));
+        let report = report(&fixtures::cluster(), &args(Format::Name), fixtures::now());
         let text = names(&report);
         assert!(!text.is_empty());
         assert!(
@@ -435,14 +439,14 @@ mod tests {
     fn a_namespace_flag_keeps_only_that_namespaces_pending_pods() {
         let mut a = args(Format::Table);
         a.namespace = Some("batch".to_owned());
-        let report = report(&fixtures::cluster(), &a);
+        let report = report(&fixtures::cluster(), &a, fixtures::now());
         assert!(report.pending_pods.iter().all(|p| p.namespace == "batch"));
         assert_eq!(report.totals.pending_pods, 2);
     }
 
     #[test]
     fn colour_marks_states_but_never_moves_a_column() {
-        let report = report(&fixtures::cluster(), &args(Format::Table));
+        let report = report(&fixtures::cluster(), &args(Format::Table), fixtures::now());
         let plain = render(&report, fixtures::now(), false, false);
         let colored = render(&report, fixtures::now(), false, true);
         assert!(colored.contains("\x1b[32mReady\x1b[0m"));

@@ -180,10 +180,24 @@ pub fn disruptability(
         return d;
     }
     if !claim.is_true(cond::INITIALIZED) || view.node.is_none() {
+        // The launch step it waits for, named as `status` names it.
+        let step = if claim
+            .status
+            .as_ref()
+            .is_none_or(|s| s.conditions.is_empty())
+        {
+            "Pending"
+        } else if !claim.is_true(cond::LAUNCHED) {
+            "Launching"
+        } else if !claim.is_true(cond::REGISTERED) || view.node.is_none() {
+            "Registering"
+        } else {
+            "Initializing"
+        };
         block(
             &mut d,
             BlockerKind::NotInitialized,
-            "it is not initialized yet; only initialized nodes are disrupted".to_owned(),
+            format!("it is not initialized yet ({step}); only initialized nodes are disrupted"),
         );
         return d;
     }
@@ -252,12 +266,13 @@ pub fn disruptability(
                 &mut d,
                 BlockerKind::PodDisruptionBudget,
                 format!(
-                    "PodDisruptionBudget {}/{} allows 0 disruptions and covers {} {} {}",
+                    "PodDisruptionBudget {}/{} allows 0 disruptions and covers {}",
                     pdb.metadata.namespace.as_deref().unwrap_or_default(),
                     pdb.metadata.name.as_deref().unwrap_or_default(),
-                    covered.len(),
-                    if covered.len() == 1 { "pod" } else { "pods" },
-                    covered.join(", ")
+                    match covered.len() {
+                        1 => format!("pod {}", covered[0]),
+                        n => format!("{n} pods {}", covered.join(", ")),
+                    }
                 ),
             );
         }

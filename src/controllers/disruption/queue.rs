@@ -66,6 +66,7 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
     .await;
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for candidate in &command.candidates {
+        mark_disrupted(ctx, &candidate.claim, command).await;
         match api
             .delete(&candidate.claim, &DeleteParams::background())
             .await
@@ -86,6 +87,38 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
     }
     info!(command = %command.describe(), "disruption carried out");
     Ok(())
+}
+
+/// Sets the claim's `DisruptionReason` condition before it is deleted (upstream's
+/// `MarkDisrupted`), so the claim says why it goes and termination's `Evicted` Events name the
+/// reason. A failed write is logged, not fatal: the deletion matters more than the label on it.
+async fn mark_disrupted<P>(ctx: &Context<P>, name: &str, command: &Command) {
+    let Some(claim) = ctx
+        .claims
+        .state()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+    else {
+        return;
+    };
+    let mut conditions = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    crate::controllers::conditions::set(
+        &mut conditions,
+        cond::DISRUPTION_REASON,
+        true,
+        &titled(command.reason),
+        &format!("Disrupting NodeClaim: {}", titled(command.reason)),
+        claim.metadata.generation,
+    );
+    if let Err(e) =
+        crate::controllers::nodeclaim_disruption::write_conditions(ctx, &claim, conditions).await
+    {
+        warn!(nodeclaim = %name, error = %e, "could not set the DisruptionReason condition");
+    }
 }
 
 /// Creates the replacements' NodeClaims; returns their names.

@@ -78,7 +78,7 @@ fn owned<P: CloudProvider>(ctx: &Context<P>, claim: &NodeClaim) -> bool {
 /// Writes `conditions` as the claim's conditions, the rest of its status as read. Applied as the
 /// lifecycle loop applies the status (same field manager, so a condition left out is removed),
 /// but only if the claim is still the version read: a newer one is judged on the next pass.
-async fn write_conditions<P>(
+pub(crate) async fn write_conditions<P>(
     ctx: &Context<P>,
     claim: &NodeClaim,
     conditions: Vec<Condition>,
