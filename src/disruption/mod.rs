@@ -9,7 +9,7 @@
 //! toleration), `budgets` (how many nodes a pool lets go now), `candidates` (what
 //! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
 //! with its price and disruption cost), `consolidation` (the simulation without some nodes and
-//! its verdict), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
+//! its verdict), `room` (a quick test that rules a simulation out), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
 //! `methods` (emptiness, drift, multi- and single-node consolidation) and `decision` (one pass
 //! over them, and the re-check before a command is carried out).
 
@@ -24,6 +24,7 @@ pub mod drift;
 pub mod expiration;
 mod methods;
 pub mod repair;
+pub mod room;
 #[cfg(test)]
 mod tests;
 

@@ -535,3 +535,16 @@ fn balanced_judges_the_move_itself_when_deleting_the_node_would_be_worth_it() {
          (consolidationThreshold: 4.0, savings 12.5%, disruption 69.2%)"
     );
 }
+
+#[test]
+fn a_full_node_is_ruled_out_before_any_simulation_and_says_why() {
+    let world = World::new(on_demand_pool(consolidating()))
+        .with_node("a", 4, "on-demand", &[("a-1", "4")])
+        .with_node("b", 4, "on-demand", &[("b-1", "4")]);
+    let (command, _, kept) = world.decide();
+    assert!(command.is_none(), "{command:?}");
+    assert_eq!(
+        kept["a"],
+        "its pods need more room than the rest of the cluster has free plus any instance type cheaper than it"
+    );
+}

@@ -8,6 +8,7 @@ use super::super::balanced;
 use super::super::candidate::Candidate;
 use super::super::consolidation::{Outcome, consolidate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
+use super::super::room::Room;
 use super::{CONSOLIDATION, consolidatable, replacement_price};
 use std::collections::BTreeMap;
 
@@ -26,10 +27,15 @@ pub(crate) fn multi_node(
         return None;
     }
     let totals = balanced::pool_totals(candidates);
+    let room = Room::of(&input.snapshot);
     let (mut low, mut high) = (2, pool.len());
     let mut best: Option<(usize, Outcome)> = None;
     while low <= high {
         let mid = (low + high) / 2;
+        if !room.could_move(&pool[..mid]) {
+            high = mid - 1;
+            continue;
+        }
         match consolidate(
             &input.snapshot,
             &pool[..mid],

@@ -8,6 +8,7 @@ use super::super::balanced;
 use super::super::candidate::Candidate;
 use super::super::consolidation::{Outcome, consolidate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
+use super::super::room::Room;
 use super::{CONSOLIDATION, consolidatable, replacement_price};
 use std::collections::BTreeMap;
 
@@ -18,6 +19,7 @@ pub(crate) fn single_node(
     kept: &mut BTreeMap<String, String>,
 ) -> Option<Command> {
     let totals = balanced::pool_totals(candidates);
+    let room = Room::of(&input.snapshot);
     for candidate in consolidatable(candidates)
         .into_iter()
         .take(input.options.single_node_max)
@@ -34,6 +36,14 @@ pub(crate) fn single_node(
                     "not worth disrupting under consolidationPolicy Balanced, even deleted outright: {}",
                     best.describe()
                 ),
+            );
+            continue;
+        }
+        if !room.could_move(&[candidate]) {
+            kept.insert(
+                candidate.name().to_owned(),
+                "its pods need more room than the rest of the cluster has free plus any instance type cheaper than it"
+                    .to_owned(),
             );
             continue;
         }
