@@ -166,41 +166,30 @@ impl World {
         self
     }
 
-    fn validate(&self, command: &Command) -> Result<Command, String> {
-        let daemon_set_pods: Vec<Pod> = Vec::new();
-        let input = Input {
+    /// The pass's input: the world at [`NOW`], no DaemonSets, default options.
+    fn input<'a>(&'a self, daemon_set_pods: &'a [Pod]) -> Input<'a> {
+        Input {
             snapshot: Snapshot {
                 pods: &self.pods,
                 nodes: &self.nodes,
                 claims: &self.claims,
                 pools: &self.pools,
                 catalogues: &self.catalogues,
-                daemon_set_pods: &daemon_set_pods,
+                daemon_set_pods,
             },
             pdbs: &self.pdbs,
             now: NOW.parse().unwrap(),
             options: Options::default(),
             repair_policies: &self.repair_policies,
-        };
-        validate(&input, command)
+        }
+    }
+
+    fn validate(&self, command: &Command) -> Result<Command, String> {
+        validate(&self.input(&[]), command)
     }
 
     fn decide(&self) -> Passed {
-        let daemon_set_pods: Vec<Pod> = Vec::new();
-        let input = Input {
-            snapshot: Snapshot {
-                pods: &self.pods,
-                nodes: &self.nodes,
-                claims: &self.claims,
-                pools: &self.pools,
-                catalogues: &self.catalogues,
-                daemon_set_pods: &daemon_set_pods,
-            },
-            pdbs: &self.pdbs,
-            now: NOW.parse().unwrap(),
-            options: Options::default(),
-            repair_policies: &self.repair_policies,
-        };
+        let input = self.input(&[]);
         let decision = decide(&input);
         let blockers = decision
             .candidates

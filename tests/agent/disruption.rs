@@ -2,12 +2,14 @@
 //! their pods need, are given back, within the pools' budgets, replacements first.
 
 use super::{Agent, apply, clean_up, exclusive, pool_claims, running_pods, wait_for};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::controllers::Settings;
 use karpenter_test_support::rig::rig;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -428,31 +430,44 @@ async fn a_budget_of_one_never_lets_two_nodes_go_at_once() {
         (running_pods(&client, "one-test").await.len() == 3).then_some(())
     })
     .await;
-    scale("one-test", "spread", 0);
-    let most_at_once = std::sync::Arc::new(AtomicUsize::new(0));
-    wait_for(
-        "the three nodes to be gone, one at a time",
-        Duration::from_secs(240),
-        || {
-            let client = client.clone();
-            let most = most_at_once.clone();
-            async move {
-                let claims = pool_claims(&client, "one-pool").await;
-                let disrupting = claims
-                    .iter()
-                    .filter(|c| c.metadata.deletion_timestamp.is_some())
-                    .count();
-                most.fetch_max(disrupting, Ordering::SeqCst);
-                claims.is_empty().then_some(())
+    // A watch, not polling: an empty node's claim is deleted and gone in well under a poll
+    // interval, but the watch delivers the update that sets its deletionTimestamp.
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let config = watcher::Config::default().labels("karpenter.sh/nodepool=one-pool");
+    let mut events = watcher(claims, config).boxed();
+    let mut live: BTreeSet<String> = BTreeSet::new();
+    let mut deleting: BTreeSet<String> = BTreeSet::new();
+    let mut most_at_once = 0;
+    let mut scaled = false;
+    tokio::time::timeout(Duration::from_secs(240), async {
+        while let Some(event) = events.next().await {
+            match event.expect("watch nodeclaims") {
+                watcher::Event::InitApply(c) | watcher::Event::Apply(c) => {
+                    if c.metadata.deletion_timestamp.is_some() {
+                        deleting.insert(c.name_any());
+                    }
+                    live.insert(c.name_any());
+                }
+                watcher::Event::Delete(c) => {
+                    deleting.remove(&c.name_any());
+                    live.remove(&c.name_any());
+                }
+                watcher::Event::InitDone if !scaled => {
+                    assert_eq!(live.len(), 3, "one node per pod before the scale-down");
+                    scale("one-test", "spread", 0);
+                    scaled = true;
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
             }
-        },
-    )
-    .await;
-    assert_eq!(
-        most_at_once.load(Ordering::SeqCst),
-        1,
-        "the budget allows one node at a time"
-    );
+            most_at_once = most_at_once.max(deleting.len());
+            if scaled && live.is_empty() {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the three nodes to be gone within 4 minutes");
+    assert_eq!(most_at_once, 1, "the budget allows one node at a time");
     clean_up(&client, "one-test", "one-pool").await;
 }
 

@@ -94,6 +94,32 @@ async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(
     Ok(())
 }
 
+/// Takes the termination finalizer off `object` (the Node or the NodeClaim); one already gone
+/// is fine.
+async fn release_finalizer<K>(api: &Api<K>, object: &K, what: &'static str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let finalizers: Vec<&String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers}});
+    match api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(what)(e)),
+    }
+}
+
 /// One termination pass over a deleted claim: drain, then delete the instance, the Node and
 /// the finalizers once nothing is left to wait for.
 pub(super) async fn terminate<P: CloudProvider>(
@@ -134,24 +160,7 @@ pub(super) async fn terminate<P: CloudProvider>(
     }
     if let Some(node) = &node {
         let nodes: Api<Node> = Api::all(ctx.client.clone());
-        let finalizers: Vec<String> = node
-            .finalizers()
-            .iter()
-            .filter(|f| *f != labels::TERMINATION_FINALIZER)
-            .cloned()
-            .collect();
-        let patch = json!({"metadata": {"finalizers": finalizers}});
-        if let Err(e) = nodes
-            .patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            && !is_not_found(&e)
-        {
-            return Err(Error::kube("releasing the node's finalizer")(e));
-        }
+        release_finalizer(&nodes, node.as_ref(), "releasing the node's finalizer").await?;
         if let Err(e) = nodes
             .delete(&node.name_any(), &DeleteParams::background())
             .await
@@ -163,25 +172,8 @@ pub(super) async fn terminate<P: CloudProvider>(
     if let Some(node) = &node {
         release_stranded_pods(&node.name_any(), ctx).await?;
     }
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let finalizers: Vec<String> = claim
-        .finalizers()
-        .iter()
-        .filter(|f| *f != labels::TERMINATION_FINALIZER)
-        .cloned()
-        .collect();
-    let patch = json!({"metadata": {"finalizers": finalizers}});
-    if let Err(e) = api
-        .patch(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        && !is_not_found(&e)
-    {
-        return Err(Error::kube("releasing the nodeclaim's finalizer")(e));
-    }
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    release_finalizer(&claims, claim, "releasing the nodeclaim's finalizer").await?;
     ctx.metrics.nodeclaims_terminated.inc();
     info!(nodeclaim = %claim.name_any(), "terminated");
     Ok(Action::await_change())
