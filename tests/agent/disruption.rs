@@ -1,7 +1,7 @@
 //! The disruption controller on the rig: nodes that are no longer needed, or cost more than
 //! their pods need, are given back, within the pools' budgets, replacements first.
 
-use super::{Agent, apply, clean_up, exclusive, pool_claims, running_pods, wait_for};
+use super::{Agent, apply, clean_up, exclusive, kwok_pool, pool_claims, running_pods, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::NodeClaim;
@@ -27,30 +27,13 @@ async fn quick_agent() -> Agent {
     .await
 }
 
-/// A KWOKNodeClass and an on-demand NodePool named `name` with the given `disruption` block
-/// (a YAML flow map).
+/// An on-demand pool (see [`kwok_pool`]) named `name` with the given `disruption` block (a YAML
+/// flow map).
 fn pool(name: &str, disruption: &str) -> String {
-    format!(
-        r#"
-apiVersion: karpenter.kwok.sh/v1alpha1
-kind: KWOKNodeClass
-metadata: {{name: {name}}}
-spec: {{}}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {name}}}
-spec:
-  disruption: {disruption}
-  template:
-    metadata:
-      labels: {{test-pool: {name}}}
-    spec:
-      requirements:
-        - {{key: kubernetes.io/os, operator: In, values: [linux]}}
-        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
-"#
+    kwok_pool(
+        name,
+        &format!("  disruption: {disruption}"),
+        "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
     )
 }
 

@@ -2,7 +2,9 @@
 //! NodeClaims `Drifted` (and undoing the edit clears it), and a pool whose nodes expire after
 //! 30 s gets them replaced, its pods running again on a new node.
 
-use super::{Agent, apply, clean_up, deployment, exclusive, pool_claims, running_pods, wait_for};
+use super::{
+    Agent, apply, clean_up, deployment, exclusive, kwok_pool, pool_claims, running_pods, wait_for,
+};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
 use karpenter_core::controllers::nodeclaim_disruption;
@@ -13,34 +15,14 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// A KWOKNodeClass and a NodePool named `name` whose pods select `test-pool: name`, with
-/// `extra_spec` added to the template's spec (YAML lines indented for it).
+/// A pool (see [`kwok_pool`]) whose nodes nothing may disrupt voluntarily: the tests watch the
+/// conditions and expiry (which budgets do not block), not replacement. `extra_spec` is added to
+/// the template's spec.
 fn pool_with(name: &str, extra_spec: &str) -> String {
-    format!(
-        r#"
-apiVersion: karpenter.kwok.sh/v1alpha1
-kind: KWOKNodeClass
-metadata: {{name: {name}}}
-spec: {{}}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {name}}}
-spec:
-  disruption:
-    # Nothing may disrupt these nodes voluntarily: the test watches the conditions and expiry
-    # (which budgets do not block), not replacement.
-    consolidateAfter: Never
-    budgets: [{{nodes: "0"}}]
-  template:
-    metadata:
-      labels: {{test-pool: {name}}}
-    spec:
-      requirements:
-        - {{key: kubernetes.io/os, operator: In, values: [linux]}}
-      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
-{extra_spec}
-"#
+    kwok_pool(
+        name,
+        "  disruption: {consolidateAfter: Never, budgets: [{nodes: \"0\"}]}",
+        extra_spec,
     )
 }
 

@@ -74,8 +74,11 @@ fn apply(yaml: &str) {
     );
 }
 
-/// A KWOKNodeClass and a NodePool named `name`, with optional limits (a YAML flow map).
-fn node_pool(name: &str, limits: &str) -> String {
+/// A KWOKNodeClass and a NodePool named `name` whose nodes carry `test-pool: {name}` and run
+/// linux. `spec` is added under the NodePool's spec (indented two spaces), `template_spec` under
+/// its template's spec after the linux requirement (six spaces for a field, eight for another
+/// requirement). The one pool every agent test builds on.
+fn kwok_pool(name: &str, spec: &str, template_spec: &str) -> String {
     format!(
         r#"
 apiVersion: karpenter.kwok.sh/v1alpha1
@@ -87,16 +90,22 @@ apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {{name: {name}}}
 spec:
-  limits: {limits}
+{spec}
   template:
     metadata:
       labels: {{test-pool: {name}}}
     spec:
       requirements:
         - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+{template_spec}
       nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
 "#
     )
+}
+
+/// [`kwok_pool`] with optional limits (a YAML flow map).
+fn node_pool(name: &str, limits: &str) -> String {
+    kwok_pool(name, &format!("  limits: {limits}"), "")
 }
 
 /// A Deployment of `replicas` pods requesting `cpu` each, pinned to the pool `pool`.

@@ -6,7 +6,7 @@
 //! Each pool has `consolidateAfter: Never`, so the disruption controller leaves its nodes alone
 //! and only the deletions these tests make terminate them.
 
-use super::{Agent, apply, clean_up, exclusive, pool_claims, running_pods, wait_for};
+use super::{Agent, apply, clean_up, exclusive, kwok_pool, pool_claims, running_pods, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use karpenter_core::apis::{NodeClaim, labels};
@@ -15,30 +15,13 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant};
 
-/// A KWOKNodeClass and a NodePool named `name` that consolidation leaves alone; `template_spec`
-/// adds lines to the template's spec (indented by six spaces).
+/// A pool (see [`kwok_pool`]) that consolidation leaves alone; `template_spec` adds lines to the
+/// template's spec (indented by six spaces).
 fn pool(name: &str, template_spec: &str) -> String {
-    format!(
-        r#"
-apiVersion: karpenter.kwok.sh/v1alpha1
-kind: KWOKNodeClass
-metadata: {{name: {name}}}
-spec: {{}}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {name}}}
-spec:
-  disruption: {{consolidateAfter: Never}}
-  template:
-    metadata:
-      labels: {{test-pool: {name}}}
-    spec:
-      requirements:
-        - {{key: kubernetes.io/os, operator: In, values: [linux]}}
-      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
-{template_spec}
-"#
+    kwok_pool(
+        name,
+        "  disruption: {consolidateAfter: Never}",
+        template_spec,
     )
 }
 
