@@ -378,6 +378,7 @@ impl FakeProvider {
             capacity: instance_type.capacity.clone(),
             allocatable: instance_type.allocatable(),
             labels: node_labels,
+            annotations: BTreeMap::new(),
             price: offering.price,
             created: Some(k8s_openapi::jiff::Timestamp::now()),
             terminating: false,

@@ -16,6 +16,7 @@ pub mod gcp_prices;
 pub mod unavailable;
 
 pub mod kwok;
+pub mod node_class_hash;
 pub mod provider;
 pub mod repair;
 

@@ -113,6 +113,9 @@ pub struct Instance {
     pub allocatable: ResourceList,
     /// Labels the node will carry (instance type, zone, capacity type, arch, os, family...).
     pub labels: BTreeMap<String, String>,
+    /// Annotations the claim takes from its launch, as upstream's `Create` returns them (the
+    /// node class's hash, for static drift). Empty for a machine that was looked up.
+    pub annotations: BTreeMap<String, String>,
     /// Hourly price of the offering it was launched as.
     pub price: f64,
     /// When it was launched.

@@ -423,3 +423,56 @@ async fn no_capacity_for_the_cheapest_type_launches_the_next_and_marks_the_offer
         .await
         .expect("clean up");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_drifts_once_its_node_class_user_data_changes_and_not_before() {
+    let env = Env::new("drift-demo", true).await;
+    let role = env.node_role().await;
+    apply(&node_class("drift-demo", &env.cluster, &role));
+    let provider = provider(&env).await;
+    let client = rig().client().await;
+    nodeclass_status::sync_node_class(&client, &provider, "drift-demo")
+        .await
+        .expect("status written");
+    let catalogue = provider
+        .instance_types(&reference("drift-demo"))
+        .await
+        .expect("instance types");
+    let mut claim = claim("drift-demo-a", "drift-demo", &["m5.large"]);
+    let candidates = launch_candidates(&claim, &catalogue).expect("candidates");
+    let instance = provider.create(&claim, &candidates).await.expect("launch");
+
+    // What the lifecycle records on the claim from the launch.
+    assert_eq!(
+        instance
+            .annotations
+            .get("karpenter.k8s.aws/ec2nodeclass-hash-version")
+            .map(String::as_str),
+        Some("kubectl-karpenter/v1")
+    );
+    claim.metadata.annotations = Some(instance.annotations.clone());
+    claim.status = Some(karpenter_core::apis::NodeClaimStatus {
+        provider_id: Some(instance.provider_id.to_string()),
+        image_id: instance.image_id.clone(),
+        ..Default::default()
+    });
+    assert_eq!(
+        provider.drift(&claim).await.expect("drift"),
+        None,
+        "an instance just launched from the class matches it (image, subnet, security groups)"
+    );
+
+    let classes: Api<EC2NodeClass> = Api::all(client.clone());
+    classes
+        .patch(
+            "drift-demo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"userData": "echo changed"}})),
+        )
+        .await
+        .expect("user data changed");
+    assert_eq!(
+        provider.drift(&claim).await.expect("drift").as_deref(),
+        Some("NodeClassDrift")
+    );
+}

@@ -682,3 +682,62 @@ spec:
     );
     rig().kubectl_ok(&["delete", "gcenodeclass", "template-demo"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_drifts_once_its_node_class_resolves_another_image_or_changes_its_disks() {
+    let fake = fake("drift-demo").await;
+    apply(&node_class("drift-demo", "drift-demo"));
+    let provider = provider(&fake, "drift-demo", "drift-demo").await;
+    let client = rig().client().await;
+    nodeclass_status::sync_node_class(&client, &provider, "drift-demo")
+        .await
+        .expect("status written");
+    let mut claim = claim(
+        "drift-demo-abc12",
+        "drift-demo",
+        &["e2-standard-2"],
+        &["us-central1-b"],
+        "on-demand",
+    );
+    let instance = launch(&provider, &claim).await.expect("launched");
+    claim.metadata.annotations = Some(instance.annotations.clone());
+    claim.status = Some(karpenter_core::apis::NodeClaimStatus {
+        provider_id: Some(instance.provider_id.to_string()),
+        image_id: instance.image_id.clone(),
+        ..Default::default()
+    });
+    assert_eq!(provider.drift(&claim).await.expect("drift"), None);
+
+    // A newer image for the class: the VM booted the old one.
+    let classes: Api<GCENodeClass> = Api::all(client.clone());
+    classes
+        .patch_status(
+            "drift-demo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"images": [
+                {"sourceImage": "projects/cos-cloud/global/images/cos-stable-121-0-0-1", "requirements": []}
+            ]}})),
+        )
+        .await
+        .expect("status patched");
+    assert_eq!(
+        provider.drift(&claim).await.expect("drift").as_deref(),
+        Some("ImageDrift")
+    );
+
+    // A bigger boot disk is a static change, judged before the image.
+    classes
+        .patch(
+            "drift-demo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"disks": [
+                {"category": "pd-balanced", "sizeGiB": 100, "boot": true}
+            ]}})),
+        )
+        .await
+        .expect("disks changed");
+    assert_eq!(
+        provider.drift(&claim).await.expect("drift").as_deref(),
+        Some("NodeClassDrift")
+    );
+}

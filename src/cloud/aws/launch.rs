@@ -548,6 +548,7 @@ pub(super) async fn launch(
         capacity: it.map(|it| it.capacity.clone()).unwrap_or_default(),
         allocatable: it.map(InstanceType::allocatable).unwrap_or_default(),
         labels: node_labels,
+        annotations: super::drift::claim_annotations(&resolved.spec),
         price: chosen.map(|o| o.price).unwrap_or_default(),
         created: Some(k8s_openapi::jiff::Timestamp::now()),
         terminating: false,

@@ -696,6 +696,7 @@ impl AwsProvider {
                 .map(InstanceType::allocatable)
                 .unwrap_or_default(),
             labels: node_labels,
+            annotations: BTreeMap::new(),
             price: price.unwrap_or_default(),
             created: instance
                 .launch_time()
@@ -894,18 +895,47 @@ impl CloudProvider for AwsProvider {
         Ok(self.instance_types_for(&resolved, &snapshot).into())
     }
 
-    /// Upstream's AWS `IsDrifted`, for the image only (see [`drift`]).
+    /// Upstream's AWS `IsDrifted`: static fields, image, then the instance's security groups
+    /// and subnet (see [`drift`]).
     async fn drift(&self, claim: &NodeClaim) -> Result<Option<String>, CloudError> {
         let reference = &claim.spec.node_class_ref;
         if !is_ec2_node_class(reference) {
             return Ok(None);
         }
-        let class = kube::Api::<EC2NodeClass>::all(self.kube.clone())
+        let Some(class) = kube::Api::<EC2NodeClass>::all(self.kube.clone())
             .get_opt(&reference.name)
             .await
-            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
-        Ok(class
-            .and_then(|class| drift::ami_drift(claim, class.status.as_ref()))
-            .map(str::to_owned))
+            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?
+        else {
+            return Ok(None);
+        };
+        if let Some(reason) = drift::static_drift(claim, &class)
+            .or_else(|| drift::ami_drift(claim, class.status.as_ref()))
+        {
+            return Ok(Some(reason.to_owned()));
+        }
+        let Some(ProviderId::Aws { instance_id, .. }) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| id.parse().ok())
+        else {
+            return Ok(None);
+        };
+        let instances = self
+            .describe_instances(Vec::new(), vec![instance_id])
+            .await?;
+        let Some(instance) = instances.first() else {
+            return Ok(None);
+        };
+        let groups: Vec<String> = instance
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_owned))
+            .collect();
+        Ok(
+            drift::network_drift(class.status.as_ref(), instance.subnet_id(), &groups)
+                .map(str::to_owned),
+        )
     }
 }

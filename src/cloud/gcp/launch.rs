@@ -524,6 +524,7 @@ pub(super) async fn launch(
                         )
                     })?;
                 launched.image_id = Some(attempt.image.source.clone());
+                launched.annotations = super::drift::claim_annotations(&resolved.spec);
                 launched.price = attempt.price;
                 return Ok(launched);
             }

@@ -13,6 +13,7 @@
 //! [`GcpConfig::endpoint`] set (tests, the project's `gcp-fake`), anonymous ones.
 
 pub mod catalogue;
+pub mod drift;
 pub mod launch;
 mod node_template;
 pub mod nodeclass;
@@ -706,6 +707,7 @@ impl GcpProvider {
                 .map(InstanceType::allocatable)
                 .unwrap_or_default(),
             labels: node_labels,
+            annotations: BTreeMap::new(),
             price: price.unwrap_or_default(),
             created: instance
                 .creation_timestamp
@@ -743,6 +745,21 @@ impl CloudProvider for GcpProvider {
     /// As the GKE Karpenter providers: the kubelet's Ready condition, tolerated 15 minutes.
     fn repair_policies(&self) -> Vec<crate::cloud::RepairPolicy> {
         crate::cloud::repair::kubelet_not_ready(15).to_vec()
+    }
+
+    /// The class's static fields, then its image (see [`drift`]).
+    async fn drift(&self, claim: &NodeClaim) -> Result<Option<String>, CloudError> {
+        let reference = &claim.spec.node_class_ref;
+        if !is_gce_node_class(reference) {
+            return Ok(None);
+        }
+        let class = kube::Api::<GCENodeClass>::all(self.kube.clone())
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
+        Ok(class
+            .and_then(|class| drift::drift(claim, &class))
+            .map(str::to_owned))
     }
 
     async fn create(

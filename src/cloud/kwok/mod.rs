@@ -79,6 +79,7 @@ impl KwokProvider {
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: node.metadata.deletion_timestamp.is_some(),
             labels,
+            annotations: BTreeMap::new(),
         })
     }
 }

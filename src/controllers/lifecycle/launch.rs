@@ -117,11 +117,16 @@ async fn record_launch<P>(
     ctx: &Context<P>,
 ) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let label_patch = json!({"metadata": {"labels": {
-        labels::INSTANCE_TYPE: instance.instance_type,
-        labels::ZONE: instance.zone,
-        labels::CAPACITY_TYPE: instance.capacity_type,
-    }}});
+    // The launch's annotations (the node class's hash) go on with the labels, as upstream
+    // copies what its provider's `Create` returned onto the claim.
+    let label_patch = json!({"metadata": {
+        "labels": {
+            labels::INSTANCE_TYPE: instance.instance_type,
+            labels::ZONE: instance.zone,
+            labels::CAPACITY_TYPE: instance.capacity_type,
+        },
+        "annotations": instance.annotations,
+    }});
     api.patch(
         &claim.name_any(),
         &PatchParams::default(),
