@@ -176,7 +176,7 @@ async fn aws_provider(
 }
 
 /// Whether the last setting of `name` among the feature gates turns it on (all are off by
-/// default, as upstream's `SpotToSpotConsolidation` and `NodeRepair`).
+/// default, as upstream's `SpotToSpotConsolidation`, `NodeRepair` and `StaticCapacity`).
 fn gate(gates: &[(String, bool)], name: &str) -> bool {
     gates
         .iter()
@@ -186,8 +186,8 @@ fn gate(gates: &[(String, bool)], name: &str) -> bool {
 }
 
 /// Reads one `Name=true|false` feature gate. Upstream's other gates (ReservedCapacity,
-/// NodeOverlay, StaticCapacity, CapacityBuffer) are accepted so an upstream chart's value
-/// works, and have no effect here yet.
+/// NodeOverlay, CapacityBuffer) are accepted so an upstream chart's value works, and have no
+/// effect here yet.
 fn parse_feature_gate(text: &str) -> Result<(String, bool), String> {
     const KNOWN: &[&str] = &[
         "SpotToSpotConsolidation",
@@ -292,6 +292,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_close_when_complete: args.batch_close_when_complete,
         spot_to_spot_consolidation: gate(&args.feature_gates, "SpotToSpotConsolidation"),
         node_repair: gate(&args.feature_gates, "NodeRepair"),
+        static_capacity: gate(&args.feature_gates, "StaticCapacity"),
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::new());

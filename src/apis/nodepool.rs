@@ -32,9 +32,14 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight","priority":1}"#,
     printcolumn = r#"{"name":"CPU","type":"string","jsonPath":".status.resources.cpu","priority":1}"#,
-    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".status.resources.memory","priority":1}"#
+    printcolumn = r#"{"name":"Memory","type":"string","jsonPath":".status.resources.memory","priority":1}"#,
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = spec_rules)]
 pub struct NodePoolSpec {
     /// The template of what NodeClaims from this pool may be.
     pub template: NodeClaimTemplate,
@@ -48,6 +53,46 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// A static pool: keep exactly this many nodes, whatever is pending (upstream's alpha
+    /// `StaticCapacity` feature). Consolidation does not apply to them, only `limits.nodes`
+    /// may be set, and a pool cannot switch between static and dynamic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
+}
+
+/// Upstream's rules for static pools (`pkg/apis/v1/nodepool.go`), word for word.
+fn spec_rules(schema: &mut schemars::Schema) {
+    add_rules(
+        schema,
+        &[
+            (
+                "has(self.replicas) == has(oldSelf.replicas)",
+                "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
+            ),
+            (
+                "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))",
+                "only 'limits.nodes' is supported on static NodePools",
+            ),
+            (
+                "!has(self.replicas) || !has(self.weight)",
+                "'weight' is not supported on static NodePools",
+            ),
+        ],
+    );
+}
+
+impl NodePoolSpec {
+    /// Whether this is a static pool (`replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
+    }
+
+    /// `limits.nodes`, if set and readable (the only limit a static pool may have).
+    pub fn node_limit(&self) -> Option<u64> {
+        let quantity = self.limits.get(crate::resources::NODES)?;
+        crate::resources::parse(crate::resources::NODES, &quantity.0).ok()
+    }
 }
 
 /// The template of a NodeClaim: labels and annotations for its node, and its spec.

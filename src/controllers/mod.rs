@@ -25,6 +25,7 @@ pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod pod_events;
 pub mod provisioning;
+pub mod static_capacity;
 
 mod client;
 mod context;
@@ -262,6 +263,7 @@ pub async fn start<P: CloudProvider + 'static>(
     )));
     tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
     tasks.push(tokio::spawn(disruption::run(ctx.clone())));
+    tasks.push(tokio::spawn(static_capacity::run(ctx.clone())));
     tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
     tasks.push(tokio::spawn(nodeclaim_disruption::run(ctx.clone())));
     tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));

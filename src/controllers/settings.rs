@@ -32,6 +32,11 @@ pub struct Settings {
     /// Upstream's `NodeRepair` feature gate: whether nodes the cloud's repair policies call
     /// unhealthy are replaced (off by default, as upstream).
     pub node_repair: bool,
+    /// Upstream's `StaticCapacity` feature gate: whether static NodePools (`replicas`) are kept
+    /// at their count (off by default, as upstream; a static pool then launches nothing).
+    pub static_capacity: bool,
+    /// How often static NodePools are brought to their count.
+    pub static_capacity_poll: Duration,
 }
 
 impl Default for Settings {
@@ -48,6 +53,8 @@ impl Default for Settings {
             disruption_replacement_timeout: Duration::from_secs(10 * 60),
             spot_to_spot_consolidation: false,
             node_repair: false,
+            static_capacity: false,
+            static_capacity_poll: Duration::from_secs(5),
         }
     }
 }

@@ -72,6 +72,8 @@ pub enum BlockerKind {
     NotEmpty,
     /// Its NodePool does not exist.
     NoNodePool,
+    /// Its NodePool is static (`replicas`): consolidation does not apply to it.
+    StaticNodePool,
 }
 
 /// Pods that count as the node's workload: they would have to go elsewhere if it went
@@ -307,7 +309,18 @@ pub fn disruptability(
         DisruptionReason::Underutilized
     };
     let mut consolidation: Vec<Blocker> = Vec::new();
-    if disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty && !workload.is_empty() {
+    // Upstream leaves static pools out of emptiness and consolidation (their node count is
+    // the user's); drift, expiry and repair still replace their nodes.
+    if let Some(replicas) = pool.spec.replicas {
+        consolidation.push(Blocker {
+            kind: BlockerKind::StaticNodePool,
+            message: format!(
+                "NodePool {pool_name} is static (replicas: {replicas}): consolidation does not apply to it"
+            ),
+        });
+    } else if disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty
+        && !workload.is_empty()
+    {
         consolidation.push(Blocker {
             kind: BlockerKind::NotEmpty,
             message: format!(

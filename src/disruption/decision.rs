@@ -1,10 +1,8 @@
 //! One disruption pass: judge every claim, then try the methods in upstream's order
 //! (`pkg/controllers/disruption/controller.go`): repair (with the `NodeRepair` gate), emptiness,
-//! drift, multi-node consolidation, single-node consolidation. The first method that finds something to do gives the pass's
-//! [`Command`]; the rest are not tried, as upstream acts on one command at a time.
-//!
-//! Upstream's static drift (pools with a fixed `replicas` count, behind its `StaticCapacity`
-//! gate) has no counterpart here: the NodePool API here has no `replicas`.
+//! static drift (static pools' drifted nodes), drift, multi-node consolidation, single-node
+//! consolidation. The first method that finds something to do gives the pass's [`Command`];
+//! the rest are not tried, as upstream acts on one command at a time.
 
 use super::budgets::{Allowance, REASONS, allowance, reason_name};
 use super::candidate::{Candidate, candidates};
@@ -58,6 +56,7 @@ impl Default for Options {
 pub enum Method {
     Repair,
     Emptiness,
+    StaticDrift,
     Drift,
     MultiNodeConsolidation,
     SingleNodeConsolidation,
@@ -69,7 +68,7 @@ impl Method {
     pub fn consolidation_type(self) -> &'static str {
         match self {
             Self::Emptiness => "empty",
-            Self::Repair | Self::Drift => "",
+            Self::Repair | Self::StaticDrift | Self::Drift => "",
             Self::MultiNodeConsolidation => "multi",
             Self::SingleNodeConsolidation => "single",
         }
@@ -226,6 +225,7 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         .collect();
     let command = methods::repair(input, &decision.candidates, &mut budgets(), &mut kept)
         .or_else(|| methods::emptiness(&decision.candidates, &mut budgets()))
+        .or_else(|| methods::static_drift(input, &decision.candidates, &mut budgets(), &mut kept))
         .or_else(|| methods::drift(input, &decision.candidates, &mut budgets(), &mut kept))
         .or_else(|| methods::multi_node(input, &decision.candidates, &mut budgets(), &mut kept))
         .or_else(|| methods::single_node(input, &decision.candidates, &mut budgets(), &mut kept));
@@ -334,7 +334,9 @@ pub fn validate<'a>(input: &Input<'a>, command: &Command) -> Result<Command, Str
         chosen.push(c);
     }
     match command.method {
-        Method::Repair | Method::Emptiness | Method::Drift => Ok(command.clone()),
+        Method::Repair | Method::Emptiness | Method::StaticDrift | Method::Drift => {
+            Ok(command.clone())
+        }
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             let multi = command.method == Method::MultiNodeConsolidation;
             let outcome = super::consolidation::consolidate(

@@ -10,8 +10,9 @@
 //! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
 //! with its price and disruption cost), `consolidation` (the simulation without some nodes and
 //! its verdict), `room` (a quick test that rules a simulation out), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
-//! `methods` (emptiness, drift, multi- and single-node consolidation) and `decision` (one pass
-//! over them, and the re-check before a command is carried out).
+//! `methods` (repair, emptiness, static drift, drift, multi- and single-node consolidation),
+//! `decision` (one pass over them, and the re-check before a command is carried out) and
+//! `static_scale` (what a static pool launches or removes to keep its count).
 
 pub mod balanced;
 pub mod budgets;
@@ -25,6 +26,7 @@ pub mod expiration;
 mod methods;
 pub mod repair;
 pub mod room;
+pub mod static_scale;
 #[cfg(test)]
 mod tests;
 
@@ -36,3 +38,4 @@ pub use consolidation::{Outcome, Replacement};
 pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide, validate};
 pub use drift::{Drift, DriftReason, drifted};
 pub use expiration::{expires_at, is_expired};
+pub use static_scale::{StaticScale, static_scale};

@@ -537,3 +537,125 @@ fn a_full_node_is_ruled_out_before_any_simulation_and_says_why() {
         "its pods need more room than the rest of the cluster has free plus any instance type cheaper than it"
     );
 }
+
+/// A static pool of `replicas` on demand, with extra spec fields.
+fn static_pool(replicas: i64, extra: Value) -> NodePool {
+    let mut pool = on_demand_pool(consolidating());
+    pool.spec.replicas = Some(replicas);
+    if let Some(limits) = extra.get("limits") {
+        pool.spec.limits = serde_json::from_value(limits.clone()).unwrap();
+    }
+    pool
+}
+
+impl World {
+    /// Marks a claim Drifted.
+    fn drifted(mut self, name: &str) -> Self {
+        let claim = self
+            .claims
+            .iter_mut()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .unwrap();
+        let drifted: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition =
+            serde_json::from_value(
+                json!({"type": "Drifted", "status": "True", "reason": "NodePoolDrifted",
+                "message": "", "lastTransitionTime": "2026-03-02T09:30:00Z"}),
+            )
+            .unwrap();
+        Arc::make_mut(claim)
+            .status
+            .get_or_insert_default()
+            .conditions
+            .push(drifted);
+        self
+    }
+
+    fn scale(&self, unseen: u64) -> StaticScale {
+        let judged = judge(&self.input(&[]).snapshot, &[], NOW.parse().unwrap());
+        static_scale(&self.pools[0], &judged, unseen)
+    }
+}
+
+#[test]
+fn an_empty_node_of_a_static_pool_is_neither_emptied_nor_consolidated() {
+    let world = World::new(static_pool(2, json!({})))
+        .with_node("a", 4, "on-demand", &[])
+        .with_node("b", 4, "on-demand", &[("web-1", "1")]);
+    let (command, blockers, _) = world.decide();
+    assert!(command.is_none(), "{command:?}");
+    assert!(
+        blockers
+            .iter()
+            .all(|(_, kinds)| kinds.contains(&BlockerKind::StaticNodePool)),
+        "{blockers:?}"
+    );
+}
+
+#[test]
+fn a_drifted_node_of_a_static_pool_is_replaced_by_a_bare_claim_of_the_pool() {
+    let world = World::new(static_pool(2, json!({})))
+        .with_node("a", 4, "on-demand", &[("web-1", "3")])
+        .with_node("b", 4, "on-demand", &[("web-2", "1")])
+        .drifted("a");
+    let command = world.decide().0.expect("a command");
+    assert_eq!(command.method, Method::StaticDrift);
+    assert_eq!(names(&command), ["a"]);
+    assert_eq!(
+        replacement_types(&command),
+        ["c-1"],
+        "the cheapest type the pool allows, whatever ran on the node"
+    );
+    assert!(command.replacements[0].pods.is_empty());
+}
+
+#[test]
+fn static_drift_waits_while_the_pool_has_more_nodes_than_replicas_or_no_room_under_its_node_limit()
+{
+    let over = World::new(static_pool(1, json!({})))
+        .with_node("a", 4, "on-demand", &[("web-1", "1")])
+        .with_node("b", 4, "on-demand", &[("web-2", "1")])
+        .drifted("a");
+    let (command, _, kept) = over.decide();
+    assert!(command.is_none(), "{command:?}");
+    assert!(kept["a"].contains("scale-down goes first"), "{kept:?}");
+
+    let full = World::new(static_pool(2, json!({"limits": {"nodes": "2"}})))
+        .with_node("a", 4, "on-demand", &[("web-1", "1")])
+        .with_node("b", 4, "on-demand", &[("web-2", "1")])
+        .drifted("a");
+    let (command, _, kept) = full.decide();
+    assert!(command.is_none(), "{command:?}");
+    assert!(kept["a"].contains("node limit"), "{kept:?}");
+}
+
+#[test]
+fn a_static_pool_launches_its_shortfall_within_its_node_limit() {
+    let world = World::new(static_pool(5, json!({"limits": {"nodes": "3"}}))).with_node(
+        "a",
+        4,
+        "on-demand",
+        &[],
+    );
+    assert_eq!(
+        world.scale(0),
+        StaticScale {
+            launch: 2,
+            held_by_limit: 2,
+            remove: Vec::new()
+        }
+    );
+    assert_eq!(
+        world.scale(2).launch,
+        0,
+        "claims just created count before the watch delivers them"
+    );
+}
+
+#[test]
+fn a_scaled_down_static_pool_removes_empty_nodes_before_busy_ones() {
+    let world = World::new(static_pool(1, json!({})))
+        .with_node("busy", 4, "on-demand", &[("web-1", "1")])
+        .with_node("empty", 4, "on-demand", &[])
+        .with_node("busier", 4, "on-demand", &[("web-2", "1"), ("web-3", "1")]);
+    assert_eq!(world.scale(0).remove, ["empty", "busy"]);
+}

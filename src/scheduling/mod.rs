@@ -114,6 +114,7 @@ mod pod;
 pub mod requirements;
 pub mod selector;
 mod solver;
+mod static_claim;
 pub mod taints;
 mod topology;
 
@@ -121,6 +122,7 @@ pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
 pub use instance_type::{InstanceType, Offering, Overhead};
 pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
+pub use static_claim::static_claim;
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
 use crate::resources::{QuantityError, ResourceList};

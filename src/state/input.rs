@@ -280,6 +280,9 @@ fn in_flight_claims<'a>(
 }
 
 /// Each live pool with its catalogue and what its claims already count against its limits.
+/// Static pools (`replicas`) are left out: they keep their count whatever is pending, so
+/// neither provisioning nor a consolidation's simulation may plan new nodes in them (upstream's
+/// `NewScheduler` skips `IsStatic` pools). Their nodes still hold pods like any other.
 fn pool_inputs<'a>(
     pools: &'a [Arc<NodePool>],
     claims: &[Arc<NodeClaim>],
@@ -288,6 +291,7 @@ fn pool_inputs<'a>(
     let usage = usage_by_pool(claims.iter().map(AsRef::as_ref));
     live_pools(pools)
         .into_iter()
+        .filter(|pool| !pool.spec.is_static())
         .map(|pool| {
             let mut input =
                 PoolInput::new(pool, catalogues.of(&pool.spec.template.spec.node_class_ref));

@@ -8,6 +8,7 @@
 
 mod disruption;
 mod drift;
+mod static_capacity;
 mod termination;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};

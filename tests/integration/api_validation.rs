@@ -192,6 +192,78 @@ fn a_budget_schedule_without_duration_is_rejected() {
     );
 }
 
+/// A static NodePool (`replicas`) with extra spec fields spliced in.
+fn static_pool(name: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: {name}
+spec:
+  replicas: 2
+  template:
+    spec:
+      requirements: []
+      nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}}
+{extra}
+"#
+    )
+}
+
+#[test]
+fn a_static_pool_may_limit_only_its_node_count_and_has_no_weight() {
+    let ok = rig().kubectl_with_input(
+        &["create", "--dry-run=server", "-f", "-"],
+        &static_pool("static-ok", "  limits: {nodes: \"3\"}"),
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_rejected(
+        &static_pool("static-cpu", "  limits: {cpu: \"100\"}"),
+        "spec",
+        "only 'limits.nodes' is supported on static NodePools",
+    );
+    assert_rejected(
+        &static_pool("static-weight", "  weight: 10"),
+        "spec",
+        "'weight' is not supported on static NodePools",
+    );
+}
+
+#[test]
+fn a_pool_cannot_switch_between_static_and_dynamic() {
+    let rig = rig();
+    let created = rig.kubectl_with_input(&["apply", "-f", "-"], &static_pool("static-switch", ""));
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let out = rig
+        .kubectl()
+        .args([
+            "patch",
+            "nodepool",
+            "static-switch",
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/replicas"}]"#,
+        ])
+        .output()
+        .expect("kubectl runs");
+    let message = String::from_utf8_lossy(&out.stderr).into_owned();
+    rig.kubectl_ok(&["delete", "nodepool", "static-switch", "--wait=false"]);
+    assert!(!out.status.success(), "a static pool became dynamic");
+    assert!(
+        message.contains("Cannot transition NodePool between static"),
+        "{message}"
+    );
+}
+
 #[test]
 fn an_ec2_node_class_with_both_role_and_instance_profile_is_rejected() {
     let manifest = r#"

@@ -139,7 +139,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
                 }
             }
         }
-        Method::Repair | Method::Drift => command,
+        Method::Repair | Method::StaticDrift | Method::Drift => command,
     };
     ctx.metrics
         .disruption_decisions

@@ -18,6 +18,8 @@ pub(crate) fn drift(
     let mut drifted: Vec<&Candidate<'_>> = candidates
         .iter()
         .filter(|c| c.disruptability.drift)
+        // Static pools' nodes are static drift's (see `static_drift`).
+        .filter(|c| !c.pool.is_some_and(|p| p.spec.is_static()))
         .collect();
     by_cost(&mut drifted);
     let command = |candidates, replacements| Command {

@@ -1,5 +1,5 @@
 //! The disruption methods, one file each as upstream splits them
-//! (`pkg/controllers/disruption/{repair,emptiness,drift,multinodeconsolidation,singlenodeconsolidation}.go`).
+//! (`pkg/controllers/disruption/{repair,emptiness,staticdrift,drift,multinodeconsolidation,singlenodeconsolidation}.go`).
 //! Each takes the judged candidates and what the budgets still allow, and returns a command or
 //! nothing; repair, consolidation and drift record why they kept the candidates they looked at.
 
@@ -8,12 +8,14 @@ mod emptiness;
 mod multi_node;
 mod repair;
 mod single_node;
+mod static_drift;
 
 pub(super) use drift::drift;
 pub(super) use emptiness::emptiness;
 pub(super) use multi_node::multi_node;
 pub(super) use repair::{due as due_for_repair, repair};
 pub(super) use single_node::single_node;
+pub(super) use static_drift::static_drift;
 
 use super::candidate::Candidate;
 use super::consolidation::Replacement;
