@@ -43,6 +43,9 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
 // --- Annotations ---
 /// On a pod or a node: never disrupt it voluntarily.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Set to `true` on a Node or NodeClaim to keep node repair off it (upstream's annotation,
+/// independent of `do-not-disrupt`).
+pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// Hash of the NodePool's `spec.template`, stamped on its NodeClaims to detect drift.
 pub const NODE_POOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// The version of the hashing scheme behind [`NODE_POOL_HASH`].

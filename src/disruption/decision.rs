@@ -157,6 +157,9 @@ pub struct Decision<'a> {
     pub kept: BTreeMap<String, String>,
     /// Claims whose nodes are unhealthy past their cloud's toleration (repair on).
     pub due_for_repair: std::collections::BTreeSet<String>,
+    /// Claims due for repair that repair leaves alone, with the Event reason and message
+    /// (`do-not-repair`, too many unhealthy nodes in the pool).
+    pub repair_blocked: BTreeMap<String, (&'static str, String)>,
     /// What each pool's budgets allow now, per reason.
     pub allowances: BTreeMap<(String, DisruptionReason), Allowance>,
 }
@@ -207,6 +210,7 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         candidates: judged,
         kept: BTreeMap::new(),
         due_for_repair: Default::default(),
+        repair_blocked: BTreeMap::new(),
         allowances,
     };
     let budgets = || {
@@ -223,14 +227,22 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         .into_iter()
         .map(|(c, _)| c.name().to_owned())
         .collect();
-    let command = methods::repair(input, &decision.candidates, &mut budgets(), &mut kept)
-        .or_else(|| methods::emptiness(&decision.candidates, &mut budgets()))
-        .or_else(|| methods::static_drift(input, &decision.candidates, &mut budgets(), &mut kept))
-        .or_else(|| methods::drift(input, &decision.candidates, &mut budgets(), &mut kept))
-        .or_else(|| methods::multi_node(input, &decision.candidates, &mut budgets(), &mut kept))
-        .or_else(|| methods::single_node(input, &decision.candidates, &mut budgets(), &mut kept));
+    let mut repair_blocked = methods::RepairBlocked::new();
+    let command = methods::repair(
+        input,
+        &decision.candidates,
+        &mut budgets(),
+        &mut kept,
+        &mut repair_blocked,
+    )
+    .or_else(|| methods::emptiness(&decision.candidates, &mut budgets()))
+    .or_else(|| methods::static_drift(input, &decision.candidates, &mut budgets(), &mut kept))
+    .or_else(|| methods::drift(input, &decision.candidates, &mut budgets(), &mut kept))
+    .or_else(|| methods::multi_node(input, &decision.candidates, &mut budgets(), &mut kept))
+    .or_else(|| methods::single_node(input, &decision.candidates, &mut budgets(), &mut kept));
     decision.command = command;
     decision.kept = kept;
+    decision.repair_blocked = repair_blocked;
     decision
 }
 

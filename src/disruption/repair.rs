@@ -62,6 +62,21 @@ pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Opti
     due
 }
 
+/// Whether any of `node`'s conditions is at a policy's unhealthy status, however long it has
+/// held (upstream counts these for its unhealthy-share guard).
+pub fn matches_any(node: &Node, policies: &[RepairPolicy]) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                policies
+                    .iter()
+                    .any(|p| c.type_ == p.condition_type && c.status == p.condition_status)
+            })
+        })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

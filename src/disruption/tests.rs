@@ -659,3 +659,52 @@ fn a_scaled_down_static_pool_removes_empty_nodes_before_busy_ones() {
         .with_node("busier", 4, "on-demand", &[("web-2", "1"), ("web-3", "1")]);
     assert_eq!(world.scale(0).remove, ["empty", "busy"]);
 }
+
+#[test]
+fn do_not_repair_on_the_node_keeps_repair_off_it_and_says_so() {
+    let mut world = World::new(on_demand_pool(consolidating()))
+        .with_node("sick", 4, "on-demand", &[("web-1", "3")])
+        .with_node("well", 4, "on-demand", &[("web-2", "3")])
+        .ready("sick", "Unknown", "2026-03-02T09:00:00Z")
+        .with_repair();
+    Arc::make_mut(&mut world.nodes[0])
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("karpenter.sh/do-not-repair".to_owned(), "true".to_owned());
+    let input = world.input(&[]);
+    let decision = decide(&input);
+    assert!(
+        decision
+            .command
+            .as_ref()
+            .is_none_or(|c| c.method != Method::Repair),
+        "{:?}",
+        decision.command
+    );
+    let (reason, message) = &decision.repair_blocked["sick"];
+    assert_eq!(*reason, "DisruptionBlocked");
+    assert!(
+        message.contains("repair is blocked through the \"karpenter.sh/do-not-repair\" annotation"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_pool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
+    let world = World::new(on_demand_pool(json!({"consolidateAfter": "Never"})))
+        .with_node("a", 4, "on-demand", &[("web-1", "3")])
+        .with_node("b", 4, "on-demand", &[("web-2", "3")])
+        .ready("a", "Unknown", "2026-03-02T09:00:00Z")
+        .ready("b", "False", "2026-03-02T09:58:00Z")
+        .with_repair();
+    let input = world.input(&[]);
+    let decision = decide(&input);
+    assert!(decision.command.is_none(), "{:?}", decision.command);
+    let (reason, message) = &decision.repair_blocked["a"];
+    assert_eq!(*reason, "NodeRepairBlocked");
+    assert_eq!(
+        message,
+        "more than 20% of nodes in nodepool \"default\" are unhealthy"
+    );
+}

@@ -65,7 +65,7 @@ async fn live_claims(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
         .collect()
 }
 
-async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<String> {
+pub(super) async fn events_with_reason(client: &kube::Client, reason: &str) -> Vec<String> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
     events
         .list(&ListParams::default())

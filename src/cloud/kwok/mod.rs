@@ -21,6 +21,9 @@ use kube::{Api, Client};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Upstream's simulated node fault (`KWOKUnhealthyCondition` in its kwok provider).
+pub const KWOK_UNHEALTHY: &str = "KWOKUnhealthy";
+
 /// Launches Node objects for kwok to animate.
 #[derive(Clone)]
 pub struct KwokProvider {
@@ -125,8 +128,16 @@ impl CloudProvider for KwokProvider {
     }
 
     /// Upstream's kwok provider: the kubelet's Ready condition, tolerated 10 minutes.
+    /// Upstream's kwok policies: the kubelet's Ready condition for 10 minutes, and the
+    /// simulated fault `KWOKUnhealthy=True` for 30 seconds (upstream's e2e tests set it).
     fn repair_policies(&self) -> Vec<crate::cloud::RepairPolicy> {
-        crate::cloud::repair::kubelet_not_ready(10).to_vec()
+        let mut policies = crate::cloud::repair::kubelet_not_ready(10).to_vec();
+        policies.push(crate::cloud::RepairPolicy {
+            condition_type: KWOK_UNHEALTHY,
+            condition_status: "True",
+            toleration: std::time::Duration::from_secs(30),
+        });
+        policies
     }
 
     async fn create(

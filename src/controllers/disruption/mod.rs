@@ -30,7 +30,7 @@ use kube::runtime::events::{Event, EventType};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 /// The cluster as one pass reads it; [`Parts::input`] borrows it as the decision's input.
 struct Parts {
@@ -224,7 +224,13 @@ async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &D
     for candidate in &decision.candidates {
         let d = &candidate.disruptability;
         let name = candidate.name().to_owned();
-        let (reason, note) = if let Some(why) = decision.kept.get(&name) {
+        let mut type_ = EventType::Normal;
+        let (reason, note) = if let Some((reason, why)) = decision.repair_blocked.get(&name) {
+            if *reason == "NodeRepairBlocked" {
+                type_ = EventType::Warning;
+            }
+            (*reason, why.clone())
+        } else if let Some(why) = decision.kept.get(&name) {
             ("Unconsolidatable", why.clone())
         } else if d.disruptable_now {
             continue;
@@ -241,7 +247,7 @@ async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &D
             continue;
         }
         let event = Event {
-            type_: EventType::Normal,
+            type_,
             reason: reason.to_owned(),
             note: Some(note),
             action: "Disrupt".to_owned(),
@@ -251,10 +257,17 @@ async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &D
         if let Some(node) = candidate.node {
             targets.push(node.object_ref(&()));
         }
+        // Upstream also warns on the pool when too many of its nodes are unhealthy to repair.
+        if reason == "NodeRepairBlocked"
+            && let Some(pool) = candidate.pool
+        {
+            targets.push(pool.object_ref(&()));
+        }
+        // Through `notices`: the Recorder would fold a new reason for the same claim into the
+        // Event already there and keep its old note.
+        let state = event.note.clone().unwrap_or_default();
         for target in targets {
-            if let Err(e) = ctx.recorder.publish(&event, &target).await {
-                debug!(nodeclaim = %name, error = %e, "could not publish event");
-            }
+            ctx.notices.publish(&event, &target, &state).await;
         }
     }
     memory.announced = seen;

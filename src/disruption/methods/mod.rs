@@ -13,7 +13,7 @@ mod static_drift;
 pub(super) use drift::drift;
 pub(super) use emptiness::emptiness;
 pub(super) use multi_node::multi_node;
-pub(super) use repair::{due as due_for_repair, repair};
+pub(super) use repair::{RepairBlocked, due as due_for_repair, repair};
 pub(super) use single_node::single_node;
 pub(super) use static_drift::static_drift;
 

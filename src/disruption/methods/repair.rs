@@ -5,14 +5,25 @@
 //! As upstream, repair replaces before it terminates (the node's pods get a new home first)
 //! and does not wait for pods that block eviction unless the claim has a
 //! `terminationGracePeriod` to bound the drain; without one such a node is kept, with why.
+//!
+//! Two vetoes, as upstream: `karpenter.sh/do-not-repair` on the Node or the NodeClaim, and a
+//! pool where more than 20% of the nodes are unhealthy (counted by condition, whatever the
+//! toleration): then the fault is likely not the nodes', and replacing them would not help.
 
 use super::super::candidate::Candidate;
 use super::super::candidates::BlockerKind;
 use super::super::consolidation::{Outcome, simulate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
 use super::super::repair::{Unhealthy, unhealthy};
-use crate::apis::DisruptionReason;
+use crate::apis::{DisruptionReason, labels};
 use std::collections::BTreeMap;
+
+/// Upstream's `repairUnhealthyThreshold`: a pool with more unhealthy nodes than this share
+/// (rounded up) is not repaired.
+const UNHEALTHY_THRESHOLD_PERCENT: u64 = 20;
+
+/// Why repair leaves a due claim alone: the Event reason and its message.
+pub(crate) type RepairBlocked = BTreeMap<String, (&'static str, String)>;
 
 /// The judged claims that are due for repair, with their unhealthy condition.
 pub(crate) fn due<'c, 'a>(
@@ -42,8 +53,16 @@ pub(crate) fn repair(
     candidates: &[Candidate<'_>],
     budgets: &mut Budgets,
     kept: &mut BTreeMap<String, String>,
+    blocked: &mut RepairBlocked,
 ) -> Option<Command> {
     let mut due = due(input, candidates);
+    due.retain(|(c, _)| match vetoed(input, candidates, c) {
+        Some(veto) => {
+            blocked.insert(c.name().to_owned(), veto);
+            false
+        }
+        None => true,
+    });
     due.sort_by(|(a, ua), (b, ub)| {
         ua.eligible_at
             .cmp(&ub.eligible_at)
@@ -88,4 +107,47 @@ pub(crate) fn repair(
         }
     }
     None
+}
+
+/// Upstream's vetoes on repairing `candidate`, with the Event that says so.
+fn vetoed(
+    input: &Input<'_>,
+    candidates: &[Candidate<'_>],
+    candidate: &Candidate<'_>,
+) -> Option<(&'static str, String)> {
+    let annotated = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::DO_NOT_REPAIR))
+            .is_some_and(|v| v == "true")
+    };
+    if annotated(&candidate.claim.metadata)
+        || candidate.node.is_some_and(|n| annotated(&n.metadata))
+    {
+        return Some((
+            "DisruptionBlocked",
+            format!(
+                "Cannot disrupt NodeClaim: repair is blocked through the \"{}\" annotation",
+                labels::DO_NOT_REPAIR
+            ),
+        ));
+    }
+    let pool = candidate.pool_name();
+    let nodes: Vec<_> = candidates
+        .iter()
+        .filter(|c| c.pool_name() == pool)
+        .filter_map(|c| c.node)
+        .collect();
+    let sick = nodes
+        .iter()
+        .filter(|n| super::super::repair::matches_any(n, input.repair_policies))
+        .count();
+    let total = u64::try_from(nodes.len()).unwrap_or(u64::MAX);
+    let threshold = (total * UNHEALTHY_THRESHOLD_PERCENT).div_ceil(100);
+    (u64::try_from(sick).unwrap_or(u64::MAX) > threshold).then(|| {
+        (
+            "NodeRepairBlocked",
+            format!("more than {UNHEALTHY_THRESHOLD_PERCENT}% of nodes in nodepool {pool:?} are unhealthy"),
+        )
+    })
 }
