@@ -52,6 +52,21 @@ pub struct PoolReasonLabels {
     pub reason: String,
 }
 
+/// Labels of upstream's Balanced consolidation metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationLabels {
+    /// `approved` or `rejected`.
+    pub decision: String,
+    pub nodepool: String,
+    /// The pool's `consolidationPolicy`.
+    pub policy: String,
+}
+
+/// A histogram with upstream's `karpenter_consolidation_score` buckets.
+fn consolidation_score_histogram() -> Histogram {
+    Histogram::new([0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0])
+}
+
 /// Every metric the agent exports, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -71,6 +86,10 @@ pub struct Metrics {
     pub disruption_eligible_nodes: Family<ReasonLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
     pub disruption_evaluation_seconds: Histogram,
+    /// Balanced pools' move scores (upstream's `karpenter_consolidation_score`).
+    pub consolidation_score: Family<ConsolidationLabels, Histogram, fn() -> Histogram>,
+    /// Consolidation moves approved or rejected (upstream's `karpenter_consolidation_moves_total`).
+    pub consolidation_moves: Family<ConsolidationLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -104,6 +123,8 @@ impl Metrics {
             disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
             disruption_evaluation_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            consolidation_score: Family::new_with_constructor(consolidation_score_histogram),
+            consolidation_moves: Family::default(),
         };
         registry.register(
             "nodeclaims_created",
@@ -184,6 +205,16 @@ impl Metrics {
             "voluntary_disruption_decision_evaluation_duration_seconds",
             "Time one disruption pass took to decide",
             metrics.disruption_evaluation_seconds.clone(),
+        );
+        registry.register(
+            "consolidation_score",
+            "Scores of consolidation moves in Balanced NodePools, by decision, NodePool and policy",
+            metrics.consolidation_score.clone(),
+        );
+        registry.register(
+            "consolidation_moves",
+            "Consolidation moves approved or rejected, by NodePool and policy",
+            metrics.consolidation_moves.clone(),
         );
         Self {
             registry,

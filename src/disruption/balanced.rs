@@ -84,6 +84,23 @@ impl Score {
         self.savings_fraction > 0.0 && self.value() >= 1.0 / self.threshold - 1e-12
     }
 
+    /// Upstream's `ConsolidationApproved` note: "score 3.33 >= threshold 0.50 (k: 2, savings
+    /// 12.5%, disruption 3.8%)".
+    pub fn approved_note(&self) -> String {
+        let k = if self.threshold.fract() == 0.0 {
+            format!("{:.0}", self.threshold)
+        } else {
+            format!("{}", self.threshold)
+        };
+        format!(
+            "score {:.2} >= threshold {:.2} (k: {k}, savings {:.1}%, disruption {:.1}%)",
+            self.value(),
+            1.0 / self.threshold,
+            self.savings_fraction * 100.0,
+            self.disruption_fraction * 100.0
+        )
+    }
+
     /// Upstream's event wording, e.g. "score 0.42 < threshold 0.50 (consolidationThreshold:
     /// 2.0, savings 4.2%, disruption 10.0%)".
     pub fn describe(&self) -> String {
@@ -131,14 +148,17 @@ pub fn delete_score(
     Some(score(&[candidate], 0.0, totals, threshold(pool)))
 }
 
-/// Judges a move of `nodes` replaced by nodes costing `replacement_price` $/h in all: the
-/// first Balanced pool's part that fails, with its score, or `None` when every Balanced pool's
-/// part passes (or no pool is Balanced).
-pub fn rejected(
+/// Each Balanced pool's score for its part of a move, pools by name.
+pub type PoolScores = Vec<(String, Score)>;
+
+/// Scores each Balanced pool's part of a move of `nodes` replaced by nodes costing
+/// `replacement_price` $/h in all (the replacement's price shared by the parts' prices, as
+/// upstream splits savings by each pool's share of the source cost), pools by name.
+pub fn scores(
     nodes: &[&Candidate<'_>],
     replacement_price: f64,
     totals: &HashMap<String, PoolTotals>,
-) -> Option<(String, Score)> {
+) -> PoolScores {
     let total_price: f64 = nodes.iter().map(|c| c.price.unwrap_or_default()).sum();
     let mut pools: Vec<&str> = nodes
         .iter()
@@ -147,6 +167,7 @@ pub fn rejected(
         .collect();
     pools.sort_unstable();
     pools.dedup();
+    let mut out = Vec::new();
     for name in pools {
         let part: Vec<&Candidate<'_>> = nodes
             .iter()
@@ -163,12 +184,24 @@ pub fn rejected(
             replacement_price
         };
         let totals = totals.get(name).copied().unwrap_or_default();
-        let s = score(&part, share, totals, threshold(pool));
-        if !s.approved() {
-            return Some((name.to_owned(), s));
-        }
+        out.push((
+            name.to_owned(),
+            score(&part, share, totals, threshold(pool)),
+        ));
     }
-    None
+    out
+}
+
+/// Judges a move as [`scores`] does: the first Balanced pool's part that fails, with its
+/// score, or `None` when every Balanced pool's part passes (or no pool is Balanced).
+pub fn rejected(
+    nodes: &[&Candidate<'_>],
+    replacement_price: f64,
+    totals: &HashMap<String, PoolTotals>,
+) -> Option<(String, Score)> {
+    scores(nodes, replacement_price, totals)
+        .into_iter()
+        .find(|(_, s)| !s.approved())
 }
 
 #[cfg(test)]
@@ -198,6 +231,14 @@ mod tests {
         assert_eq!(
             marginal.describe(),
             "score 0.42 < threshold 0.50 (consolidationThreshold: 2.0, savings 4.2%, disruption 10.0%)"
+        );
+    }
+
+    #[test]
+    fn an_approved_move_is_announced_in_upstreams_words() {
+        assert_eq!(
+            s(7.26 / 58.08, 3.0 / 80.0).approved_note(),
+            "score 3.33 >= threshold 0.50 (k: 2, savings 12.5%, disruption 3.8%)"
         );
     }
 

@@ -94,6 +94,8 @@ pub struct Command {
     pub candidates: Vec<Disrupted>,
     /// Nodes to launch and see initialized before the candidates go; none for a delete.
     pub replacements: Vec<Replacement>,
+    /// Each Balanced pool's score for its part of the move (all approved).
+    pub scores: Vec<(String, super::balanced::Score)>,
 }
 
 impl Command {
@@ -162,6 +164,8 @@ pub struct Decision<'a> {
     pub repair_blocked: BTreeMap<String, (&'static str, String)>,
     /// What each pool's budgets allow now, per reason.
     pub allowances: BTreeMap<(String, DisruptionReason), Allowance>,
+    /// Consolidation moves a Balanced pool's score turned down this pass, per pool.
+    pub rejected_scores: Vec<(String, super::balanced::Score)>,
 }
 
 impl Decision<'_> {
@@ -212,6 +216,7 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         due_for_repair: Default::default(),
         repair_blocked: BTreeMap::new(),
         allowances,
+        rejected_scores: Vec::new(),
     };
     let budgets = || {
         Budgets(
@@ -228,6 +233,7 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
         .map(|(c, _)| c.name().to_owned())
         .collect();
     let mut repair_blocked = methods::RepairBlocked::new();
+    let mut rejected_scores = Vec::new();
     let command = methods::repair(
         input,
         &decision.candidates,
@@ -238,11 +244,27 @@ pub fn decide<'a>(input: &Input<'a>) -> Decision<'a> {
     .or_else(|| methods::emptiness(&decision.candidates, &mut budgets()))
     .or_else(|| methods::static_drift(input, &decision.candidates, &mut budgets(), &mut kept))
     .or_else(|| methods::drift(input, &decision.candidates, &mut budgets(), &mut kept))
-    .or_else(|| methods::multi_node(input, &decision.candidates, &mut budgets(), &mut kept))
-    .or_else(|| methods::single_node(input, &decision.candidates, &mut budgets(), &mut kept));
+    .or_else(|| {
+        methods::multi_node(
+            input,
+            &decision.candidates,
+            &mut budgets(),
+            &mut rejected_scores,
+        )
+    })
+    .or_else(|| {
+        methods::single_node(
+            input,
+            &decision.candidates,
+            &mut budgets(),
+            &mut kept,
+            &mut rejected_scores,
+        )
+    });
     decision.command = command;
     decision.kept = kept;
     decision.repair_blocked = repair_blocked;
+    decision.rejected_scores = rejected_scores;
     decision
 }
 

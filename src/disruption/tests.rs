@@ -443,6 +443,31 @@ fn a_higher_consolidation_threshold_lets_balanced_take_the_same_move() {
     assert_eq!(command.method, Method::SingleNodeConsolidation);
     assert_eq!(names(&command), ["x"]);
     assert_eq!(replacement_types(&command), ["c-4"]);
+    let (pool, score) = &command.scores[0];
+    assert_eq!(pool, "default");
+    assert!(score.approved(), "the command carries its approved score");
+    assert!(
+        score.approved_note().starts_with("score ") && score.approved_note().contains("(k: 6,"),
+        "{}",
+        score.approved_note()
+    );
+}
+
+#[test]
+fn a_rejected_balanced_move_is_counted_with_its_score() {
+    let world = a_busy_pool_with_an_oversized_node(json!({
+        "consolidateAfter": "0s", "consolidationPolicy": "Balanced", "consolidationThreshold": 4,
+        "budgets": [{"nodes": "100%"}]}));
+    let input = world.input(&[]);
+    let decision = decide(&input);
+    assert!(
+        decision
+            .rejected_scores
+            .iter()
+            .any(|(pool, s)| pool == "default" && !s.approved()),
+        "{:?}",
+        decision.rejected_scores
+    );
 }
 
 #[test]

@@ -18,8 +18,10 @@ mod queue;
 use super::{Context, Error};
 use crate::apis::{DisruptionReason, NodeClaim, NodePool};
 use crate::cloud::{CloudProvider, RepairPolicy};
-use crate::disruption::{self, BlockerKind, Decision, Method, budgets::REASONS, reason_name};
-use crate::metrics::{DecisionLabels, PoolReasonLabels, ReasonLabels};
+use crate::disruption::{
+    self, BlockerKind, Command, Decision, Method, budgets::REASONS, reason_name,
+};
+use crate::metrics::{ConsolidationLabels, DecisionLabels, PoolReasonLabels, ReasonLabels};
 use crate::state::{CachedPod, Catalogues, Snapshot};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -119,6 +121,9 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         .disruption_evaluation_seconds
         .observe(started.elapsed().as_secs_f64());
     record_metrics(ctx, &decision);
+    for (pool, score) in &decision.rejected_scores {
+        record_move(ctx, "rejected", pool, "Balanced", Some(score.value()));
+    }
     announce_invalid_budgets(ctx, &parts.pools, &decision).await;
     announce_blocked(ctx, memory, &decision).await;
     let Some(command) = decision.command else {
@@ -141,6 +146,12 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         }
         Method::Repair | Method::StaticDrift | Method::Drift => command,
     };
+    if matches!(
+        command.method,
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+    ) {
+        announce_moves(ctx, &parts.pools, &command).await;
+    }
     ctx.metrics
         .disruption_decisions
         .get_or_create(&DecisionLabels {
@@ -150,6 +161,84 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         })
         .inc();
     queue::execute(ctx, &command).await
+}
+
+/// Upstream's Balanced bookkeeping for a consolidation about to be carried out: a move counted
+/// per pool (every policy), and for each Balanced pool its score and a `ConsolidationApproved`
+/// Event (on the claim and its Node for one node, on the NodePool for several).
+async fn announce_moves<P>(ctx: &Context<P>, pools: &[Arc<NodePool>], command: &Command) {
+    let mut names: Vec<&str> = command.candidates.iter().map(|c| c.pool.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let Some(pool) = pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        let policy = format!("{:?}", pool.spec.disruption.consolidation_policy);
+        let score = command
+            .scores
+            .iter()
+            .find(|(p, _)| p == name)
+            .map(|(_, s)| s);
+        record_move(ctx, "approved", name, &policy, score.map(|s| s.value()));
+        let Some(score) = score else {
+            continue;
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "ConsolidationApproved".to_owned(),
+            note: Some(score.approved_note()),
+            action: "Disrupt".to_owned(),
+            secondary: None,
+        };
+        let mut targets = Vec::new();
+        if command.method == Method::SingleNodeConsolidation {
+            for c in command.candidates.iter().filter(|c| c.pool == name) {
+                if let Some(claim) = ctx
+                    .claims
+                    .state()
+                    .iter()
+                    .find(|x| x.metadata.name.as_deref() == Some(&c.claim))
+                {
+                    targets.push(claim.object_ref(&()));
+                }
+                if let Some(node) = ctx
+                    .nodes
+                    .state()
+                    .iter()
+                    .find(|x| x.metadata.name.as_deref() == Some(&c.node))
+                {
+                    targets.push(node.object_ref(&()));
+                }
+            }
+        } else {
+            targets.push(pool.object_ref(&()));
+        }
+        for target in targets {
+            if let Err(e) = ctx.recorder.publish(&event, &target).await {
+                warn!(nodepool = name, error = %e, "could not publish event");
+            }
+        }
+    }
+}
+
+/// Counts a consolidation move, and scores it when its pool is Balanced.
+fn record_move<P>(ctx: &Context<P>, decision: &str, pool: &str, policy: &str, score: Option<f64>) {
+    let labels = ConsolidationLabels {
+        decision: decision.to_owned(),
+        nodepool: pool.to_owned(),
+        policy: policy.to_owned(),
+    };
+    ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
+    if let Some(score) = score.filter(|s| s.is_finite()) {
+        ctx.metrics
+            .consolidation_score
+            .get_or_create(&labels)
+            .observe(score);
+    }
 }
 
 fn record_metrics<P>(ctx: &Context<P>, decision: &Decision<'_>) {

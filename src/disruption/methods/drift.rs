@@ -27,6 +27,7 @@ pub(crate) fn drift(
         reason: DisruptionReason::Drifted,
         candidates,
         replacements,
+        scores: Vec::new(),
     };
     let empty: Vec<_> = drifted
         .iter()

@@ -22,5 +22,6 @@ pub(crate) fn emptiness(candidates: &[Candidate<'_>], budgets: &mut Budgets) -> 
         reason: DisruptionReason::Empty,
         candidates: chosen,
         replacements: Vec::new(),
+        scores: Vec::new(),
     })
 }

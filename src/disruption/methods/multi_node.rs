@@ -10,13 +10,12 @@ use super::super::consolidation::{Outcome, consolidate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
 use super::super::room::Room;
 use super::{CONSOLIDATION, consolidatable, replacement_price};
-use std::collections::BTreeMap;
 
 pub(crate) fn multi_node(
     input: &Input<'_>,
     candidates: &[Candidate<'_>],
     budgets: &mut Budgets,
-    _kept: &mut BTreeMap<String, String>,
+    rejected: &mut Vec<(String, balanced::Score)>,
 ) -> Option<Command> {
     let pool: Vec<&Candidate<'_>> = consolidatable(candidates)
         .into_iter()
@@ -29,35 +28,40 @@ pub(crate) fn multi_node(
     let totals = balanced::pool_totals(candidates);
     let room = Room::of(&input.snapshot);
     let (mut low, mut high) = (2, pool.len());
-    let mut best: Option<(usize, Outcome)> = None;
+    let mut best: Option<(usize, Outcome, balanced::PoolScores)> = None;
+    // Upstream records one rejection per pass: the last window its score turned down.
+    let mut last_rejected: Option<(String, balanced::Score)> = None;
     while low <= high {
         let mid = (low + high) / 2;
         if !room.could_move(&pool[..mid]) {
             high = mid - 1;
             continue;
         }
-        match consolidate(
+        let outcome = consolidate(
             &input.snapshot,
             &pool[..mid],
             input.options.spot_to_spot,
             true,
-        ) {
-            Outcome::Keep(_) => high = mid - 1,
-            Outcome::Replace(r)
-                if balanced::rejected(&pool[..mid], replacement_price(&r), &totals).is_some() =>
-            {
-                high = mid - 1
+        );
+        let price = match &outcome {
+            Outcome::Keep(_) => {
+                high = mid - 1;
+                continue;
             }
-            Outcome::Delete if balanced::rejected(&pool[..mid], 0.0, &totals).is_some() => {
-                high = mid - 1
-            }
-            outcome => {
-                best = Some((mid, outcome));
-                low = mid + 1;
-            }
+            Outcome::Replace(r) => replacement_price(r),
+            Outcome::Delete => 0.0,
+        };
+        let scores = balanced::scores(&pool[..mid], price, &totals);
+        if let Some(failed) = scores.iter().find(|(_, s)| !s.approved()) {
+            last_rejected = Some(failed.clone());
+            high = mid - 1;
+        } else {
+            best = Some((mid, outcome, scores));
+            low = mid + 1;
         }
     }
-    let (n, outcome) = best?;
+    rejected.extend(last_rejected);
+    let (n, outcome, scores) = best?;
     let replacements = match outcome {
         Outcome::Replace(r) => r,
         _ => Vec::new(),
@@ -67,5 +71,6 @@ pub(crate) fn multi_node(
         reason: CONSOLIDATION,
         candidates: pool[..n].iter().map(|c| disrupted(c)).collect(),
         replacements,
+        scores,
     })
 }

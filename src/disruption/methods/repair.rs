@@ -94,6 +94,7 @@ pub(crate) fn repair(
             reason: DisruptionReason::Unhealthy,
             candidates: vec![disrupted(candidate)],
             replacements,
+            scores: Vec::new(),
         };
         match simulate(&input.snapshot, &[candidate]) {
             Outcome::Delete => return Some(command(Vec::new())),

@@ -17,6 +17,7 @@ pub(crate) fn single_node(
     candidates: &[Candidate<'_>],
     budgets: &mut Budgets,
     kept: &mut BTreeMap<String, String>,
+    rejected: &mut Vec<(String, balanced::Score)>,
 ) -> Option<Command> {
     let totals = balanced::pool_totals(candidates);
     let room = Room::of(&input.snapshot);
@@ -60,9 +61,8 @@ pub(crate) fn single_node(
                 continue;
             }
         };
-        if let Some((_, score)) =
-            balanced::rejected(&[candidate], replacement_price(&replacements), &totals)
-        {
+        let scores = balanced::scores(&[candidate], replacement_price(&replacements), &totals);
+        if let Some((pool, score)) = scores.iter().find(|(_, s)| !s.approved()) {
             kept.insert(
                 candidate.name().to_owned(),
                 format!(
@@ -70,6 +70,7 @@ pub(crate) fn single_node(
                     score.describe()
                 ),
             );
+            rejected.push((pool.clone(), *score));
             continue;
         }
         return Some(Command {
@@ -77,6 +78,7 @@ pub(crate) fn single_node(
             reason: CONSOLIDATION,
             candidates: vec![disrupted(candidate)],
             replacements,
+            scores,
         });
     }
     None

@@ -80,6 +80,7 @@ pub(crate) fn static_drift(
                 reason: DisruptionReason::Drifted,
                 candidates: chosen,
                 replacements,
+                scores: Vec::new(),
             });
         }
     }
