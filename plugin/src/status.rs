@@ -282,10 +282,13 @@ pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) ->
     if !report.node_pools.is_empty() {
         let mut table = Table::new(&["nodepool", "nodes", "cpu", "memory", "$/hour", "age"]);
         for pool in &report.node_pools {
-            let nodes = match pool.node_limit {
+            let mut nodes = match pool.node_limit {
                 Some(limit) => format!("{}/{limit}", pool.nodes),
                 None => pool.nodes.to_string(),
             };
+            if let Some(replicas) = pool.replicas {
+                nodes.push_str(&format!(" (static: {replicas})"));
+            }
             let price = if pool.nodes > 0 && pool.unpriced == pool.nodes {
                 "-".to_owned()
             } else {
@@ -410,6 +413,24 @@ mod tests {
         let text =
             output::render_data(Format::Json, "Status", &report, fixtures::now()).expect("json");
         insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn a_static_pool_shows_its_replicas_beside_its_nodes() {
+        let mut cluster = fixtures::cluster();
+        let general = cluster
+            .node_pools
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("general"))
+            .expect("the general pool");
+        general.spec.replicas = Some(3);
+        let report = report(&cluster, &args(Format::Table), fixtures::now());
+        let screen = render(&report, fixtures::now(), false, false);
+        let line = screen
+            .lines()
+            .find(|l| l.starts_with("general"))
+            .expect("a row for general");
+        assert!(line.contains("1 (static: 3)"), "{line}");
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub struct PoolSummary {
     /// The pool's weight, if set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<i32>,
+    /// A static pool's node count (`replicas`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,
 }
@@ -296,6 +299,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
                 price_per_hour: price,
                 unpriced,
                 weight: pool.spec.weight,
+                replicas: pool.spec.replicas,
                 created_at: pool.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 name,
             }
