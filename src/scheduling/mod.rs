@@ -404,6 +404,35 @@ impl NewClaim {
         self.pod_requests.saturating_add(&self.daemon_requests)
     }
 
+    /// The labels the NodeClaim (and so its Node) carries: the pool's template labels and
+    /// `karpenter.sh/nodepool`, plus a value for every other custom key the claim's
+    /// requirements constrain (upstream's `resolveCustomLabelsFromRequirements`: a pool's
+    /// `tenant In [acme]`, or a pod's `nodeSelector` narrowing a pool's `tenant Exists`), so
+    /// pods that select on them can land. Well-known keys come from the launch (instance type,
+    /// zone, capacity type...); `kubernetes.io/hostname` and Karpenter's lifecycle labels never
+    /// come from requirements.
+    pub fn node_labels(&self) -> BTreeMap<String, String> {
+        let mut out = self.labels.clone();
+        for requirement in self.requirements.iter() {
+            let key = requirement.key();
+            if requirements::is_well_known(key)
+                || out.contains_key(key)
+                || [
+                    crate::apis::labels::HOSTNAME,
+                    crate::apis::labels::NODE_REGISTERED,
+                    crate::apis::labels::NODE_INITIALIZED,
+                ]
+                .contains(&key)
+            {
+                continue;
+            }
+            if let Some(value) = requirement.any_value() {
+                out.insert(key.to_owned(), value);
+            }
+        }
+        out
+    }
+
     /// The hourly price of the cheapest option.
     pub fn price(&self) -> f64 {
         self.instance_types.first().map_or(0.0, |o| o.price)

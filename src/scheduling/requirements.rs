@@ -283,6 +283,22 @@ impl Requirement {
         (listed != self.complement) && within_bounds(value, self.gte, self.lte)
     }
 
+    /// A value a node's label can take to satisfy this requirement (upstream's
+    /// `Requirement.Any()`): the first allowed value of a finite set; for `Exists`, `NotIn` and
+    /// the bounds of `Gt`/`Lt`, the smallest non-negative integer the requirement allows
+    /// (upstream draws a random one). `None` when no value can (`DoesNotExist`, an empty set).
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().find(|v| self.has(v)).cloned();
+        }
+        let low = self.gte.unwrap_or(0).max(0);
+        let high = self.lte.unwrap_or(i64::MAX);
+        (low..=high)
+            .take(self.values.len() + 1)
+            .map(|n| n.to_string())
+            .find(|v| self.has(v))
+    }
+
     /// Whether a node *without* this label satisfies the requirement (`NotIn`, `DoesNotExist`).
     pub fn allows_absent(&self) -> bool {
         matches!(
@@ -966,5 +982,44 @@ mod tests {
             }
             prop_assert_eq!(both.is_subset_of(&a) || !both.is_finite(), true);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod any_value_tests {
+    use super::*;
+    use crate::apis::RequirementOperator;
+
+    fn req(op: RequirementOperator, values: &[&str]) -> Requirement {
+        Requirement::new("tenant", op, values.iter().copied()).expect("a requirement")
+    }
+
+    #[test]
+    fn a_label_value_is_chosen_that_satisfies_the_requirement() {
+        assert_eq!(
+            req(RequirementOperator::In, &["acme", "beta"])
+                .any_value()
+                .as_deref(),
+            Some("acme")
+        );
+        assert_eq!(
+            req(RequirementOperator::Exists, &[]).any_value().as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            req(RequirementOperator::NotIn, &["0", "1"])
+                .any_value()
+                .as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            req(RequirementOperator::Gt, &["5"]).any_value().as_deref(),
+            Some("6")
+        );
+        assert_eq!(
+            req(RequirementOperator::DoesNotExist, &[]).any_value(),
+            None
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 mod disruption;
 mod drift;
+mod node_labels;
 mod repair;
 mod static_capacity;
 mod termination;

@@ -3,7 +3,10 @@
 //! it Ready); deleting a claim terminates its instance; instances no claim owns are collected;
 //! an interruption event on the queue replaces the node.
 
-use crate::cloud_agent::{claims_of, clean_up, kubelet, running, workload};
+use crate::cloud_agent::{
+    assert_tenant_pods_share_one_labelled_node, claims_of, clean_up, kubelet, running,
+    tenant_requirement, tenant_workload, workload,
+};
 use crate::env::Env;
 use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
@@ -71,6 +74,13 @@ async fn start_with(env: &Env, queue: Option<String>, settings: Settings) -> Age
         client.clone(),
         env.cluster.clone(),
         aws_node_name,
+        {
+            let ec2 = env.ec2.clone();
+            move |id| {
+                let ec2 = ec2.clone();
+                async move { node_labels_sent(&ec2, &id).await }
+            }
+        },
     ))];
     if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
         tasks.push(tokio::spawn(dump_state()));
@@ -133,6 +143,38 @@ fn instance_id(claim: &NodeClaim) -> String {
             claim.name_any()
         ),
     }
+}
+
+/// The `--node-labels` the instance's user data passes its kubelet, read back from EC2 as the
+/// instance would (`DescribeInstanceAttribute userData`).
+async fn node_labels_sent(
+    ec2: &aws_sdk_ec2::Client,
+    id: &ProviderId,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    use base64::Engine;
+    let ProviderId::Aws { instance_id, .. } = id else {
+        return None;
+    };
+    let out = ec2
+        .describe_instance_attribute()
+        .instance_id(instance_id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .ok()?;
+    let encoded = out.user_data()?.value()?;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut text = String::from_utf8(engine.decode(encoded).ok()?).ok()?;
+    // moto keeps the launch template's (already encoded) user data as the instance's.
+    if !text.contains("--node-labels")
+        && let Some(again) = engine
+            .decode(text.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+    {
+        text = again;
+    }
+    Some(crate::cloud_agent::node_labels_flag(&text))
 }
 
 /// The Node name EKS gives an instance (`ip-<instance id>` stands in for its private DNS name).
@@ -545,4 +587,21 @@ async fn consolidation_replaces_a_half_empty_instance_with_a_cheaper_one_and_ter
     .await;
     assert_eq!(env.state(&instance_id(&small)).await, "running");
     clean_up(&client, "agent-shrink-app", "agent-shrink", "ec2nodeclass").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_select_a_pools_custom_label_run_on_one_moto_node_that_carries_it() {
+    let _guard = exclusive();
+    let env = Env::new("tenant-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    let _agent = start(&env, None).await;
+    apply(&node_class("tenant-demo", &env.cluster, &role));
+    apply(&pool("tenant-demo", &["m5.large"]).replace(
+        "      nodeClassRef:",
+        &format!("{}\n      nodeClassRef:", tenant_requirement()),
+    ));
+    apply(&tenant_workload("tenant-demo-app"));
+    assert_tenant_pods_share_one_labelled_node(&client, "tenant-demo-app", "tenant-demo").await;
+    clean_up(&client, "tenant-demo-app", "tenant-demo", "ec2nodeclass").await;
 }

@@ -4,7 +4,10 @@
 //! VMs no claim owns are collected; a failed operation is retried; a stockout moves the claim to
 //! the next type with an Event saying why; a preempted VM's node is replaced.
 
-use crate::cloud_agent::{claims_of, clean_up, kubelet, running, workload};
+use crate::cloud_agent::{
+    assert_tenant_pods_share_one_labelled_node, claims_of, clean_up, kubelet, running,
+    tenant_requirement, tenant_workload, workload,
+};
 use crate::rig::rig;
 use crate::{apply, config, exclusive, fake, node_class, wait_for};
 use k8s_openapi::api::core::v1::{Event, Node};
@@ -33,8 +36,9 @@ impl Drop for Agent {
     }
 }
 
-async fn start(config: GcpConfig) -> Agent {
+async fn start(fake: &gcp_fake::FakeGcp, config: GcpConfig) -> Agent {
     start_with(
+        fake,
         config,
         Settings {
             garbage_collection_interval: Duration::from_secs(2),
@@ -45,7 +49,7 @@ async fn start(config: GcpConfig) -> Agent {
     .await
 }
 
-async fn start_with(config: GcpConfig, settings: Settings) -> Agent {
+async fn start_with(fake: &gcp_fake::FakeGcp, config: GcpConfig, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
     let client = rig().agent_client().await;
     let cluster = config.cluster_name.clone();
@@ -62,7 +66,13 @@ async fn start_with(config: GcpConfig, settings: Settings) -> Agent {
                     controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
             }
         }),
-        tokio::spawn(kubelet(client, cluster, gce_node_name)),
+        tokio::spawn(kubelet(client, cluster, gce_node_name, {
+            let state = fake.shared();
+            move |id| {
+                let state = state.clone();
+                async move { kube_labels_of(&state, &id) }
+            }
+        })),
     ];
     Agent { tasks, provider }
 }
@@ -120,6 +130,36 @@ async fn events_for(client: &kube::Client, claim: &str) -> Vec<Event> {
         .collect()
 }
 
+/// The labels GKE's node bootstrap gives the kubelet: the VM's `kube-labels` metadata item, as
+/// the launch wrote it into the fake.
+fn kube_labels_of(
+    state: &gcp_fake::Shared,
+    id: &ProviderId,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let ProviderId::Gce {
+        project,
+        zone,
+        name,
+    } = id
+    else {
+        return None;
+    };
+    let state = gcp_fake::lock(state);
+    let vm = state
+        .compute
+        .projects
+        .get(project)?
+        .instances
+        .get(&(zone.clone(), name.clone()))?;
+    let items = vm["metadata"]["items"].as_array()?;
+    let list = items
+        .iter()
+        .find(|i| i["key"] == "kube-labels")
+        .and_then(|i| i["value"].as_str())
+        .unwrap_or_default();
+    Some(crate::cloud_agent::kube_labels(list))
+}
+
 /// GKE names a Node after its VM.
 fn gce_node_name(id: &ProviderId) -> Option<String> {
     match id {
@@ -141,7 +181,7 @@ async fn a_pending_pod_gets_a_fake_gce_vm_that_goes_with_its_claim_and_vms_no_cl
         "Internal error. Please try again.",
         500,
     );
-    let agent = start(config(&fake, project, cluster)).await;
+    let agent = start(&fake, config(&fake, project, cluster)).await;
     apply(&node_class(cluster, project));
     apply(&pool(
         cluster,
@@ -282,7 +322,7 @@ async fn a_stockout_of_the_cheapest_type_sends_the_claim_to_the_next_type_with_a
     // One offering per launch, so the claim fails and provisioning plans again around the hole.
     let mut config = config(&fake, project, cluster);
     config.max_launch_attempts = 1;
-    let agent = start(config).await;
+    let agent = start(&fake, config).await;
     apply(&node_class(cluster, project));
     apply(&pool(
         cluster,
@@ -356,7 +396,7 @@ async fn a_preempted_spot_vm_has_its_node_replaced() {
     let (project, cluster) = ("preempt-agent", "gcp-preempt");
     let fake = fake(project).await;
     let client = rig().client().await;
-    let agent = start(config(&fake, project, cluster)).await;
+    let agent = start(&fake, config(&fake, project, cluster)).await;
     apply(&node_class(cluster, project));
     apply(&pool(cluster, &["e2-standard-2"], "spot"));
     apply(&workload("gcp-preempt-app", cluster, 1));
@@ -447,6 +487,7 @@ async fn consolidation_replaces_a_half_empty_vm_with_a_cheaper_one_and_deletes_t
     let fake = fake(project).await;
     let client = rig().client().await;
     let _agent = start_with(
+        &fake,
         config(&fake, project, cluster),
         Settings {
             garbage_collection_interval: Duration::from_secs(2),
@@ -522,4 +563,21 @@ async fn consolidation_replaces_a_half_empty_vm_with_a_cheaper_one_and_deletes_t
     )
     .await;
     clean_up(&client, "gcp-shrink-app", cluster, "gcenodeclass").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_select_a_pools_custom_label_run_on_one_gce_node_that_carries_it() {
+    let _guard = exclusive();
+    let (project, cluster) = ("tenant-demo", "tenant-demo");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    let _agent = start(&fake, config(&fake, project, cluster)).await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2"], "on-demand").replace(
+        "      nodeClassRef:",
+        &format!("{}\n      nodeClassRef:", tenant_requirement()),
+    ));
+    apply(&tenant_workload("tenant-demo-app"));
+    assert_tenant_pods_share_one_labelled_node(&client, "tenant-demo-app", cluster).await;
+    clean_up(&client, "tenant-demo-app", cluster, "gcenodeclass").await;
 }

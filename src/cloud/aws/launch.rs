@@ -146,17 +146,9 @@ fn tag(key: &str, value: &str) -> Tag {
     Tag::builder().key(key).value(value).build()
 }
 
-/// Labels the kubelet may set on itself (no kubernetes.io / k8s.io keys).
+/// The claim's labels its kubelet may set through `--node-labels`; registration adds the rest.
 fn kubelet_labels(claim: &NodeClaim) -> BTreeMap<String, String> {
-    claim
-        .labels()
-        .iter()
-        .filter(|(k, _)| {
-            let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
-            !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+    crate::cloud::kubelet_labels::kubelet_labels(claim.labels())
 }
 
 async fn ensure_launch_template(

@@ -301,13 +301,8 @@ pub fn instance_body(
         })
         .unwrap_or_default();
     kube_labels.extend(
-        claim
-            .labels()
+        crate::cloud::kubelet_labels::kubelet_labels(claim.labels())
             .iter()
-            .filter(|(k, _)| {
-                let domain = k.split_once('/').map(|(d, _)| d).unwrap_or_default();
-                !(domain.ends_with("kubernetes.io") || domain.ends_with("k8s.io"))
-            })
             .map(|(k, v)| format!("{k}={v}")),
     );
     metadata.insert("kube-labels".to_owned(), kube_labels.join(","));

@@ -17,7 +17,7 @@ use crate::scheduling::Requirements;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -170,14 +170,31 @@ impl CloudProvider for KwokProvider {
             tokio::time::sleep(delay).await;
         }
 
-        let mut node_labels = single_values(&instance_type.requirements);
-        node_labels.extend(claim.metadata.labels.clone().unwrap_or_default());
-        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.name.clone());
-        node_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
-        node_labels.insert(
+        // What the instance type fixes (arch, os, family, CPU...), with the offering: the
+        // launch's answer, which the lifecycle records on the claim.
+        let mut type_labels = single_values(&instance_type.requirements);
+        type_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.name.clone());
+        type_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
+        type_labels.insert(
             labels::CAPACITY_TYPE.to_owned(),
             offering.capacity_type.clone(),
         );
+        // The Node as a kubelet registers it: the claim's labels it may set (its
+        // `--node-labels`), its own arch, os and hostname, and the instance type and zone a
+        // cloud controller manager adds. The rest (custom requirement values, the type's
+        // Karpenter labels) must come from the agent's registration, as on a real cloud.
+        let mut node_labels = crate::cloud::kubelet_labels::kubelet_labels(claim.labels());
+        for key in [
+            labels::ARCH,
+            labels::OS,
+            labels::INSTANCE_TYPE,
+            labels::ZONE,
+            labels::CAPACITY_TYPE,
+        ] {
+            if let Some(value) = type_labels.get(key) {
+                node_labels.insert(key.to_owned(), value.clone());
+            }
+        }
         node_labels.insert(labels::HOSTNAME.to_owned(), claim_name.clone());
         node_labels.insert(
             labels::KWOK_NODE.to_owned(),
@@ -245,6 +262,10 @@ impl CloudProvider for KwokProvider {
             Err(e) => return Err(CloudError::api("creating the simulated node", e)),
         };
         self.instance_from_node(&created)
+            .map(|instance| Instance {
+                labels: type_labels,
+                ..instance
+            })
             .ok_or_else(|| CloudError::NodeClassNotReady {
                 name: class_name.clone(),
                 reason: format!(

@@ -117,14 +117,22 @@ async fn record_launch<P>(
     ctx: &Context<P>,
 ) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    // The launch's annotations (the node class's hash) go on with the labels, as upstream
-    // copies what its provider's `Create` returned onto the claim.
+    // What the launch chose goes onto the claim, as upstream copies the labels and annotations
+    // its provider's `Create` returned: every label of the instance type (arch, os, family,
+    // CPU count, GPU...), its zone and capacity type, and the node class's hash. Registration
+    // then syncs the labels onto the Node.
+    let mut launch_labels = instance.labels.clone();
+    launch_labels.insert(
+        labels::INSTANCE_TYPE.to_owned(),
+        instance.instance_type.clone(),
+    );
+    launch_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
+    launch_labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        instance.capacity_type.clone(),
+    );
     let label_patch = json!({"metadata": {
-        "labels": {
-            labels::INSTANCE_TYPE: instance.instance_type,
-            labels::ZONE: instance.zone,
-            labels::CAPACITY_TYPE: instance.capacity_type,
-        },
+        "labels": launch_labels,
         "annotations": instance.annotations,
     }});
     api.patch(

@@ -55,7 +55,7 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
         labels::INSTANCE_TYPE_OPTIONS.to_owned(),
         serde_json::Value::from(options).to_string(),
     );
-    let mut claim_labels = plan.labels.clone();
+    let mut claim_labels = plan.node_labels();
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());
     NodeClaim {
         metadata: ObjectMeta {

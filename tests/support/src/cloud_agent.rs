@@ -82,6 +82,74 @@ spec:
     )
 }
 
+/// Issue 14's scenario: two pods that select `tenant: acme` and tolerate its taint, for a pool
+/// restricted to that tenant (see [`tenant_requirement`]).
+pub fn tenant_workload(namespace: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: acme, namespace: {namespace}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: acme}}}}
+  template:
+    metadata: {{labels: {{app: acme}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{tenant: acme}}
+      tolerations: [{{key: tenant, operator: Equal, value: acme, effect: NoSchedule}}]
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: 100m}}}}
+"#
+    )
+}
+
+/// The requirement and taint that restrict a pool to the `acme` tenant, to splice into a
+/// pool's template spec (a requirement list item, then `taints`, six spaces in).
+pub fn tenant_requirement() -> &'static str {
+    "        - {key: tenant, operator: In, values: [acme]}\n      taints: [{key: tenant, value: acme, effect: NoSchedule}]"
+}
+
+/// Waits until both tenant pods run, then gives a runaway launch loop time to show itself and
+/// asserts the pool has exactly one claim whose Node carries `tenant=acme`.
+pub async fn assert_tenant_pods_share_one_labelled_node(
+    client: &kube::Client,
+    namespace: &str,
+    pool: &str,
+) {
+    wait_for(
+        "both tenant pods running",
+        Duration::from_secs(180),
+        || async { (running(client, namespace).await.len() == 2).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let claims = claims_of(client, pool).await;
+    assert_eq!(claims.len(), 1, "one node for both pods, no more launched");
+    let node_name = claims[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("the claim's node");
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .expect("the node");
+    assert_eq!(
+        node.labels().get("tenant").map(String::as_str),
+        Some("acme"),
+        "{:?}",
+        node.labels()
+    );
+}
+
 pub async fn claims_of(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
     let api: Api<NodeClaim> = Api::all(client.clone());
     api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL)))
@@ -99,13 +167,22 @@ pub async fn running(client: &kube::Client, namespace: &str) -> Vec<Pod> {
 }
 
 /// Stands in for the kubelet of each instance launched for `cluster`'s claims: registers a Node
-/// named `node_name(providerID)` with the claim's providerID, capacity and labels (and the kwok
-/// label, so kwok keeps it Ready). Instances of another cloud (`node_name` gives `None`) are left.
-pub async fn kubelet(
+/// named `node_name(providerID)` with the claim's providerID and capacity, as a kubelet
+/// would: the labels its bootstrap passed (`bootstrap(providerID)` reads the `--node-labels` the
+/// launch sent from the cloud, `None` until it can), of those only what a kubelet may set, its
+/// own hostname, arch and os, and the instance type and zone a cloud controller manager adds
+/// (plus the kwok label, so kwok keeps it Ready). Everything else must come from the agent's
+/// registration, so a label the agent forgets is missing here as on a real cluster. Instances of
+/// another cloud (`node_name` gives `None`) are left.
+pub async fn kubelet<B, F>(
     client: kube::Client,
     cluster: String,
     node_name: fn(&ProviderId) -> Option<String>,
-) {
+    bootstrap: B,
+) where
+    B: Fn(ProviderId) -> F,
+    F: std::future::Future<Output = Option<BTreeMap<String, String>>>,
+{
     let claims: Api<NodeClaim> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client);
     loop {
@@ -117,12 +194,10 @@ pub async fn kubelet(
                 let Some(provider_id) = status.provider_id.clone() else {
                     continue;
                 };
-                let Some(name) = provider_id
-                    .parse::<ProviderId>()
-                    .ok()
-                    .as_ref()
-                    .and_then(node_name)
-                else {
+                let Ok(id) = provider_id.parse::<ProviderId>() else {
+                    continue;
+                };
+                let Some(name) = node_name(&id) else {
                     continue;
                 };
                 if claim.metadata.deletion_timestamp.is_some()
@@ -133,7 +208,17 @@ pub async fn kubelet(
                 if nodes.get_opt(&name).await.ok().flatten().is_some() {
                     continue;
                 }
-                let mut node_labels: BTreeMap<String, String> = claim.labels().clone();
+                let Some(sent) = bootstrap(id).await else {
+                    continue;
+                };
+                let mut node_labels = karpenter_core::cloud::kubelet_labels::kubelet_labels(&sent);
+                for key in [labels::INSTANCE_TYPE, labels::ZONE] {
+                    if let Some(value) = claim.labels().get(key) {
+                        node_labels.insert(key.to_owned(), value.clone());
+                    }
+                }
+                node_labels.insert(labels::ARCH.to_owned(), "amd64".to_owned());
+                node_labels.insert(labels::OS.to_owned(), "linux".to_owned());
                 node_labels.insert(
                     labels::KWOK_NODE.to_owned(),
                     labels::KWOK_NODE_FAKE.to_owned(),
@@ -153,6 +238,27 @@ pub async fn kubelet(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The labels in a kubelet flag list (`--node-labels=a=b,c=d`, as user data or GCE's
+/// `kube-labels` carries them), wherever `text` has them.
+pub fn node_labels_flag(text: &str) -> BTreeMap<String, String> {
+    let Some(start) = text.find("--node-labels=") else {
+        return BTreeMap::new();
+    };
+    let rest = &text[start + "--node-labels=".len()..];
+    let end = rest
+        .find(|c: char| c == '"' || c == '\'' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    kube_labels(&rest[..end])
+}
+
+/// `a=b,c=d` as a map.
+pub fn kube_labels(list: &str) -> BTreeMap<String, String> {
+    list.split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// Deletes the workload's namespace, then the pool's claims through the running agent (which
