@@ -28,9 +28,23 @@ pub struct KWOKNodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = r"^([0-9]+(ms|s|m|h))+$"))]
     pub node_registration_delay: Option<String>,
+    /// How long after its Node registers a simulated device plugin takes to report the node's
+    /// extended resources (GPUs): until then the Node reports them as zero, as a kubelet does
+    /// (default: at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub device_plugin_delay: Option<String>,
 }
 
 impl KWOKNodeClassSpec {
+    /// The device plugin's delay; zero when unset.
+    pub fn device_plugin_delay(&self) -> Duration {
+        self.device_plugin_delay
+            .as_deref()
+            .and_then(|text| parse_duration(text).ok())
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// The registration delay; zero when unset.
     pub fn registration_delay(&self) -> Duration {
         self.node_registration_delay

@@ -221,6 +221,19 @@ fn existing_capacity<'a>(
                     && !startup
                     && !(starting && crate::scheduling::taints::is_known_ephemeral(t))
             });
+            // Until it is initialized a node holds what its claim was launched with (upstream's
+            // `StateNode.Allocatable`): its kubelet reports a GPU as zero until the device
+            // plugin registers it, and the GPU pod waiting for it must not look unplaced.
+            if starting
+                && let Some(launched) = claim
+                    .status
+                    .as_ref()
+                    .map(|s| &s.allocatable)
+                    .filter(|a| !a.is_empty())
+                    .and_then(|a| ResourceList::from_quantities(a).ok())
+            {
+                candidate.allocatable = candidate.allocatable.max_by_resource(&launched);
+            }
         }
         capacity.nodes.push(candidate);
     }

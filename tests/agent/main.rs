@@ -6,6 +6,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+mod device_plugin;
 mod disruption;
 mod drift;
 mod node_labels;

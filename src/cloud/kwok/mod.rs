@@ -15,9 +15,11 @@ use crate::resources::ResourceList;
 use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -85,6 +87,11 @@ impl KwokProvider {
             annotations: BTreeMap::new(),
         })
     }
+}
+
+/// Whether a resource is an extended one (a device plugin's, e.g. `nvidia.com/gpu`).
+fn is_extended(resource: &str) -> bool {
+    resource.contains('/') && !resource.contains("kubernetes.io/")
 }
 
 /// Label on simulated nodes naming the NodeClaim they were launched for (the cloud "tag").
@@ -213,8 +220,29 @@ impl CloudProvider for KwokProvider {
             effect: "NoExecute".to_owned(),
             ..Taint::default()
         });
+        // A kubelet reports extended resources (GPUs) as zero until their device plugin
+        // registers; the simulated device plugin below reports them after the class's delay.
         let capacity = instance_type.capacity.to_quantities();
         let allocatable = instance_type.allocatable().to_quantities();
+        let device_plugin = capacity.keys().any(|r| is_extended(r)).then(|| {
+            (
+                json!({"status": {"capacity": capacity.clone(), "allocatable": allocatable.clone()}}),
+                class.spec.device_plugin_delay(),
+            )
+        });
+        let zeroed = |list: &BTreeMap<String, Quantity>| -> BTreeMap<String, Quantity> {
+            list.iter()
+                .map(|(k, v)| {
+                    let v = if is_extended(k) {
+                        Quantity("0".to_owned())
+                    } else {
+                        v.clone()
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        };
+        let (capacity, allocatable) = (zeroed(&capacity), zeroed(&allocatable));
         let arch = node_labels
             .get(labels::ARCH)
             .cloned()
@@ -252,7 +280,21 @@ impl CloudProvider for KwokProvider {
             }),
         };
         let created = match self.nodes.create(&PostParams::default(), &node).await {
-            Ok(node) => node,
+            Ok(node) => {
+                if let Some((patch, delay)) = device_plugin {
+                    let (nodes, name) = (self.nodes.clone(), claim_name.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        if let Err(e) = nodes
+                            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                            .await
+                        {
+                            tracing::warn!(node = %name, error = %e, "the simulated device plugin could not register");
+                        }
+                    });
+                }
+                node
+            }
             // A restart between launching and recording the launch: adopt what is there.
             Err(kube::Error::Api(status)) if status.code == 409 => self
                 .nodes
@@ -264,6 +306,9 @@ impl CloudProvider for KwokProvider {
         self.instance_from_node(&created)
             .map(|instance| Instance {
                 labels: type_labels,
+                // What the machine has, not what its kubelet reports yet (GPUs at zero).
+                capacity: instance_type.capacity.clone(),
+                allocatable: instance_type.allocatable(),
                 ..instance
             })
             .ok_or_else(|| CloudError::NodeClassNotReady {

@@ -1,5 +1,8 @@
-//! Initialization: a registered Node is initialized once it is Ready and neither the claim's
-//! startup taints nor the known ephemeral (not-ready) taints remain; then the Node is labelled
+//! Initialization: a registered Node is initialized once it is Ready, neither the claim's
+//! startup taints nor the known ephemeral (not-ready) taints remain, and every resource the
+//! claim was launched for is allocatable (a GPU's device plugin has registered it: the kubelet
+//! reports extended resources as zero until then, and provisioning would otherwise launch a
+//! second GPU node for pods that are only waiting for the first); then the Node is labelled
 //! initialized and the claim marked Initialized and Ready.
 //!
 //! Follows upstream's `pkg/controllers/nodeclaim/lifecycle/initialization.go`.
@@ -21,6 +24,23 @@ fn node_is_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Upstream's `RequestedResourcesRegistered`: the first resource the claim requests (non-zero)
+/// that the Node does not report allocatable yet.
+fn unregistered_resource<'c>(claim: &'c NodeClaim, node: &Node) -> Option<&'c str> {
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let is_zero = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.is_none_or(|q| crate::resources::parse_milli(&q.0).is_ok_and(|v| v == 0))
+    };
+    claim
+        .spec
+        .resources
+        .requests
+        .iter()
+        .filter(|(_, quantity)| !is_zero(Some(quantity)))
+        .find(|(name, _)| is_zero(allocatable.and_then(|a| a.get(name.as_str()))))
+        .map(|(name, _)| name.as_str())
 }
 
 pub(super) async fn initialize<P>(
@@ -85,6 +105,19 @@ pub(super) async fn initialize<P>(
         write_status(claim, &status, ctx).await?;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    if let Some(resource) = unregistered_resource(claim, node) {
+        let message = format!("Resource \"{resource}\" was requested but not registered");
+        conditions::set(
+            &mut status.conditions,
+            cond::INITIALIZED,
+            false,
+            "ResourceNotRegistered",
+            &message,
+            claim.metadata.generation,
+        );
+        write_status(claim, &status, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let patch = json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}}});
     nodes
@@ -115,4 +148,53 @@ pub(super) async fn initialize<P>(
     ctx.metrics.nodeclaims_initialized.inc();
     info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "initialized");
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn claim(requests: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "gpu"},
+            "spec": {"requirements": [], "resources": {"requests": requests},
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}},
+        }))
+        .expect("a claim")
+    }
+
+    fn node(allocatable: serde_json::Value) -> Node {
+        serde_json::from_value(
+            json!({"metadata": {"name": "gpu"}, "status": {"allocatable": allocatable}}),
+        )
+        .expect("a node")
+    }
+
+    #[test]
+    fn a_gpu_claim_waits_until_its_device_plugin_registers_the_gpus() {
+        let gpu = claim(json!({"cpu": "1", "nvidia.com/gpu": "1"}));
+        assert_eq!(
+            unregistered_resource(&gpu, &node(json!({"cpu": "4", "nvidia.com/gpu": "0"}))),
+            Some("nvidia.com/gpu"),
+            "the kubelet reports zero until the device plugin registers"
+        );
+        assert_eq!(
+            unregistered_resource(&gpu, &node(json!({"cpu": "4"}))),
+            Some("nvidia.com/gpu")
+        );
+        assert_eq!(
+            unregistered_resource(&gpu, &node(json!({"cpu": "4", "nvidia.com/gpu": "1"}))),
+            None
+        );
+    }
+
+    #[test]
+    fn requests_of_zero_are_not_waited_for() {
+        let plain = claim(json!({"cpu": "1", "nvidia.com/gpu": "0"}));
+        assert_eq!(
+            unregistered_resource(&plain, &node(json!({"cpu": "4"}))),
+            None
+        );
+    }
 }
