@@ -303,7 +303,16 @@ pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) ->
                 age(pool.created_at, now).into(),
             ]);
         }
-        sections.push(table.render(color));
+        let mut text = table.render(color);
+        for pool in &report.node_pools {
+            if let Some(why) = &pool.not_ready {
+                text.push_str(&format!(
+                    "NodePool {} is not ready and launches nothing: {why}\n",
+                    pool.name
+                ));
+            }
+        }
+        sections.push(text);
     }
 
     if !report.node_claims.is_empty() {
@@ -431,6 +440,31 @@ mod tests {
             .find(|l| l.starts_with("general"))
             .expect("a row for general");
         assert!(line.contains("1 (static: 3)"), "{line}");
+    }
+
+    #[test]
+    fn a_pool_whose_node_class_is_not_ready_says_why_under_the_pools() {
+        let mut cluster = fixtures::cluster();
+        let general = cluster
+            .node_pools
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("general"))
+            .expect("the general pool");
+        general.status = Some(
+            serde_json::from_value(serde_json::json!({"conditions": [{
+                "type": "Ready", "status": "False", "reason": "NodeClassNotReady",
+                "message": "karpenter.k8s.aws/EC2NodeClass default: no subnet matches",
+                "lastTransitionTime": "2026-03-02T09:00:00Z"}]}))
+            .expect("a status"),
+        );
+        let report = report(&cluster, &args(Format::Table), fixtures::now());
+        let screen = render(&report, fixtures::now(), false, false);
+        assert!(
+            screen.contains(
+                "NodePool general is not ready and launches nothing: karpenter.k8s.aws/EC2NodeClass default: no subnet matches"
+            ),
+            "{screen}"
+        );
     }
 
     #[test]

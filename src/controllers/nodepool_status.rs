@@ -1,9 +1,16 @@
 //! Keeps each NodePool's status current: how many nodes it has, the resources they add up to
-//! (what its limits are checked against), and whether it is Ready.
+//! (what its limits are checked against), and whether it is Ready, as upstream's
+//! `nodepool/readiness` and `nodepool/counter` controllers: `NodeClassReady` says whether its
+//! node class exists and is ready (as its provider resolves it), `ValidationSucceeded` is the
+//! API server's (the CRD's rules already refused what upstream's webhook-era validation did),
+//! and `Ready` is both. Provisioning launches only from pools that are not un-Ready.
 
 use super::{Context, Error, FIELD_MANAGER, conditions};
-use crate::apis::{NodePool, NodePoolStatus};
-use crate::cloud::CloudProvider;
+use crate::apis::NodePool;
+use crate::cloud::{CloudError, CloudProvider};
+
+/// Upstream's condition for a pool whose node class exists and is ready.
+const NODE_CLASS_READY: &str = "NodeClassReady";
 use crate::state::usage_by_pool;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -34,25 +41,74 @@ pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
         let (nodes, resources) = usage.get(&name).cloned().unwrap_or_default();
         let mut status = pool.status.clone().unwrap_or_default();
         let resources = resources.to_quantities();
-        let fresh = status.nodes == Some(nodes)
-            && status.resources == resources
-            && conditions::is_true(&status.conditions, "Ready");
-        if fresh {
-            continue;
-        }
-        status = NodePoolStatus {
-            nodes: Some(nodes),
-            resources,
-            ..status
+        let class = &pool.spec.template.spec.node_class_ref;
+        let class_not_ready = match ctx.provider.instance_types(class).await {
+            Ok(_) => None,
+            Err(CloudError::NodeClassNotReady { reason, .. }) => Some(reason),
+            // A cloud call that failed says nothing about the class: keep what was said.
+            Err(_) => {
+                if !conditions::is_true(&status.conditions, NODE_CLASS_READY)
+                    && status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == NODE_CLASS_READY)
+                {
+                    continue;
+                }
+                None
+            }
         };
+        let before = status.clone();
+        status.nodes = Some(nodes);
+        status.resources = resources;
+        let generation = pool.metadata.generation;
         conditions::set(
             &mut status.conditions,
-            "Ready",
+            "ValidationSucceeded",
             true,
-            "Ready",
+            "ValidationSucceeded",
             "",
-            pool.metadata.generation,
+            generation,
         );
+        match &class_not_ready {
+            None => conditions::set(
+                &mut status.conditions,
+                NODE_CLASS_READY,
+                true,
+                NODE_CLASS_READY,
+                "",
+                generation,
+            ),
+            Some(reason) => conditions::set(
+                &mut status.conditions,
+                NODE_CLASS_READY,
+                false,
+                "NodeClassNotReady",
+                reason,
+                generation,
+            ),
+        }
+        match &class_not_ready {
+            None => conditions::set(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "Ready",
+                "",
+                generation,
+            ),
+            Some(reason) => conditions::set(
+                &mut status.conditions,
+                "Ready",
+                false,
+                "NodeClassNotReady",
+                &format!("{}/{} {}: {reason}", class.group, class.kind, class.name),
+                generation,
+            ),
+        }
+        if status == before {
+            continue;
+        }
         let patch = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "status": status});
         api.patch_status(
             &name,

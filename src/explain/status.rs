@@ -65,6 +65,9 @@ pub struct PoolSummary {
     /// A static pool's node count (`replicas`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i64>,
+    /// Why the pool launches nothing now, when its `Ready` condition is False.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,
 }
@@ -300,6 +303,12 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
                 unpriced,
                 weight: pool.spec.weight,
                 replicas: pool.spec.replicas,
+                not_ready: pool
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                    .filter(|c| c.status == "False")
+                    .map(|c| c.message.clone()),
                 created_at: pool.metadata.creation_timestamp.as_ref().map(|t| t.0),
                 name,
             }

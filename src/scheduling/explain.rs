@@ -36,6 +36,8 @@ pub struct PoolRejection {
 pub enum PoolReason {
     /// The NodePool's own spec is unusable.
     InvalidNodePool(String),
+    /// The NodePool is not Ready (its node class is missing or not ready).
+    NotReady(String),
     /// A `taints` entry the pod does not tolerate (startup taints never count).
     TaintNotTolerated(String),
     /// The pod's node selector or required node affinity conflicts with the NodePool.
@@ -139,6 +141,7 @@ impl fmt::Display for PoolRejection {
         write!(f, "NodePool {pool}: ")?;
         match &self.reason {
             PoolReason::InvalidNodePool(m) => write!(f, "invalid NodePool: {m}"),
+            PoolReason::NotReady(m) => write!(f, "it is not ready: {m}"),
             PoolReason::TaintNotTolerated(t) => write!(f, "the pod does not tolerate taint {t}"),
             PoolReason::Requirements(m) => write!(f, "the pod {m}"),
             PoolReason::NoInstanceType { requirements } => {

@@ -159,6 +159,10 @@ pub struct PoolInput<'a> {
     /// What its nodes and in-flight NodeClaims already count against `spec.limits`: their
     /// capacity summed, plus `nodes`.
     pub usage: ResourceList,
+    /// Why the pool may not launch now (its `Ready` condition is False, e.g. its node class
+    /// is missing or not ready), if so: it gets no new claims, and pods it could otherwise
+    /// hold are told why.
+    pub not_ready: Option<String>,
 }
 
 impl<'a> PoolInput<'a> {
@@ -168,6 +172,7 @@ impl<'a> PoolInput<'a> {
             node_pool,
             instance_types,
             usage: ResourceList::new(),
+            not_ready: None,
         }
     }
 }

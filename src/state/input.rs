@@ -308,6 +308,14 @@ fn pool_inputs<'a>(
         .map(|pool| {
             let mut input =
                 PoolInput::new(pool, catalogues.of(&pool.spec.template.spec.node_class_ref));
+            // Upstream provisions only from Ready pools. A pool whose status was not written
+            // yet is tried: its node class is checked again at launch.
+            input.not_ready = pool
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                .filter(|c| c.status == "False")
+                .map(|c| c.message.clone());
             if let Some((count, resources)) = usage.get(&pool.name_any()) {
                 input.usage = resources
                     .clone()

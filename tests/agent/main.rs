@@ -10,6 +10,7 @@ mod device_plugin;
 mod disruption;
 mod drift;
 mod node_labels;
+mod readiness;
 mod repair;
 mod static_capacity;
 mod termination;

@@ -361,10 +361,28 @@ impl CloudProvider for KwokProvider {
             .collect())
     }
 
+    /// The catalogue, for a KWOKNodeClass that exists (as upstream's kwok provider resolves
+    /// the class before it answers).
     async fn instance_types(
         &self,
-        _node_class: &NodeClassReference,
+        node_class: &NodeClassReference,
     ) -> Result<Arc<[InstanceType]>, CloudError> {
-        Ok(self.catalogue.clone())
+        if node_class.group != labels::KWOK_GROUP || node_class.kind != "KWOKNodeClass" {
+            return Err(CloudError::NodeClassNotReady {
+                name: node_class.name.clone(),
+                reason: format!(
+                    "{}/{} is not a KWOKNodeClass; the kwok provider serves only those",
+                    node_class.group, node_class.kind
+                ),
+            });
+        }
+        match self.node_classes.get_opt(&node_class.name).await {
+            Ok(Some(_)) => Ok(self.catalogue.clone()),
+            Ok(None) => Err(CloudError::NodeClassNotReady {
+                name: node_class.name.clone(),
+                reason: format!("KWOKNodeClass {} does not exist", node_class.name),
+            }),
+            Err(e) => Err(CloudError::api("reading the KWOKNodeClass", e)),
+        }
     }
 }

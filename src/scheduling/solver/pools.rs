@@ -36,6 +36,8 @@ pub(super) struct Pool<'a> {
     /// The state of a claim with no pods yet (`None` when no type is available).
     pub(super) base: Option<StateId>,
     pub(super) invalid: Option<String>,
+    /// Why the pool may not launch now (see `PoolInput::not_ready`).
+    pub(super) not_ready: Option<String>,
 }
 
 /// Whether a DaemonSet pod would run on a node with these taints and requirements.
@@ -59,6 +61,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             let pool_name = np.metadata.name.clone().unwrap_or_default();
             let template = &np.spec.template;
             let mut invalid = None;
+            let not_ready = p.not_ready.clone();
             let mut reqs =
                 Requirements::from_api(&template.spec.requirements).unwrap_or_else(|e| {
                     invalid = Some(e.to_string());
@@ -141,10 +144,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                 daemon_ports,
                 base: None,
                 invalid,
+                not_ready,
             });
         }
         for i in self.pools.ids() {
-            if self.pools[i].invalid.is_none() {
+            if self.pools[i].invalid.is_none() && self.pools[i].not_ready.is_none() {
                 let reqs = self.pools[i].reqs.clone();
                 self.pools[i].base = self.intern_state(i, reqs);
             }

@@ -109,6 +109,9 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         if let Some(m) = &self.pools[p].invalid {
             return PoolReason::InvalidNodePool(m.clone());
         }
+        if let Some(m) = &self.pools[p].not_ready {
+            return PoolReason::NotReady(m.clone());
+        }
         let pool = &self.pools[p];
         if let Some(t) = taints::first_untolerated(&pool.taints, &self.shapes[shape].tolerations) {
             return PoolReason::TaintNotTolerated(DisplayTaint(t).to_string());
