@@ -1,6 +1,7 @@
-//! Deletes instances no NodeClaim owns: launched by an agent that crashed before it recorded the
-//! launch, or left behind by a claim deleted while its launch was in flight. Instances are
-//! money; none may leak.
+//! Deletes instances no NodeClaim owns (no claim's `status.providerID` names them, and no claim
+//! still launching names them in its tags), older than the grace period: launched by an agent
+//! that crashed before it recorded the launch and then launched again, or left behind by a
+//! claim deleted while its launch was in flight. Instances are money; none may leak.
 //!
 //! The other direction too: a launched NodeClaim whose instance the cloud stopped or removed
 //! (a preempted spot VM, an instance deleted by hand) is deleted, so its pods go pending and
@@ -59,7 +60,20 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
         .iter()
         .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
         .collect();
-    let claim_names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+    // A claim whose launch is not recorded yet may own an instance it names: the launch is in
+    // flight. A claim that already records another instance does not: that instance is a
+    // duplicate (a launch retried after a crash), and goes like any orphan, as upstream's
+    // garbage collection compares provider IDs.
+    let launching: HashSet<String> = claims
+        .iter()
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_ref())
+                .is_none()
+        })
+        .map(|c| c.name_any())
+        .collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut deleted = 0;
     for instance in instances {
@@ -69,7 +83,7 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
         if instance
             .node_claim
             .as_ref()
-            .is_some_and(|name| claim_names.contains(name))
+            .is_some_and(|name| launching.contains(name))
         {
             continue;
         }

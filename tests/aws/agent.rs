@@ -12,8 +12,8 @@ use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, labels};
-use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
+use karpenter_core::cloud::{CloudProvider, ProviderId};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use kube::{Api, ResourceExt};
@@ -604,4 +604,107 @@ async fn pods_that_select_a_pools_custom_label_run_on_one_moto_node_that_carries
     apply(&tenant_workload("tenant-demo-app"));
     assert_tenant_pods_share_one_labelled_node(&client, "tenant-demo-app", "tenant-demo").await;
     clean_up(&client, "tenant-demo-app", "tenant-demo", "ec2nodeclass").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_repeated_after_a_crash_leaves_exactly_one_instance_for_its_claim() {
+    let _guard = exclusive();
+    let env = Env::new("crash-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    apply(&node_class("crash-demo", &env.cluster, &role));
+    apply(&pool("crash-demo", &["m5.large"]));
+    // A claim as provisioning writes it, launched once by a provider whose agent then "dies"
+    // before recording the launch.
+    apply(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: crash-demo-abcde
+  labels: {karpenter.sh/nodepool: crash-demo, test-pool: crash-demo}
+spec:
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+    - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: crash-demo}
+"#,
+    );
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let stored = claims.get("crash-demo-abcde").await.expect("the claim");
+    let first = {
+        let provider = crate::provider::provider(&env).await;
+        karpenter_core::controllers::nodeclass_status::sync_node_class(
+            &client,
+            &provider,
+            "crash-demo",
+        )
+        .await
+        .expect("node class status");
+        let catalogue = provider
+            .instance_types(&stored.spec.node_class_ref)
+            .await
+            .expect("catalogue");
+        let candidates =
+            karpenter_core::controllers::lifecycle::launch_candidates(&stored, &catalogue)
+                .expect("candidates");
+        provider
+            .create(&stored, &candidates)
+            .await
+            .expect("the first launch")
+    };
+
+    // The restarted agent launches the claim again and records that launch; garbage
+    // collection then removes whatever the claim does not record.
+    let _agent = start(&env, None).await;
+    let recorded = wait_for(
+        "exactly one live instance, the one the claim records",
+        Duration::from_secs(120),
+        || async {
+            let claim = claims.get("crash-demo-abcde").await.ok()?;
+            let recorded = match claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())?
+                .parse::<ProviderId>()
+                .ok()?
+            {
+                ProviderId::Aws { instance_id, .. } => instance_id,
+                _ => return None,
+            };
+            let live: Vec<String> = env
+                .instances()
+                .await
+                .into_iter()
+                .filter(|i| {
+                    i.tags().iter().any(|t| {
+                        t.key() == Some("karpenter.sh/nodeclaim")
+                            && t.value() == Some("crash-demo-abcde")
+                    })
+                })
+                .filter(|i| {
+                    i.state()
+                        .and_then(|s| s.name())
+                        .is_some_and(|s| s.as_str() == "running" || s.as_str() == "pending")
+                })
+                .filter_map(|i| i.instance_id().map(str::to_owned))
+                .collect();
+            (live == [recorded.clone()]).then_some(recorded)
+        },
+    )
+    .await;
+    eprintln!("first launch {}, recorded {recorded}", first.provider_id);
+    rig().kubectl_ok(&["delete", "nodeclaim", "crash-demo-abcde", "--wait=false"]);
+    wait_for("the claim gone", Duration::from_secs(60), || async {
+        claims
+            .get_opt("crash-demo-abcde")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    rig().kubectl_ok(&["delete", "nodepool", "crash-demo", "--wait=false"]);
+    rig().kubectl_ok(&["delete", "ec2nodeclass", "crash-demo", "--wait=false"]);
 }

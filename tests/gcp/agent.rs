@@ -12,8 +12,8 @@ use crate::rig::rig;
 use crate::{apply, config, exclusive, fake, node_class, wait_for};
 use k8s_openapi::api::core::v1::{Event, Node};
 use karpenter_core::apis::{NodeClaim, labels};
-use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
+use karpenter_core::cloud::{CloudProvider, ProviderId};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use kube::api::ListParams;
@@ -580,4 +580,77 @@ async fn pods_that_select_a_pools_custom_label_run_on_one_gce_node_that_carries_
     apply(&tenant_workload("tenant-demo-app"));
     assert_tenant_pods_share_one_labelled_node(&client, "tenant-demo-app", cluster).await;
     clean_up(&client, "tenant-demo-app", cluster, "gcenodeclass").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_repeated_after_a_crash_leaves_exactly_one_vm_for_its_claim() {
+    let _guard = exclusive();
+    let (project, cluster) = ("crash-demo", "crash-demo");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2"], "on-demand"));
+    apply(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: crash-demo-abcde
+  labels: {karpenter.sh/nodepool: crash-demo, test-pool: crash-demo}
+spec:
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [e2-standard-2]}
+    - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+    - {key: topology.kubernetes.io/zone, operator: In, values: [us-central1-a]}
+  nodeClassRef: {group: karpenter.k8s.gcp, kind: GCENodeClass, name: crash-demo}
+"#,
+    );
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    let stored = claims.get("crash-demo-abcde").await.expect("the claim");
+    {
+        // The first launch, by an agent that "dies" before recording it.
+        let provider = GcpProvider::new(config(&fake, project, cluster), client.clone())
+            .await
+            .expect("provider");
+        let catalogue = provider
+            .instance_types(&stored.spec.node_class_ref)
+            .await
+            .expect("catalogue");
+        let candidates =
+            karpenter_core::controllers::lifecycle::launch_candidates(&stored, &catalogue)
+                .expect("candidates");
+        provider
+            .create(&stored, &candidates)
+            .await
+            .expect("the first launch");
+    }
+    let _agent = start(&fake, config(&fake, project, cluster)).await;
+    wait_for(
+        "exactly one VM, the one the claim records",
+        Duration::from_secs(120),
+        || async {
+            let claim = claims.get("crash-demo-abcde").await.ok()?;
+            let recorded = claim.status.as_ref()?.provider_id.clone()?;
+            let vms = fake.state().compute.instances(project);
+            let names: Vec<String> = vms
+                .iter()
+                .filter_map(|vm| vm["name"].as_str().map(str::to_owned))
+                .collect();
+            (names.len() == 1 && recorded.ends_with(&format!("/{}", names[0]))).then_some(())
+        },
+    )
+    .await;
+    rig().kubectl_ok(&["delete", "nodeclaim", "crash-demo-abcde", "--wait=false"]);
+    wait_for("the claim gone", Duration::from_secs(60), || async {
+        claims
+            .get_opt("crash-demo-abcde")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    rig().kubectl_ok(&["delete", "nodepool", cluster, "--wait=false"]);
+    rig().kubectl_ok(&["delete", "gcenodeclass", cluster, "--wait=false"]);
 }

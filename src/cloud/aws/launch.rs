@@ -419,12 +419,30 @@ pub(super) async fn launch(
         .set_launch_template_configs(Some(configs))
         .tag_specifications(tag_spec(ResourceType::Instance))
         .tag_specifications(tag_spec(ResourceType::Volume))
-        .set_context(resolved.spec.context.clone());
+        .set_context(resolved.spec.context.clone())
+        // The claim's UID makes a retried launch (after a timeout, or a restart before the
+        // launch was recorded) return the instance already launched instead of a second one.
+        .set_client_token(claim.uid());
     tracing::debug!(nodeclaim = %claim_name, capacity_type, overrides = overrides.len(), first = %overrides[0].instance_type, "CreateFleet");
-    let out = request
-        .send()
-        .await
-        .map_err(|e| cloud_error("launching with CreateFleet", e))?;
+    let out = match request.send().await {
+        Ok(out) => out,
+        // The same token with other overrides (the unavailable-offerings cache changed since
+        // the first attempt): that attempt launched; adopt what it launched.
+        Err(e)
+            if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                == Some("IdempotentParameterMismatch") =>
+        {
+            return match provider.launched_for(&claim_name).await? {
+                Some(mut instance) => {
+                    tracing::info!(nodeclaim = %claim_name, provider_id = %instance.provider_id, "adopting the instance an earlier attempt launched");
+                    instance.annotations = super::drift::claim_annotations(&resolved.spec);
+                    Ok(instance)
+                }
+                None => Err(cloud_error("launching with CreateFleet", e)),
+            };
+        }
+        Err(e) => return Err(cloud_error("launching with CreateFleet", e)),
+    };
 
     let zone_of_subnet = |subnet: &str| {
         resolved

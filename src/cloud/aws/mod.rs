@@ -705,6 +705,30 @@ impl AwsProvider {
         })
     }
 
+    /// The live instance of this cluster tagged for the claim `name`, if any.
+    pub(crate) async fn launched_for(&self, name: &str) -> Result<Option<Instance>, CloudError> {
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name(format!("tag:{NODE_CLAIM_TAG}"))
+                .values(name)
+                .build(),
+            Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .build(),
+        ];
+        let instances = self.describe_instances(filters, Vec::new()).await?;
+        let snapshot = self.catalogue().await?;
+        Ok(instances
+            .iter()
+            .find_map(|i| self.instance_from_ec2(i, &snapshot)))
+    }
+
     async fn describe_instances(
         &self,
         filters: Vec<Filter>,
