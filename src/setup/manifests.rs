@@ -230,8 +230,13 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
                     {"apiGroups": ["karpenter.k8s.aws", "karpenter.k8s.gcp", "karpenter.kwok.sh"], "resources": ["*"],
                      "verbs": ["get", "list", "watch", "update", "patch"]},
                     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                    // The kwok provider's simulated device plugin reports a node's GPUs.
+                    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
                     {"apiGroups": [""], "resources": ["pods", "namespaces", "persistentvolumes", "persistentvolumeclaims", "replicationcontrollers"],
                      "verbs": ["get", "list", "watch"]},
+                    // Termination deletes the pods of a node whose instance is gone, and those
+                    // whose grace period would outlast the claim's termination deadline.
+                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
                     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
                     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
                     {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "verbs": ["get", "list", "watch"]},

@@ -55,6 +55,10 @@ fn run_checked(command: &mut Command, what: &str) -> Output {
 }
 
 /// The rig shared by this test binary, started on first use, with the CRDs installed.
+/// The namespace and ServiceAccount the agent runs as in the tests (`init`'s defaults).
+const AGENT_NAMESPACE: &str = "karpenter";
+const AGENT_SERVICE_ACCOUNT: &str = "karpenter";
+
 pub fn rig() -> &'static Rig {
     static RIG: OnceLock<Rig> = OnceLock::new();
     RIG.get_or_init(|| {
@@ -151,17 +155,60 @@ impl Rig {
     }
 
     /// A client for an agent under test, built as the agent builds its own
-    /// (`karpenter_core::controllers::agent_client`: no automatic retries).
+    /// (`karpenter_core::controllers::agent_client`: no automatic retries) and acting as the
+    /// ServiceAccount `kubectl karpenter init` installs, with the ClusterRole it installs
+    /// (impersonated from the rig's admin credentials): a verb the shipped RBAC lacks fails a
+    /// test rather than a user.
     pub async fn agent_client(&self) -> kube::Client {
+        self.install_agent_rbac();
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .expect("read the rig's kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(
+        let mut config = kube::Config::from_custom_kubeconfig(
             kubeconfig,
             &kube::config::KubeConfigOptions::default(),
         )
         .await
         .expect("load the rig's kubeconfig");
+        config.auth_info.impersonate = Some(format!(
+            "system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
+        ));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".to_owned(),
+            format!("system:serviceaccounts:{AGENT_NAMESPACE}"),
+            "system:authenticated".to_owned(),
+        ]);
         karpenter_core::controllers::agent_client(config).expect("agent client for the rig")
+    }
+
+    /// Applies the Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of the agent
+    /// as `init` renders them (not its Deployment: the tests run the agent in-process).
+    fn install_agent_rbac(&self) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let settings = karpenter_core::setup::manifests::AgentSettings {
+                namespace: AGENT_NAMESPACE.to_owned(),
+                service_account: AGENT_SERVICE_ACCOUNT.to_owned(),
+                image: "unused".to_owned(),
+                service_account_annotations: Vec::new(),
+                args: Vec::new(),
+                env: Vec::new(),
+                credentials_secret: None,
+            };
+            let yaml: Vec<String> = karpenter_core::setup::manifests::agent(&settings)
+                .into_iter()
+                .filter(|m| m.resource.kind != "Deployment")
+                .map(|m| m.object.to_string())
+                .collect();
+            let applied = self.kubectl_with_input(
+                &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+                &yaml.join("\n---\n"),
+            );
+            assert!(
+                applied.status.success(),
+                "applying the agent's RBAC failed: {}",
+                String::from_utf8_lossy(&applied.stderr)
+            );
+        });
     }
 
     fn install_crds(&self) {
