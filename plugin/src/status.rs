@@ -424,15 +424,19 @@ mod tests {
         insta::assert_snapshot!(text);
     }
 
-    #[test]
-    fn a_static_pool_shows_its_replicas_beside_its_nodes() {
-        let mut cluster = fixtures::cluster();
-        let general = cluster
+    /// The fixture's `general` pool, to change.
+    fn general_pool(cluster: &mut karpenter_core::explain::Cluster) -> &mut NodePool {
+        cluster
             .node_pools
             .iter_mut()
             .find(|p| p.metadata.name.as_deref() == Some("general"))
-            .expect("the general pool");
-        general.spec.replicas = Some(3);
+            .expect("the general pool")
+    }
+
+    #[test]
+    fn a_static_pool_shows_its_replicas_beside_its_nodes() {
+        let mut cluster = fixtures::cluster();
+        general_pool(&mut cluster).spec.replicas = Some(3);
         let report = report(&cluster, &args(Format::Table), fixtures::now());
         let screen = render(&report, fixtures::now(), false, false);
         let line = screen
@@ -445,12 +449,7 @@ mod tests {
     #[test]
     fn a_pool_whose_node_class_is_not_ready_says_why_under_the_pools() {
         let mut cluster = fixtures::cluster();
-        let general = cluster
-            .node_pools
-            .iter_mut()
-            .find(|p| p.metadata.name.as_deref() == Some("general"))
-            .expect("the general pool");
-        general.status = Some(
+        general_pool(&mut cluster).status = Some(
             serde_json::from_value(serde_json::json!({"conditions": [{
                 "type": "Ready", "status": "False", "reason": "NodeClassNotReady",
                 "message": "karpenter.k8s.aws/EC2NodeClass default: no subnet matches",

@@ -26,6 +26,9 @@ pub struct Context<P> {
     pub own_writes: OwnWrites,
     /// Events that loops re-evaluate every pass, published once per state.
     pub notices: Notices,
+    /// Namespaces (their labels), for pod-affinity terms with a `namespaceSelector`; `None`
+    /// where no watch feeds them (such terms then match namespaces without labels only).
+    pub namespaces: Option<Store<k8s_openapi::api::core::v1::Namespace>>,
 }
 
 impl<P: CloudProvider> Context<P> {
@@ -59,7 +62,29 @@ impl<P: CloudProvider> Context<P> {
             metrics,
             own_writes: OwnWrites::default(),
             notices,
+            namespaces: None,
         }
+    }
+
+    /// Each namespace's labels, as the Namespace watch holds them.
+    pub fn namespace_labels(
+        &self,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+        self.namespaces
+            .as_ref()
+            .map(|store| {
+                store
+                    .state()
+                    .iter()
+                    .filter_map(|ns| {
+                        Some((
+                            ns.metadata.name.clone()?,
+                            ns.metadata.labels.clone().unwrap_or_default(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The Node whose providerID is `provider_id`, if the reflector has seen one.

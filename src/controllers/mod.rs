@@ -45,7 +45,7 @@ pub use settings::Settings;
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::state::{CachedPod, pod_cache, trim_node};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Client;
 use std::sync::Arc;
 
@@ -117,6 +117,7 @@ pub async fn start<P: CloudProvider + 'static>(
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (pods, pods_writer) = reflector::store::<CachedPod>();
+    let (namespaces, namespaces_writer) = reflector::store::<Namespace>();
 
     // Each reflector runs as its own task; managed fields are dropped to keep memory down.
     fn spawn_reflector<K>(
@@ -202,6 +203,17 @@ pub async fn start<P: CloudProvider + 'static>(
             |_| {},
             |_| {},
         ),
+        // Namespace labels, for pod (anti-)affinity terms with a `namespaceSelector`.
+        spawn_reflector(
+            Api::<Namespace>::all(client.clone()),
+            namespaces_writer,
+            |ns: &mut Namespace| {
+                ns.metadata.annotations = None;
+                ns.spec = None;
+                ns.status = None;
+            },
+            |_| {},
+        ),
         spawn_reflector(
             Api::<CachedPod>::all(client.clone()),
             pods_writer,
@@ -233,6 +245,7 @@ pub async fn start<P: CloudProvider + 'static>(
         claims.wait_until_ready().await?;
         nodes.wait_until_ready().await?;
         pools.wait_until_ready().await?;
+        namespaces.wait_until_ready().await?;
         pods.wait_until_ready().await
     };
     if let Err(e) = ready.await {
@@ -249,9 +262,11 @@ pub async fn start<P: CloudProvider + 'static>(
     // Pods that were already pending before we started still need a round.
     pending.nudge();
 
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         client, provider, claims, nodes, pools, pods, settings, metrics,
-    ));
+    );
+    ctx.namespaces = Some(namespaces);
+    let ctx = Arc::new(ctx);
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
     let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), lifecycle_queue));
     let mut tasks = Vec::from(reflectors);

@@ -515,24 +515,7 @@ async fn changing_a_pools_template_labels_replaces_its_nodes_one_by_one() {
         .map(|c| c.name_any())
         .collect();
     assert_eq!(first.len(), 3);
-    let out = rig()
-        .kubectl()
-        .args([
-            "patch",
-            "nodepool",
-            "drift-pool",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"template":{"metadata":{"labels":{"release":"two"}}}}}"#,
-        ])
-        .output()
-        .expect("kubectl patch");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::set_template_label("drift-pool", "release", "two");
     // A watch counts the claims being deleted at once: a poll could miss a deletion that
     // starts and ends between two reads.
     let most_at_once = std::sync::Arc::new(AtomicUsize::new(0));

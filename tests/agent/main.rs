@@ -9,6 +9,7 @@
 mod device_plugin;
 mod disruption;
 mod drift;
+mod namespaces;
 mod node_labels;
 mod readiness;
 mod repair;
@@ -106,6 +107,29 @@ spec:
       nodeClassRef: {{group: karpenter.kwok.sh, kind: KWOKNodeClass, name: {name}}}
 "#
     )
+}
+
+/// Sets a label in `pool`'s template (`kubectl patch`), which drifts its nodes.
+fn set_template_label(pool: &str, key: &str, value: &str) {
+    let patch = serde_json::json!({"spec": {"template": {"metadata": {"labels": {key: value}}}}});
+    let out = rig()
+        .kubectl()
+        .args([
+            "patch",
+            "nodepool",
+            pool,
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .output()
+        .expect("kubectl patch");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// [`kwok_pool`] with optional limits (a YAML flow map).

@@ -6,48 +6,20 @@
 
 use super::{Agent, apply, clean_up, exclusive, kwok_pool, pool_claims, running_pods, wait_for};
 use k8s_openapi::api::core::v1::Node;
+use karpenter_test_support::cloud_agent;
 use karpenter_test_support::rig::rig;
 use kube::api::{Api, ListParams};
 use std::time::Duration;
 
 const POOL: &str = "tenant-pool";
 
-fn tenant_pods() -> &'static str {
-    r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: tenant-test}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: acme, namespace: tenant-test}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: acme}}
-  template:
-    metadata: {labels: {app: acme}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      nodeSelector: {tenant: acme}
-      tolerations: [{key: tenant, operator: Equal, value: acme, effect: NoSchedule}]
-      containers:
-        - name: pause
-          image: registry.k8s.io/pause:3.10
-          resources: {requests: {cpu: 100m}}
-"#
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_restricted_to_a_custom_label_gets_nodes_with_it_and_launches_no_more() {
     let _guard = exclusive().await;
     let client = rig().client().await;
     let _agent = Agent::start().await;
-    apply(&kwok_pool(
-        POOL,
-        "",
-        "        - {key: tenant, operator: In, values: [acme]}\n      taints: [{key: tenant, value: acme, effect: NoSchedule}]",
-    ));
-    apply(tenant_pods());
+    apply(&kwok_pool(POOL, "", cloud_agent::tenant_requirement()));
+    apply(&cloud_agent::tenant_workload("tenant-test"));
     wait_for("both pods running", Duration::from_secs(120), || async {
         (running_pods(&client, "tenant-test").await.len() == 2).then_some(())
     })

@@ -26,16 +26,7 @@ async fn initialized(client: &kube::Client) -> Vec<String> {
 }
 
 fn scale(replicas: u32) {
-    let out = rig()
-        .kubectl()
-        .args(["scale", "nodepool", POOL, &format!("--replicas={replicas}")])
-        .output()
-        .expect("kubectl scale");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rig().kubectl_ok(&["scale", "nodepool", POOL, &format!("--replicas={replicas}")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,24 +80,7 @@ async fn a_static_pool_holds_its_count_scales_both_ways_and_replaces_a_drifted_n
     assert_eq!(before.len(), 1);
 
     // A template edit drifts the node; its replacement comes up before it goes.
-    let out = rig()
-        .kubectl()
-        .args([
-            "patch",
-            "nodepool",
-            POOL,
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"template":{"metadata":{"labels":{"release":"two"}}}}}"#,
-        ])
-        .output()
-        .expect("kubectl patch");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::set_template_label(POOL, "release", "two");
     let most = Arc::new(AtomicUsize::new(0));
     let fewest_initialized = Arc::new(AtomicUsize::new(usize::MAX));
     wait_for(
@@ -139,5 +113,13 @@ async fn a_static_pool_holds_its_count_scales_both_ways_and_replaces_a_drifted_n
         1,
         "the replacement was initialized before the drifted node went"
     );
+    // The pool keeps its count against any deletion: scale it to zero before cleaning up.
+    scale(0);
+    wait_for(
+        "no claims left at zero replicas",
+        Duration::from_secs(120),
+        || async { pool_claims(&client, POOL).await.is_empty().then_some(()) },
+    )
+    .await;
     clean_up(&client, "static-test", POOL).await;
 }

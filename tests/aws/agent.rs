@@ -12,8 +12,8 @@ use crate::rig::rig;
 use crate::{apply, exclusive, node_class, wait_for};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, labels};
+use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
-use karpenter_core::cloud::{CloudProvider, ProviderId};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use kube::{Api, ResourceExt};
@@ -641,17 +641,7 @@ spec:
         )
         .await
         .expect("node class status");
-        let catalogue = provider
-            .instance_types(&stored.spec.node_class_ref)
-            .await
-            .expect("catalogue");
-        let candidates =
-            karpenter_core::controllers::lifecycle::launch_candidates(&stored, &catalogue)
-                .expect("candidates");
-        provider
-            .create(&stored, &candidates)
-            .await
-            .expect("the first launch")
+        crate::cloud_agent::launch_unrecorded(&provider, &stored).await
     };
 
     // The restarted agent launches the claim again and records that launch; garbage
@@ -694,17 +684,11 @@ spec:
     )
     .await;
     eprintln!("first launch {}, recorded {recorded}", first.provider_id);
-    rig().kubectl_ok(&["delete", "nodeclaim", "crash-demo-abcde", "--wait=false"]);
-    wait_for("the claim gone", Duration::from_secs(60), || async {
-        claims
-            .get_opt("crash-demo-abcde")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
+    crate::cloud_agent::delete_claim_then_pool(
+        &client,
+        "crash-demo-abcde",
+        "crash-demo",
+        "ec2nodeclass",
+    )
     .await;
-    rig().kubectl_ok(&["delete", "nodepool", "crash-demo", "--wait=false"]);
-    rig().kubectl_ok(&["delete", "ec2nodeclass", "crash-demo", "--wait=false"]);
 }

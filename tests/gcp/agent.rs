@@ -12,8 +12,8 @@ use crate::rig::rig;
 use crate::{apply, config, exclusive, fake, node_class, wait_for};
 use k8s_openapi::api::core::v1::{Event, Node};
 use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::cloud::ProviderId;
 use karpenter_core::cloud::gcp::{GcpConfig, GcpProvider};
-use karpenter_core::cloud::{CloudProvider, ProviderId};
 use karpenter_core::controllers::{self, Settings};
 use karpenter_core::metrics::Metrics;
 use kube::api::ListParams;
@@ -612,17 +612,7 @@ spec:
         let provider = GcpProvider::new(config(&fake, project, cluster), client.clone())
             .await
             .expect("provider");
-        let catalogue = provider
-            .instance_types(&stored.spec.node_class_ref)
-            .await
-            .expect("catalogue");
-        let candidates =
-            karpenter_core::controllers::lifecycle::launch_candidates(&stored, &catalogue)
-                .expect("candidates");
-        provider
-            .create(&stored, &candidates)
-            .await
-            .expect("the first launch");
+        crate::cloud_agent::launch_unrecorded(&provider, &stored).await;
     }
     let _agent = start(&fake, config(&fake, project, cluster)).await;
     wait_for(
@@ -640,17 +630,11 @@ spec:
         },
     )
     .await;
-    rig().kubectl_ok(&["delete", "nodeclaim", "crash-demo-abcde", "--wait=false"]);
-    wait_for("the claim gone", Duration::from_secs(60), || async {
-        claims
-            .get_opt("crash-demo-abcde")
-            .await
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    })
+    crate::cloud_agent::delete_claim_then_pool(
+        &client,
+        "crash-demo-abcde",
+        cluster,
+        "gcenodeclass",
+    )
     .await;
-    rig().kubectl_ok(&["delete", "nodepool", cluster, "--wait=false"]);
-    rig().kubectl_ok(&["delete", "gcenodeclass", cluster, "--wait=false"]);
 }

@@ -705,13 +705,18 @@ impl AwsProvider {
         })
     }
 
+    /// Instances this cluster owns (`kubernetes.io/cluster/<name>: owned`).
+    fn cluster_filter(&self) -> Filter {
+        Filter::builder()
+            .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
+            .values("owned")
+            .build()
+    }
+
     /// The live instance of this cluster tagged for the claim `name`, if any.
     pub(crate) async fn launched_for(&self, name: &str) -> Result<Option<Instance>, CloudError> {
         let filters = vec![
-            Filter::builder()
-                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
-                .values("owned")
-                .build(),
+            self.cluster_filter(),
             Filter::builder()
                 .name(format!("tag:{NODE_CLAIM_TAG}"))
                 .values(name)
@@ -876,10 +881,7 @@ impl CloudProvider for AwsProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
         let filters = vec![
-            Filter::builder()
-                .name(format!("tag:{}", cluster_tag(&self.config.cluster_name)))
-                .values("owned")
-                .build(),
+            self.cluster_filter(),
             Filter::builder()
                 .name("tag-key")
                 .values(labels::NODE_POOL)

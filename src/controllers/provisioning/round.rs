@@ -120,7 +120,7 @@ pub async fn provision<P: CloudProvider>(
     let nodes = ctx.nodes.state();
     let catalogues = catalogues(ctx, &pools, &claims).await;
     let daemon_set_pods = daemon_set_pods(ctx).await?;
-    let input = state::scheduling_input(&Snapshot {
+    let mut input = state::scheduling_input(&Snapshot {
         pods: &pods,
         nodes: &nodes,
         claims: &claims,
@@ -128,6 +128,7 @@ pub async fn provision<P: CloudProvider>(
         catalogues: &catalogues,
         daemon_set_pods: &daemon_set_pods,
     });
+    input.namespace_labels = ctx.namespace_labels();
     let plan = simulate(ctx, &input);
 
     let mut round = Round {

@@ -261,6 +261,48 @@ pub fn kube_labels(list: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Launches `claim` with `provider` as the lifecycle would, without recording the launch on
+/// the claim: what an agent that dies right after the cloud's create leaves behind.
+pub async fn launch_unrecorded<P: karpenter_core::cloud::CloudProvider>(
+    provider: &P,
+    claim: &NodeClaim,
+) -> karpenter_core::cloud::Instance {
+    let catalogue = provider
+        .instance_types(&claim.spec.node_class_ref)
+        .await
+        .expect("catalogue");
+    let candidates = karpenter_core::controllers::lifecycle::launch_candidates(claim, &catalogue)
+        .expect("candidates");
+    provider
+        .create(claim, &candidates)
+        .await
+        .expect("the first launch")
+}
+
+/// Deletes the claim `claim` and waits until it is gone (its instance with it), then the pool
+/// and node class (`ec2nodeclass`, `gcenodeclass`) named `pool`.
+pub async fn delete_claim_then_pool(
+    client: &kube::Client,
+    claim: &str,
+    pool: &str,
+    node_class_kind: &str,
+) {
+    rig().kubectl_ok(&["delete", "nodeclaim", claim, "--wait=false"]);
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    wait_for("the claim gone", Duration::from_secs(60), || async {
+        claims
+            .get_opt(claim)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
+    rig().kubectl_ok(&["delete", node_class_kind, pool, "--wait=false"]);
+}
+
 /// Deletes the workload's namespace, then the pool's claims through the running agent (which
 /// deletes their instances), then the pool and its node class (`ec2nodeclass`, `gcenodeclass`).
 pub async fn clean_up(client: &kube::Client, namespace: &str, pool: &str, node_class_kind: &str) {
