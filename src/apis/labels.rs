@@ -31,13 +31,18 @@ pub const OS: &str = "kubernetes.io/os";
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
 
-/// Deprecated beta keys and the stable key each one means; requirements on either match both.
+/// Other keys for a well-known label (deprecated beta keys, CSI drivers' zone keys) and the
+/// stable key each one means; requirements on either match both.
 pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
     ("failure-domain.beta.kubernetes.io/zone", ZONE),
     ("failure-domain.beta.kubernetes.io/region", REGION),
     ("beta.kubernetes.io/arch", ARCH),
     ("beta.kubernetes.io/os", OS),
     ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+    // The zone keys of the EBS and Persistent Disk CSI drivers, which their volumes' node
+    // affinity names (upstream's AWS provider adds the first in `operator.go`).
+    ("topology.ebs.csi.aws.com/zone", ZONE),
+    ("topology.gke.io/zone", ZONE),
 ];
 
 // --- Annotations ---

@@ -4,6 +4,7 @@
 use super::{FIELD_MANAGER, Notices, OwnWrites, Settings};
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
+use crate::scheduling::VolumeTopology;
 use crate::state::CachedPod;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -29,6 +30,9 @@ pub struct Context<P> {
     /// Namespaces (their labels), for pod-affinity terms with a `namespaceSelector`; `None`
     /// where no watch feeds them (such terms then match namespaces without labels only).
     pub namespaces: Option<Store<k8s_openapi::api::core::v1::Namespace>>,
+    /// Claims, volumes and classes, for volume topology; `None` where no watch feeds them
+    /// (pods with claims then wait, their claims not found).
+    pub volumes: Option<super::volumes::VolumeStores>,
 }
 
 impl<P: CloudProvider> Context<P> {
@@ -63,6 +67,7 @@ impl<P: CloudProvider> Context<P> {
             own_writes: OwnWrites::default(),
             notices,
             namespaces: None,
+            volumes: None,
         }
     }
 
@@ -85,6 +90,16 @@ impl<P: CloudProvider> Context<P> {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The volume topology of the pods with claims.
+    pub fn volume_topology(&self, pods: &[Arc<CachedPod>]) -> VolumeTopology {
+        match &self.volumes {
+            Some(stores) => stores.topology(pods),
+            None => {
+                VolumeTopology::resolve(pods.iter().map(AsRef::as_ref), &super::volumes::NoVolumes)
+            }
+        }
     }
 
     /// The Node whose providerID is `provider_id`, if the reflector has seen one.

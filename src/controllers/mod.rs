@@ -26,6 +26,7 @@ pub mod nodepool_status;
 pub mod pod_events;
 pub mod provisioning;
 pub mod static_capacity;
+pub mod volumes;
 
 mod client;
 mod context;
@@ -45,7 +46,8 @@ pub use settings::Settings;
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::state::{CachedPod, pod_cache, trim_node};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use std::sync::Arc;
 
@@ -118,6 +120,9 @@ pub async fn start<P: CloudProvider + 'static>(
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (pods, pods_writer) = reflector::store::<CachedPod>();
     let (namespaces, namespaces_writer) = reflector::store::<Namespace>();
+    let (volume_claims, volume_claims_writer) = reflector::store::<PersistentVolumeClaim>();
+    let (volumes, volumes_writer) = reflector::store::<PersistentVolume>();
+    let (classes, classes_writer) = reflector::store::<StorageClass>();
 
     // Each reflector runs as its own task; managed fields are dropped to keep memory down.
     fn spawn_reflector<K>(
@@ -214,6 +219,34 @@ pub async fn start<P: CloudProvider + 'static>(
             },
             |_| {},
         ),
+        // Claims, volumes and classes, for the topology of pods with persistent volumes.
+        spawn_reflector(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            volume_claims_writer,
+            volumes::trim_claim,
+            {
+                // A claim that gets bound (or created) changes where its pods may go, and the
+                // pods themselves may not change at all: plan them again.
+                let pending = pending.clone();
+                move |event| {
+                    if let watcher::Event::Apply(_) = event {
+                        pending.nudge();
+                    }
+                }
+            },
+        ),
+        spawn_reflector(
+            Api::<PersistentVolume>::all(client.clone()),
+            volumes_writer,
+            volumes::trim_volume,
+            |_| {},
+        ),
+        spawn_reflector(
+            Api::<StorageClass>::all(client.clone()),
+            classes_writer,
+            volumes::trim_class,
+            |_| {},
+        ),
         spawn_reflector(
             Api::<CachedPod>::all(client.clone()),
             pods_writer,
@@ -246,6 +279,9 @@ pub async fn start<P: CloudProvider + 'static>(
         nodes.wait_until_ready().await?;
         pools.wait_until_ready().await?;
         namespaces.wait_until_ready().await?;
+        volume_claims.wait_until_ready().await?;
+        volumes.wait_until_ready().await?;
+        classes.wait_until_ready().await?;
         pods.wait_until_ready().await
     };
     if let Err(e) = ready.await {
@@ -266,6 +302,11 @@ pub async fn start<P: CloudProvider + 'static>(
         client, provider, claims, nodes, pools, pods, settings, metrics,
     );
     ctx.namespaces = Some(namespaces);
+    ctx.volumes = Some(volumes::VolumeStores {
+        claims: volume_claims,
+        volumes,
+        classes,
+    });
     let ctx = Arc::new(ctx);
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
     let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), lifecycle_queue));

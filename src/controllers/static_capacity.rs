@@ -96,6 +96,9 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, created: &mut Created) {
         pools: &all_pools,
         catalogues: &catalogues,
         daemon_set_pods: &[],
+        // Static pools launch without a scheduling simulation, so neither is read.
+        namespace_labels: &Default::default(),
+        volumes: &Default::default(),
     };
     // PodDisruptionBudgets do not change what a static pool removes, only how it drains.
     let judged = disruption::judge(&snapshot, &[], Timestamp::now());

@@ -112,6 +112,8 @@ struct World {
     pdbs: Vec<PodDisruptionBudget>,
     catalogues: Catalogues,
     repair_policies: Vec<crate::cloud::RepairPolicy>,
+    namespace_labels: crate::scheduling::NamespaceLabels,
+    volumes: crate::scheduling::VolumeTopology,
 }
 
 impl World {
@@ -126,6 +128,8 @@ impl World {
             pdbs: Vec::new(),
             catalogues,
             repair_policies: Vec::new(),
+            namespace_labels: Default::default(),
+            volumes: Default::default(),
         }
     }
 
@@ -176,6 +180,8 @@ impl World {
                 pools: &self.pools,
                 catalogues: &self.catalogues,
                 daemon_set_pods,
+                namespace_labels: &self.namespace_labels,
+                volumes: &self.volumes,
             },
             pdbs: &self.pdbs,
             now: NOW.parse().unwrap(),

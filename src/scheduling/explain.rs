@@ -20,6 +20,10 @@ pub struct Unschedulable {
     pub node_pools: Vec<PoolRejection>,
     /// The pod's own spec is unusable (bad quantity or operator).
     pub invalid: Option<String>,
+    /// Its persistent volumes keep it waiting (a claim not bound yet, a volume gone).
+    pub volume_error: Option<String>,
+    /// What its persistent volumes allow, when they constrain the node (a zonal volume's zone).
+    pub volume_topology: Option<String>,
 }
 
 /// Why one NodePool could not launch a node for a pod.
@@ -116,6 +120,9 @@ impl fmt::Display for Unschedulable {
         if let Some(invalid) = &self.invalid {
             return write!(f, ": invalid pod spec: {invalid}");
         }
+        if let Some(volumes) = &self.volume_error {
+            return write!(f, ": {volumes}");
+        }
         if self.node_pools.is_empty() {
             f.write_str(": no NodePool is available")?;
         }
@@ -130,6 +137,9 @@ impl fmt::Display for Unschedulable {
                 }
                 write!(f, "{n} {reason}")?;
             }
+        }
+        if let Some(topology) = &self.volume_topology {
+            write!(f, "; its volumes allow only nodes with {topology}")?;
         }
         Ok(())
     }

@@ -93,8 +93,8 @@
 //!   pods for less (greedy packing can split pods that one bigger type holds for less).
 //!
 //! Limits of the model: a topology key other than `kubernetes.io/hostname` keeps at most 128
-//! domains; spread constraints ignore `nodeTaintsPolicy`; volume topology, CSI attach limits,
-//! DRA and reserved capacity are not modelled; `minValues` is always strict.
+//! domains; spread constraints ignore `nodeTaintsPolicy`; CSI attach limits, DRA and reserved
+//! capacity are not modelled; `minValues` is always strict.
 //!
 //! # Speed
 //!
@@ -117,17 +117,23 @@ mod solver;
 mod static_claim;
 pub mod taints;
 mod topology;
+pub mod volume_topology;
 
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
 pub use instance_type::{InstanceType, Offering, Overhead};
 pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 pub use static_claim::static_claim;
+pub use volume_topology::{VolumeError, VolumeObjects, VolumeTopology};
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
 use crate::resources::{QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+/// Each namespace's labels, by name.
+pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 /// Everything one scheduling round looks at.
 #[derive(Clone, Debug, Default)]
@@ -144,7 +150,9 @@ pub struct Input<'a, P = Pod> {
     /// new node it would run on, and its host ports are taken there.
     pub daemon_set_pods: Vec<&'a Pod>,
     /// Namespace labels, for pod-affinity terms with a `namespaceSelector`.
-    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    pub namespace_labels: Cow<'a, NamespaceLabels>,
+    /// The volume topology of the pods to place that have persistent volume claims.
+    pub volume_topology: Cow<'a, VolumeTopology>,
     /// Tuning.
     pub options: Options,
 }

@@ -232,6 +232,12 @@ pub struct PodSpecInfo {
     pub host_ports: Vec<HostPort>,
     /// Why the pod's spec cannot be scheduled at all (a bad quantity or operator), if so.
     pub invalid: Option<String>,
+    /// What its persistent volumes allow (see [`super::volume_topology`]): one alternative
+    /// must hold, tried in order; empty when they do not constrain the node. Not part of the
+    /// requirements topology spread counts with.
+    pub volume_terms: Vec<Requirements>,
+    /// Why its volumes keep it waiting (a claim not bound yet, a volume gone), if so.
+    pub volume_error: Option<String>,
 }
 
 impl PodSpecInfo {
@@ -390,6 +396,8 @@ impl PodSpecInfo {
             ),
             host_ports: host_ports(spec),
             invalid,
+            volume_terms: Vec::new(),
+            volume_error: None,
             namespace,
         }
     }

@@ -8,6 +8,7 @@ use crate::scheduling::Offering;
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -1624,4 +1625,172 @@ fn min_values_hold_while_a_claim_grows() {
             );
         }
     }
+}
+
+/// The volume topology of pods whose volumes allow only `zones`, one alternative per entry.
+fn volumes_in(pods: &[&Pod], alternatives: &[&[&str]]) -> VolumeTopology {
+    let mut topology = VolumeTopology::default();
+    for p in pods {
+        let alts = alternatives
+            .iter()
+            .map(|zones| {
+                let mut r = Requirements::new();
+                r.add(Requirement::in_values(labels::ZONE, zones.iter()));
+                r
+            })
+            .collect();
+        topology.insert(
+            format!("default/{}", p.metadata.name.as_deref().unwrap_or_default()),
+            Ok(volume_topology::Alternatives(alts)),
+        );
+    }
+    topology
+}
+
+#[test]
+fn a_pod_on_a_zonal_volume_gets_a_node_in_the_volumes_zone_not_where_the_node_next_to_it_is() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let node = ExistingNode {
+        name: "node-a".to_owned(),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())]
+            .into_iter()
+            .collect(),
+        allocatable: ResourceList::new()
+            .with(CPU, 8000)
+            .with(MEMORY, 32 << 30)
+            .with(PODS, 110),
+        ..ExistingNode::default()
+    };
+    let db = pod("db-0", "500m", "1Gi", json!({}));
+    let topology = volumes_in(&[&db], &[&["zone-c"]]);
+    let plan = schedule(&Input {
+        pods: vec![&db],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        nodes: vec![node],
+        volume_topology: Cow::Borrowed(&topology),
+        ..Input::default()
+    });
+    assert!(plan.existing.is_empty(), "node-a is in the wrong zone");
+    assert_eq!(plan.new_claims.len(), 1);
+    assert_eq!(zone_of(&plan.new_claims[0]).as_deref(), Some("zone-c"));
+}
+
+#[test]
+fn volume_alternatives_are_tried_in_turn_and_the_first_that_fits_wins() {
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [
+            {"key": labels::ZONE, "operator": "In", "values": ["zone-b", "zone-c"]}]}}),
+    );
+    let catalogue = general_catalogue();
+    let db = pod("db-0", "500m", "1Gi", json!({}));
+    // The first alternative names a zone the pool does not offer; `rack` keeps the two from
+    // being one choice of zones.
+    let mut first = Requirements::new();
+    first.add(Requirement::in_values(labels::ZONE, ["zone-a"]));
+    first.add(Requirement::in_values("rack", ["r1"]));
+    let mut second = Requirements::new();
+    second.add(Requirement::in_values(labels::ZONE, ["zone-b"]));
+    let mut topology = VolumeTopology::default();
+    topology.insert(
+        "default/db-0".to_owned(),
+        Ok(volume_topology::Alternatives(vec![first, second])),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&db],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        volume_topology: Cow::Borrowed(&topology),
+        ..Input::default()
+    });
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert_eq!(zone_of(&plan.new_claims[0]).as_deref(), Some("zone-b"));
+    assert!(
+        plan.relaxed.is_empty(),
+        "a volume alternative is no relaxed preference"
+    );
+}
+
+#[test]
+fn a_volume_in_a_zone_no_pool_offers_leaves_the_pod_pending_with_the_volumes_zone_in_the_reason() {
+    let np = node_pool(
+        "default",
+        json!({"template": {"requirements": [
+            {"key": labels::ZONE, "operator": "In", "values": ["zone-a", "zone-b"]}]}}),
+    );
+    let catalogue = general_catalogue();
+    let db = pod("db-0", "500m", "1Gi", json!({}));
+    let topology = volumes_in(&[&db], &[&["zone-c"]]);
+    let plan = schedule(&Input {
+        pods: vec![&db],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        volume_topology: Cow::Borrowed(&topology),
+        ..Input::default()
+    });
+    assert!(plan.new_claims.is_empty());
+    let reason = plan.unschedulable[0].to_string();
+    assert!(reason.contains("NodePool default"), "{reason}");
+    assert!(
+        reason
+            .contains("its volumes allow only nodes with topology.kubernetes.io/zone In [zone-c]"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_pod_whose_claim_is_not_bound_yet_waits_and_says_so() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let db = pod("db-0", "500m", "1Gi", json!({}));
+    let mut topology = VolumeTopology::default();
+    topology.insert(
+        "default/db-0".to_owned(),
+        Err(VolumeError::ClaimNotFound {
+            claim: "default/data-db-0".to_owned(),
+        }),
+    );
+    let plan = schedule(&Input {
+        pods: vec![&db],
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        volume_topology: Cow::Borrowed(&topology),
+        ..Input::default()
+    });
+    assert!(
+        plan.new_claims.is_empty(),
+        "no node for a pod that cannot start"
+    );
+    assert_eq!(
+        plan.unschedulable[0].to_string(),
+        "pod default/db-0 cannot be scheduled: persistentvolumeclaim default/data-db-0 not found"
+    );
+}
+
+#[test]
+fn zone_spread_counts_every_zone_even_when_a_volume_pins_one_pod() {
+    let np = node_pool("default", json!({}));
+    let catalogue = general_catalogue();
+    let spread = json!({"labels": {"app": "db"}, "spec": {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": labels::ZONE, "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "db"}}}]}});
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| pod(&format!("db-{i}"), "500m", "512Mi", spread.clone()))
+        .collect();
+    let mut topology = VolumeTopology::default();
+    for (p, zone) in pods.iter().zip(ZONES) {
+        let mut r = Requirements::new();
+        r.add(Requirement::in_values(labels::ZONE, [zone]));
+        topology.insert(
+            format!("default/{}", p.metadata.name.as_deref().unwrap_or_default()),
+            Ok(volume_topology::Alternatives(vec![r])),
+        );
+    }
+    let plan = schedule(&Input {
+        pods: pods.iter().collect(),
+        node_pools: vec![PoolInput::new(&np, &catalogue)],
+        volume_topology: Cow::Borrowed(&topology),
+        ..Input::default()
+    });
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let zones: BTreeSet<String> = plan.new_claims.iter().filter_map(zone_of).collect();
+    assert_eq!(zones.len(), 3, "each pod in its volume's zone");
 }

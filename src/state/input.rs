@@ -11,10 +11,13 @@ use super::pod_cache::CachedPod;
 use super::usage::usage_by_pool;
 use crate::apis::{NodeClaim, NodeClassReference, NodePool, labels};
 use crate::resources::{NODES, ResourceList};
-use crate::scheduling::{ExistingNode, InFlightClaim, Input, InstanceType, PoolInput};
+use crate::scheduling::{
+    ExistingNode, InFlightClaim, Input, InstanceType, NamespaceLabels, PoolInput, VolumeTopology,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use tracing::debug;
@@ -113,6 +116,10 @@ pub struct Snapshot<'a> {
     pub catalogues: &'a Catalogues,
     /// One pod per DaemonSet (see [`daemon_set_pods`]).
     pub daemon_set_pods: &'a [Pod],
+    /// Each namespace's labels (pod-affinity terms with a `namespaceSelector`).
+    pub namespace_labels: &'a NamespaceLabels,
+    /// The volume topology of the pods with persistent volume claims.
+    pub volumes: &'a VolumeTopology,
 }
 
 /// The scheduler's input for one round: the provisionable pods (in [`provisionable_pods`]'s
@@ -132,6 +139,8 @@ pub fn scheduling_input<'a>(snapshot: &Snapshot<'a>) -> Input<'a, CachedPod> {
         ),
         nodes: capacity.nodes,
         daemon_set_pods: snapshot.daemon_set_pods.iter().collect(),
+        namespace_labels: Cow::Borrowed(snapshot.namespace_labels),
+        volume_topology: Cow::Borrowed(snapshot.volumes),
         ..Input::default()
     }
 }
@@ -439,6 +448,8 @@ mod tests {
             pools,
             catalogues: &catalogues,
             daemon_set_pods: &[],
+            namespace_labels: &NamespaceLabels::new(),
+            volumes: &VolumeTopology::default(),
         }));
     }
 

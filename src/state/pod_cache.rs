@@ -8,7 +8,9 @@
 //! differ only in metadata and the node they are bound to, which is kept apart from the spec.
 
 use crate::scheduling::PodView;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec};
+use k8s_openapi::api::core::v1::{
+    EphemeralVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodSpec, Volume,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Deserialize;
@@ -80,11 +82,21 @@ fn annotation_kept(key: &str) -> bool {
     key.starts_with("karpenter.sh/") || key == "kubernetes.io/config.mirror"
 }
 
-/// Drops what no loop reads from a pod's spec (volumes, commands, env, probes, images...).
-/// What stays is what scheduling reads: resources, ports, affinity, tolerations, spread,
-/// selectors, priority, the scheduler's name.
+/// Drops what no loop reads from a pod's spec (commands, env, probes, images, most
+/// volumes...). What stays is what scheduling reads: resources, ports, affinity, tolerations,
+/// spread, selectors, priority, the scheduler's name, and the names of the claims its
+/// volumes use (volume topology).
 fn trim_spec(spec: &mut PodSpec) {
-    spec.volumes = None;
+    spec.volumes = spec
+        .volumes
+        .take()
+        .map(|volumes| {
+            volumes
+                .into_iter()
+                .filter_map(claim_volume)
+                .collect::<Vec<_>>()
+        })
+        .filter(|volumes| !volumes.is_empty());
     spec.ephemeral_containers = None;
     spec.image_pull_secrets = None;
     spec.security_context = None;
@@ -163,6 +175,26 @@ impl CachedPod {
             .iter()
             .find(|c| c.type_ == "PodScheduled")
     }
+}
+
+/// A volume's claim, all that volume topology reads of it: a `persistentVolumeClaim`'s name,
+/// or that the volume is generic ephemeral (its claim is named after the pod and volume).
+fn claim_volume(volume: Volume) -> Option<Volume> {
+    if let Some(claim) = volume.persistent_volume_claim {
+        return Some(Volume {
+            name: volume.name,
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.claim_name,
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+    }
+    volume.ephemeral.map(|_| Volume {
+        name: volume.name,
+        ephemeral: Some(EphemeralVolumeSource::default()),
+        ..Volume::default()
+    })
 }
 
 /// Hands out one shared spec per distinct trimmed spec, per controller: replicas come from one
@@ -257,6 +289,31 @@ mod tests {
             pod.spec.containers[0].resources.is_some(),
             "what scheduling reads stays"
         );
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_only_the_claims_its_volumes_use() {
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "shop"},
+            "spec": {"containers": [{"name": "db"}], "volumes": [
+                {"name": "config", "configMap": {"name": "db"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0", "readOnly": true}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                    "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]},
+        }))
+        .expect("a pod");
+        let claims: Vec<String> =
+            crate::scheduling::volume_topology::claim_names(&pod).collect();
+        assert_eq!(claims, ["data-db-0", "db-0-scratch"]);
+        let volumes = pod.spec.volumes.as_deref().unwrap_or_default();
+        assert_eq!(volumes.len(), 2, "the configMap is dropped");
+        assert_eq!(
+            volumes[1].ephemeral,
+            Some(EphemeralVolumeSource::default()),
+            "the claim template is dropped"
+        );
+        let plain = replica("web-1", None, "1");
+        assert_eq!(plain.spec.volumes, None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod readiness;
 mod repair;
 mod static_capacity;
 mod termination;
+mod volumes;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};

@@ -41,7 +41,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_core::apis::{DisruptionReason, NodeClaim, NodePool};
 use karpenter_core::disruption::consolidation::{Outcome, consolidate};
 use karpenter_core::disruption::{self, Candidate, Decision, Input, Options};
-use karpenter_core::scheduling::{self, PoolInput};
+use karpenter_core::scheduling::{self, NamespaceLabels, PoolInput, VolumeTopology};
 use karpenter_core::state::{CachedPod, Catalogues, SharedSpecs, Snapshot, scheduling_input};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -275,6 +275,8 @@ struct Cluster {
     pools: Vec<Arc<NodePool>>,
     catalogues: Catalogues,
     daemon_set_pods: Vec<Pod>,
+    namespace_labels: NamespaceLabels,
+    volumes: VolumeTopology,
 }
 
 impl Cluster {
@@ -295,6 +297,8 @@ impl Cluster {
             pools: vec![Arc::new(pool)],
             catalogues,
             daemon_set_pods: Vec::new(),
+            namespace_labels: NamespaceLabels::new(),
+            volumes: VolumeTopology::default(),
         };
         for (i, slot) in shape.slots.iter().enumerate() {
             let name = format!("default-{i:04}");
@@ -324,6 +328,8 @@ impl Cluster {
                 pools: &self.pools,
                 catalogues: &self.catalogues,
                 daemon_set_pods: &self.daemon_set_pods,
+                namespace_labels: &self.namespace_labels,
+                volumes: &self.volumes,
             },
             pdbs: &[],
             now: NOW

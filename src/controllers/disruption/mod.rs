@@ -22,6 +22,7 @@ use crate::disruption::{
     self, BlockerKind, Command, Decision, Method, budgets::REASONS, reason_name,
 };
 use crate::metrics::{ConsolidationLabels, DecisionLabels, PoolReasonLabels, ReasonLabels};
+use crate::scheduling::{NamespaceLabels, VolumeTopology};
 use crate::state::{CachedPod, Catalogues, Snapshot};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -45,6 +46,10 @@ struct Parts {
     pdbs: Vec<PodDisruptionBudget>,
     /// The cloud's repair policies, or none while the `NodeRepair` gate is off.
     repair_policies: Vec<RepairPolicy>,
+    /// Namespace labels, for the simulation's pod-affinity terms with a `namespaceSelector`.
+    namespace_labels: NamespaceLabels,
+    /// Where the pods with persistent volumes may move.
+    volumes: VolumeTopology,
 }
 
 impl Parts {
@@ -58,8 +63,11 @@ impl Parts {
             .await
             .map_err(Error::kube("listing PodDisruptionBudgets"))?
             .items;
+        let pods = ctx.pods.state();
         Ok(Self {
-            pods: ctx.pods.state(),
+            namespace_labels: ctx.namespace_labels(),
+            volumes: ctx.volume_topology(&pods),
+            pods,
             nodes: ctx.nodes.state(),
             claims,
             pools,
@@ -83,6 +91,8 @@ impl Parts {
                 pools: &self.pools,
                 catalogues: &self.catalogues,
                 daemon_set_pods: &self.daemon_set_pods,
+                namespace_labels: &self.namespace_labels,
+                volumes: &self.volumes,
             },
             pdbs: &self.pdbs,
             now: Timestamp::now(),

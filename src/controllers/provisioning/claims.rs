@@ -147,7 +147,7 @@ pub(super) async fn create_claims<P>(
 const WARN_AGAIN_AFTER: Duration = Duration::from_secs(300);
 
 /// Publishes a FailedProvisioning Event (and logs why) for each pod of `pods` the plan could
-/// not place, unless it got one less than [`WARN_AGAIN_AFTER`] ago.
+/// not place, unless it got the same one less than [`WARN_AGAIN_AFTER`] ago.
 pub(super) async fn warn_unschedulable<P>(
     ctx: &Context<P>,
     memory: &mut Memory,
@@ -157,7 +157,7 @@ pub(super) async fn warn_unschedulable<P>(
     let now = Instant::now();
     memory
         .last_warned
-        .retain(|_, at| now.duration_since(*at) < WARN_AGAIN_AFTER);
+        .retain(|_, (at, _)| now.duration_since(*at) < WARN_AGAIN_AFTER);
     for unschedulable in &plan.unschedulable {
         let Some(pod) = pods.get(unschedulable.pod) else {
             continue;
@@ -167,22 +167,28 @@ pub(super) async fn warn_unschedulable<P>(
             .uid
             .clone()
             .unwrap_or_else(|| unschedulable.pod_name.clone());
-        if memory.last_warned.contains_key(&key) {
+        let note = truncate(&unschedulable.to_string(), 1000);
+        if memory
+            .last_warned
+            .get(&key)
+            .is_some_and(|(_, said)| *said == note)
+        {
             continue;
         }
-        memory.last_warned.insert(key, now);
-        let note = truncate(&unschedulable.to_string(), 1000);
+        memory.last_warned.insert(key, (now, note.clone()));
         info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
         let event = Event {
             type_: EventType::Warning,
             reason: "FailedProvisioning".to_owned(),
-            note: Some(note),
+            note: Some(note.clone()),
             action: "Provisioning".to_owned(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &pod.object_ref(&())).await {
-            warn!(pod = %unschedulable.pod_name, error = %e, "could not publish event");
-        }
+        // A new reason is a new Event (the Recorder would patch it into the old one's series,
+        // old text and all).
+        ctx.notices
+            .publish(&event, &pod.object_ref(&()), &note)
+            .await;
     }
 }
 

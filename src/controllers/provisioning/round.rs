@@ -23,8 +23,10 @@ use tracing::{debug, warn};
 /// What provisioning remembers between rounds.
 #[derive(Default)]
 pub struct Memory {
-    /// When each pod last got a FailedProvisioning Event, so a pod is not warned about every round.
-    pub(super) last_warned: HashMap<String, Instant>,
+    /// When each pod last got a FailedProvisioning Event, and what it said, so a pod is not
+    /// warned about every round, yet hears at once when the reason changes (its claim got
+    /// bound, and now its volume's zone is the problem).
+    pub(super) last_warned: HashMap<String, (Instant, String)>,
 }
 
 /// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
@@ -120,15 +122,18 @@ pub async fn provision<P: CloudProvider>(
     let nodes = ctx.nodes.state();
     let catalogues = catalogues(ctx, &pools, &claims).await;
     let daemon_set_pods = daemon_set_pods(ctx).await?;
-    let mut input = state::scheduling_input(&Snapshot {
+    let namespace_labels = ctx.namespace_labels();
+    let volumes = ctx.volume_topology(&pods);
+    let input = state::scheduling_input(&Snapshot {
         pods: &pods,
         nodes: &nodes,
         claims: &claims,
         pools: &pools,
         catalogues: &catalogues,
         daemon_set_pods: &daemon_set_pods,
+        namespace_labels: &namespace_labels,
+        volumes: &volumes,
     });
-    input.namespace_labels = ctx.namespace_labels();
     let plan = simulate(ctx, &input);
 
     let mut round = Round {

@@ -193,7 +193,8 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
     fn place(&mut self, pod: PodId) -> bool {
         let info_id = self.pod_info[pod];
-        if self.infos[info_id].spec.invalid.is_some() {
+        let spec = &self.infos[info_id].spec;
+        if spec.invalid.is_some() || spec.volume_error.is_some() {
             return false;
         }
         let initial = self.initial_relax(&self.infos[info_id]);
@@ -201,7 +202,12 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         loop {
             let shape = self.shape(info_id, relax);
             if self.try_place(pod, shape) {
-                self.relaxed[pod] = relax != initial;
+                // Trying another of the volumes' alternatives relaxes no preference.
+                let preferences = |r: Relax| Relax {
+                    volume_term: 0,
+                    ..r
+                };
+                self.relaxed[pod] = preferences(relax) != preferences(initial);
                 if let Some(n) = self.unplaced.get_mut(info_id.index()) {
                     *n = n.saturating_sub(1);
                 }

@@ -25,8 +25,15 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             existing: Vec::new(),
             node_pools: Vec::new(),
             invalid: self.infos[info_id].spec.invalid.clone(),
+            volume_error: self.infos[info_id].spec.volume_error.clone(),
+            volume_topology: {
+                let terms = &self.infos[info_id].spec.volume_terms;
+                (!terms.is_empty()).then(|| {
+                    crate::scheduling::volume_topology::Alternatives(terms.clone()).to_string()
+                })
+            },
         };
-        if out.invalid.is_some() {
+        if out.invalid.is_some() || out.volume_error.is_some() {
             return out;
         }
         // Explain at the most relaxed level: that is what was tried last.

@@ -10,6 +10,7 @@ use super::shapes::Info;
 use super::topology::MAX_DOMAINS;
 use crate::apis::labels;
 use crate::resources::{self, ResourceList};
+use crate::scheduling::NamespaceLabels;
 use crate::scheduling::pod::{Namespaces, PodSpecInfo, PodTerm, PodView};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::taints;
@@ -112,7 +113,13 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
 
         // Pending pods.
         for pod in &input.pods {
-            let id = self.intern_info(PodSpecInfo::from_pod(*pod));
+            let mut spec = PodSpecInfo::from_pod(*pod);
+            match input.volume_topology.get(*pod) {
+                Some(Ok(alternatives)) => spec.volume_terms = alternatives.0.clone(),
+                Some(Err(e)) => spec.volume_error = Some(e.to_string()),
+                None => {}
+            }
+            let id = self.intern_info(spec);
             self.pod_info.push(id);
             if self.unplaced.len() <= id.index() {
                 self.unplaced.resize(id.index() + 1, 0);
@@ -233,7 +240,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             g.owner_counts = vec![0; n];
         }
         // Which groups select which pods.
-        let ns_labels = &input.namespace_labels;
+        let ns_labels: &NamespaceLabels = &input.namespace_labels;
         for info in &mut self.infos {
             for (gid, g) in self.groups.enumerate() {
                 if g.ident.namespaces.contains(&info.spec.namespace, ns_labels)

@@ -1,5 +1,6 @@
 //! Shapes: a distinct pod description at one relaxation level, and the relaxation order itself
-//! (upstream's `preferences.go`: required node-affinity terms one by one, then preferred pod
+//! (the alternatives its volumes allow, one by one, as upstream's `tryVolumeAlternative`; then
+//! upstream's `preferences.go`: required node-affinity terms one by one, then preferred pod
 //! affinity, preferred pod anti-affinity, preferred node affinity, `ScheduleAnyway` spreads, and
 //! finally tolerating `PreferNoSchedule` taints).
 
@@ -15,6 +16,7 @@ use std::rc::Rc;
 /// How far a pod's preferences have been relaxed, in upstream's order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct Relax {
+    pub(super) volume_term: u32,
     pub(super) required_term: u32,
     pub(super) preferred_affinity: u32,
     pub(super) preferred_anti: u32,
@@ -68,6 +70,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             strict.add_all(term);
         }
         let mut full = strict.clone();
+        // The volumes' topology narrows the node but not the domains topology spread counts
+        // (upstream keeps it out of the pod's strict requirements for the same reason).
+        if let Some(term) = spec.volume_terms.get(relax.volume_term as usize) {
+            full.add_all(term);
+        }
         if let Some(pref) = spec.preferred_terms.get(relax.preferred_node as usize) {
             full.add_all(pref);
         }
@@ -156,14 +163,22 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         }
     }
 
-    /// The next relaxation in upstream's order: the next required node-affinity term, then
+    /// The next relaxation in upstream's order: the next alternative of the volumes' topology,
+    /// the next required node-affinity term (with each volume alternative again), then
     /// preferred pod affinity, preferred pod anti-affinity, preferred node affinity,
     /// `ScheduleAnyway` spreads, and finally tolerating `PreferNoSchedule` taints.
     pub(super) fn next_relax(&self, info: &Info, r: Relax) -> Option<Relax> {
         let spec = &info.spec;
+        if (r.volume_term as usize) + 1 < spec.volume_terms.len() {
+            return Some(Relax {
+                volume_term: r.volume_term + 1,
+                ..r
+            });
+        }
         if (r.required_term as usize) + 1 < spec.required_terms.len() {
             return Some(Relax {
                 required_term: r.required_term + 1,
+                volume_term: 0,
                 ..r
             });
         }
