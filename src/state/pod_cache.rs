@@ -302,8 +302,7 @@ mod tests {
                     "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]},
         }))
         .expect("a pod");
-        let claims: Vec<String> =
-            crate::scheduling::volume_topology::claim_names(&pod).collect();
+        let claims: Vec<String> = crate::scheduling::volume_topology::claim_names(&pod).collect();
         assert_eq!(claims, ["data-db-0", "db-0-scratch"]);
         let volumes = pod.spec.volumes.as_deref().unwrap_or_default();
         assert_eq!(volumes.len(), 2, "the configMap is dropped");

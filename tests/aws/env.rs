@@ -51,9 +51,13 @@ impl Env {
     /// A fresh account for `cluster`; `discovery_tags` tags the subnets and security group with
     /// `karpenter.sh/discovery=<cluster>` (init aws does that itself).
     pub async fn new(cluster: &str, discovery_tags: bool) -> Self {
+        Self::on(&crate::moto::moto().url, cluster, discovery_tags).await
+    }
+
+    /// The same, in the moto server at `moto_url`.
+    pub async fn on(moto_url: &str, cluster: &str, discovery_tags: bool) -> Self {
         static NEXT_NET: AtomicU8 = AtomicU8::new(1);
-        let moto = crate::moto::moto();
-        let proxy = Proxy::start(&moto.url).await;
+        let proxy = Proxy::start(moto_url).await;
         let sdk = sdk_config(&proxy.url).await;
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let net = NEXT_NET.fetch_add(1, Ordering::SeqCst);

@@ -54,6 +54,14 @@ pub fn moto() -> &'static Moto {
                 log: PathBuf::new(),
             };
         }
+        Moto::start()
+    })
+}
+
+impl Moto {
+    /// A moto server of its own, for a test that changes what the whole server does (IAM
+    /// enforcement); stopped with this process like the shared one.
+    pub fn start() -> Self {
         let install = Command::new(script())
             .arg("install")
             .stderr(Stdio::inherit())
@@ -93,5 +101,22 @@ pub fn moto() -> &'static Moto {
             url: format!("http://127.0.0.1:{port}"),
             log,
         }
-    })
+    }
+
+    /// Turns moto's IAM access control on (every request is then authenticated and checked
+    /// against the caller's IAM policies) or off, for the whole server (`/moto-api/reset-auth`).
+    pub fn enforce_iam(&self, on: bool) {
+        let address = self.url.trim_start_matches("http://");
+        let body = if on { "0" } else { "inf" };
+        let mut stream = TcpStream::connect(address).expect("connect to moto");
+        write!(
+            stream,
+            "POST /moto-api/reset-auth HTTP/1.0\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send reset-auth");
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.contains(" 200 "), "reset-auth: {answer}");
+    }
 }

@@ -24,6 +24,22 @@ struct Faults {
     parameters: HashMap<String, String>,
     actions: Vec<String>,
     fleet_requests: Vec<String>,
+    sent: Vec<Sent>,
+}
+
+/// One request a client sent through the proxy, as a policy check needs it.
+#[derive(Clone, Debug)]
+pub struct Sent {
+    /// The signing service (`ec2`, `sqs`, `iam`...), from the SigV4 credential scope.
+    pub service: String,
+    /// The access key that signed it.
+    pub access_key: String,
+    /// The API action (`CreateFleet`, `ReceiveMessage`...).
+    pub action: String,
+    /// The form fields of a query-protocol request.
+    pub fields: Vec<(String, String)>,
+    /// The body of a JSON-protocol request.
+    pub json: Option<serde_json::Value>,
 }
 
 /// A running proxy; it stops with the test's runtime.
@@ -90,6 +106,11 @@ impl Proxy {
     /// Every action seen, in order.
     pub fn actions(&self) -> Vec<String> {
         self.faults().actions.clone()
+    }
+
+    /// Every request sent through the proxy, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.faults().sent.clone()
     }
 
     /// The form bodies of the CreateFleet requests, as the client sent them.
@@ -469,6 +490,22 @@ async fn serve(
                 .to_owned()
         });
     lock().actions.push(action.clone());
+    // `Credential=AKID/20261203/us-west-2/ec2/aws4_request`
+    let scope: Vec<String> = request
+        .header("authorization")
+        .and_then(|a| a.split("Credential=").nth(1))
+        .map(|c| c.split([',', ' ']).next().unwrap_or_default())
+        .unwrap_or_default()
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    lock().sent.push(Sent {
+        service: scope.get(3).cloned().unwrap_or_default(),
+        access_key: scope.first().cloned().unwrap_or_default(),
+        action: action.clone(),
+        fields: fields.clone(),
+        json: serde_json::from_slice(&request.body).ok(),
+    });
 
     if lock().denied.contains(&action) {
         return stream.write_all(&denied(&request, &action, &fields)).await;

@@ -182,8 +182,13 @@ async fn ensure_launch_template(
         .iter()
         .map(|g| g.id.clone())
         .collect();
+    let pool = claim
+        .labels()
+        .get(labels::NODE_POOL)
+        .cloned()
+        .unwrap_or_default();
     let identity = serde_json::json!({
-        "cluster": cluster, "nodeClass": resolved.name, "ami": ami_id, "securityGroups": security_groups,
+        "cluster": cluster, "nodePool": pool, "nodeClass": resolved.name, "ami": ami_id, "securityGroups": security_groups,
         "instanceProfile": resolved.instance_profile, "metadata": spec.metadata_options, "blockDevices": spec.block_device_mappings,
         "userData": user_data, "tags": spec.tags, "publicIP": spec.associate_public_ip_address, "monitoring": spec.detailed_monitoring,
     });
@@ -285,11 +290,21 @@ async fn ensure_launch_template(
                     .build(),
             );
         }
-        let tags = TagSpecification::builder()
-            .resource_type(ResourceType::LaunchTemplate)
-            .tags(tag(&cluster_tag(cluster), "owned"))
-            .tags(tag(LAUNCH_TEMPLATE_CLUSTER_TAG, cluster))
-            .tags(tag(labels::AWS_EC2_NODE_CLASS, &resolved.name))
+        // Upstream's launch-template tags (the node class's own, then `GetTags`' static ones):
+        // the controller policy lets CreateLaunchTemplate only with the cluster, EKS cluster
+        // name and nodepool tags, and CreateFleet use only templates that carry them.
+        let mut template_tags: BTreeMap<String, String> = spec.tags.clone();
+        template_tags.insert(cluster_tag(cluster), "owned".to_owned());
+        template_tags.insert(EKS_CLUSTER_NAME_TAG.to_owned(), cluster.clone());
+        template_tags.insert(labels::NODE_POOL.to_owned(), pool.clone());
+        template_tags.insert(labels::AWS_EC2_NODE_CLASS.to_owned(), resolved.name.clone());
+        template_tags.insert(LAUNCH_TEMPLATE_CLUSTER_TAG.to_owned(), cluster.clone());
+        let tags = template_tags
+            .iter()
+            .fold(
+                TagSpecification::builder().resource_type(ResourceType::LaunchTemplate),
+                |b, (k, v)| b.tags(tag(k, v)),
+            )
             .build();
         match provider
             .clients
