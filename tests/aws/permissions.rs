@@ -410,7 +410,7 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
         .expect("the controller policy init wrote");
     let document = written.policy_document();
     let policy: Value = serde_json::from_str(document)
-        .or_else(|_| serde_json::from_str(&urlencoding_decode(document)))
+        .or_else(|_| serde_json::from_str(&crate::proxy::url_decode(document)))
         .expect("a JSON policy");
 
     let (agent_key, agent_secret) = user(&env.iam, "karpenter-agent", &actions_only(&policy)).await;
@@ -588,37 +588,4 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
         .kubectl()
         .args(["delete", "ec2nodeclass", CLUSTER, "--wait=false"])
         .output();
-}
-
-/// Percent-decoding of IAM's policy documents (AWS returns them URL-encoded).
-fn urlencoding_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 + 1 => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
