@@ -6,7 +6,9 @@
 //! Follows upstream's node class status controllers (`pkg/controllers/nodeclass` in
 //! karpenter-provider-aws): resolved when the class changes and every few minutes after, so the
 //! status follows the account (a new AMI release, a subnet tagged or untagged) without any change
-//! to the object, with a Ready condition that says what is missing.
+//! to the object, with a Ready condition that says what is missing. A class carries upstream's
+//! termination finalizer: deleted, it stays until no NodeClaim uses it and the provider has
+//! deleted what it made for it (see [`reconcile_node_class`]).
 
 use super::{Error, FIELD_MANAGER};
 use crate::cloud::CloudError;
@@ -89,12 +91,20 @@ pub trait NodeClassResolver: Send + Sync + 'static {
     /// The status written to the class.
     type Status: Serialize + Send + Sync;
 
+    /// The finalizer that keeps a deleted class until [`Self::clean_up`] is done (upstream's
+    /// `karpenter.k8s.aws/termination`).
+    const FINALIZER: &'static str;
+
     /// Resolves the class `name`: the outcome for launches, and the status to write if it
     /// changed. The outer error is a failure to read the class at all.
     fn resolve_status(
         &self,
         name: &str,
     ) -> impl Future<Output = Result<Resolution<Self>, CloudError>> + Send;
+
+    /// Deletes what the provider made in the cloud for the deleted class `name` (launch
+    /// templates, an instance profile), once no NodeClaim uses it.
+    fn clean_up(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
 }
 
 /// What resolving a node class came to (see [`NodeClassResolver::resolve_status`]).
@@ -109,9 +119,15 @@ impl NodeClassResolver for crate::cloud::aws::AwsProvider {
     type Resolved = crate::cloud::aws::nodeclass::ResolvedNodeClass;
     type Status = crate::apis::EC2NodeClassStatus;
 
+    const FINALIZER: &'static str = "karpenter.k8s.aws/termination";
+
     async fn resolve_status(&self, name: &str) -> Result<Resolution<Self>, CloudError> {
         let resolution = self.resolve_node_class_status(name).await?;
         Ok((resolution.resolved, resolution.status))
+    }
+
+    async fn clean_up(&self, name: &str) -> Result<(), CloudError> {
+        self.clean_up_node_class(name).await
     }
 }
 
@@ -121,9 +137,17 @@ impl NodeClassResolver for crate::cloud::gcp::GcpProvider {
     type Resolved = crate::cloud::gcp::nodeclass::ResolvedNodeClass;
     type Status = crate::apis::GCENodeClassStatus;
 
+    const FINALIZER: &'static str = "karpenter.k8s.gcp/termination";
+
     async fn resolve_status(&self, name: &str) -> Result<Resolution<Self>, CloudError> {
         let resolution = self.resolve_node_class_status(name).await?;
         Ok((resolution.resolved, resolution.status))
+    }
+
+    /// Instances are made from the class directly, with nothing else in the project to
+    /// delete.
+    async fn clean_up(&self, _name: &str) -> Result<(), CloudError> {
+        Ok(())
     }
 }
 
@@ -146,6 +170,98 @@ pub async fn sync_node_class<P: NodeClassResolver>(
     resolved.map_err(Error::cloud(action))
 }
 
+/// How often a deleted class whose NodeClaims are still there is looked at again.
+const WAIT_FOR_CLAIMS: Duration = Duration::from_secs(30);
+
+/// One pass over a node class, as upstream's node class controller makes it: a live class gets
+/// the termination finalizer and its status; a deleted one waits until no NodeClaim uses it,
+/// then the provider cleans up after it (launch templates, instance profile) and the finalizer
+/// comes off, so the class never goes while an instance could still be launched from it, and
+/// nothing it made is left behind.
+pub async fn reconcile_node_class<P: NodeClassResolver>(
+    client: &kube::Client,
+    provider: &P,
+    class: &P::Class,
+) -> Result<Action, Error> {
+    let name = class.name_any();
+    let kind = P::Class::kind(&());
+    let finalizers = class.meta().finalizers.clone().unwrap_or_default();
+    let has_finalizer = finalizers.iter().any(|f| f == P::FINALIZER);
+    if class.meta().deletion_timestamp.is_none() {
+        if !has_finalizer {
+            let mut with = finalizers;
+            with.push(P::FINALIZER.to_owned());
+            set_finalizers(client, class, with).await?;
+        }
+        let synced = sync_node_class(client, provider, &name).await;
+        return next_pass(&kind, &name, synced);
+    }
+    if !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    let claims = Api::<crate::apis::NodeClaim>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeClaims"))?;
+    let using: Vec<String> = claims
+        .items
+        .iter()
+        .filter(|c| {
+            c.spec.node_class_ref.name == name
+                && c.spec.node_class_ref.group == P::Class::group(&())
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    if !using.is_empty() {
+        debug!(node_class = %name, nodeclaims = ?using, "deleted node class waits for its NodeClaims");
+        return Ok(Action::requeue(WAIT_FOR_CLAIMS));
+    }
+    provider
+        .clean_up(&name)
+        .await
+        .map_err(Error::cloud(format!("cleaning up after the {kind}")))?;
+    let without = finalizers
+        .into_iter()
+        .filter(|f| f != P::FINALIZER)
+        .collect();
+    set_finalizers(client, class, without).await?;
+    Ok(Action::await_change())
+}
+
+/// Sets a class's finalizers, only if it has not changed since it was read (a merge patch with
+/// its resourceVersion, as controller-runtime's `MergeFromWithOptimisticLock`: a list in a merge
+/// patch replaces the whole list).
+async fn set_finalizers<K>(
+    client: &kube::Client,
+    class: &K,
+    finalizers: Vec<String>,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": class.meta().resource_version,
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(
+            &class.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone already: another agent (the one this replaces) finished the job.
+        Err(e) if super::is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(format!(
+            "setting the {} finalizers",
+            K::kind(&())
+        ))(e)),
+    }
+}
+
 /// Keeps every node class's status current until cancelled: resolves it when it changes and
 /// every few minutes after, and writes the status when the answer differs.
 pub async fn node_classes<P: NodeClassResolver>(client: kube::Client, provider: Arc<P>) {
@@ -153,12 +269,7 @@ pub async fn node_classes<P: NodeClassResolver>(client: kube::Client, provider: 
         class: Arc<P::Class>,
         ctx: Arc<(kube::Client, Arc<P>)>,
     ) -> Result<Action, Error> {
-        if class.meta().deletion_timestamp.is_some() {
-            return Ok(Action::await_change());
-        }
-        let name = class.name_any();
-        let synced = sync_node_class(&ctx.0, &*ctx.1, &name).await;
-        next_pass(&P::Class::kind(&()), &name, synced)
+        reconcile_node_class(&ctx.0, &*ctx.1, &class).await
     }
     let api: Api<P::Class> = Api::all(client.clone());
     Controller::new(api, watcher::Config::default())

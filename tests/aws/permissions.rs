@@ -1,6 +1,6 @@
 //! The agent with only the permissions `init aws` grants it: every call of its lifecycle
 //! (node class resolution and instance profile, catalogue, launch template and fleet, describe,
-//! terminate, interruption queue) is allowed by the controller policy `init aws` writes, tag
+//! terminate, interruption queue, and the clean-up after a deleted node class) is allowed by the controller policy `init aws` writes, tag
 //! conditions included.
 //!
 //! moto enforces IAM (its `/moto-api/reset-auth` switch) on a server of this test's own, but
@@ -23,6 +23,7 @@ use crate::proxy::Sent;
 use crate::rig::rig;
 use crate::{apply, node_class};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
+use karpenter_core::apis::EC2NodeClass;
 use karpenter_core::cloud::aws::interruption::InterruptionQueue;
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::cloud::unavailable::UnavailableOfferings;
@@ -31,6 +32,7 @@ use karpenter_core::controllers::lifecycle::launch_candidates;
 use karpenter_core::controllers::nodeclass_status;
 use karpenter_core::setup::aws::{AwsOptions, CONTROLLER_POLICY_NAME};
 use karpenter_core::setup::{Mode, Plan};
+use kube::Api;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -374,7 +376,9 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
             }
             out.push(call);
             // Putting a role in a profile passes it.
-            if let Some(role) = field(f, "RoleName") {
+            if let Some(role) =
+                field(f, "RoleName").filter(|_| sent.action == "AddRoleToInstanceProfile")
+            {
                 let mut pass = Call::new(
                     "iam:PassRole",
                     format!("arn:aws:iam::{ACCOUNT}:role/{role}"),
@@ -391,6 +395,8 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_the_policy_init_aws_writes()
  {
+    // No other test's agent may reconcile this test's node class.
+    let _guard = crate::exclusive();
     let moto = Moto::start();
     let env = Env::on(&moto.url, CLUSTER, false).await;
     let mut options = AwsOptions::new(CLUSTER.to_owned(), REGION);
@@ -427,7 +433,9 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
     config.cluster_endpoint = Some("https://iam-demo.example.invalid".to_owned());
     config.cluster_ca_bundle = Some("Y2E=".to_owned());
     let provider = AwsProvider::with_sdk_config(config, &agent, rig().client().await);
-    nodeclass_status::sync_node_class(&rig().client().await, &provider, CLUSTER)
+    let classes: Api<EC2NodeClass> = Api::all(rig().client().await);
+    let class = classes.get(CLUSTER).await.expect("the node class");
+    nodeclass_status::reconcile_node_class(&rig().client().await, &provider, &class)
         .await
         .expect("the node class resolves, its instance profile made");
     let catalogue = provider
@@ -536,6 +544,42 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
             (tag_map, p.roles().first().map(|r| r.role_name().to_owned())),
         );
     }
+    // The node class deleted: its launch templates and instance profile go, then the class.
+    rig().kubectl_ok(&["delete", "ec2nodeclass", CLUSTER, "--wait=false"]);
+    let class = classes
+        .get(CLUSTER)
+        .await
+        .expect("the class, held by its finalizer");
+    assert!(class.metadata.deletion_timestamp.is_some());
+    nodeclass_status::reconcile_node_class(&rig().client().await, &provider, &class)
+        .await
+        .expect("the node class is cleaned up after");
+    assert!(
+        classes.get_opt(CLUSTER).await.expect("read").is_none(),
+        "the finalizer came off"
+    );
+    let left = admin_ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("launch templates");
+    assert!(
+        left.launch_templates().is_empty(),
+        "launch templates left: {:?}",
+        left.launch_templates()
+    );
+    let profile =
+        karpenter_core::cloud::aws::nodeclass::instance_profile_name(CLUSTER, REGION, CLUSTER);
+    assert!(
+        admin_iam
+            .get_instance_profile()
+            .instance_profile_name(&profile)
+            .send()
+            .await
+            .is_err(),
+        "the class's instance profile {profile} is left"
+    );
+
     let sent: Vec<Sent> = env
         .proxy
         .sent()
@@ -554,6 +598,9 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
         "sqs:ReceiveMessage",
         "sqs:DeleteMessage",
         "iam:CreateInstanceProfile",
+        "ec2:DeleteLaunchTemplate",
+        "iam:RemoveRoleFromInstanceProfile",
+        "iam:DeleteInstanceProfile",
     ] {
         assert!(
             actions.contains(expected),
@@ -584,8 +631,4 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
     assert!(denied.contains("AccessDenied"), "{denied}");
 
     moto.enforce_iam(false);
-    let _ = rig()
-        .kubectl()
-        .args(["delete", "ec2nodeclass", CLUSTER, "--wait=false"])
-        .output();
 }

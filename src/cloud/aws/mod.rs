@@ -16,6 +16,7 @@
 //! ```
 
 pub mod catalogue;
+mod cleanup;
 pub mod drift;
 pub mod interruption;
 mod launch;

@@ -304,7 +304,8 @@ pub async fn delete_claim_then_pool(
 }
 
 /// Deletes the workload's namespace, then the pool's claims through the running agent (which
-/// deletes their instances), then the pool and its node class (`ec2nodeclass`, `gcenodeclass`).
+/// deletes their instances), then the pool and its node class (`ec2nodeclass`, `gcenodeclass`),
+/// which the agent lets go once it has cleaned up after it (its termination finalizer).
 pub async fn clean_up(client: &kube::Client, namespace: &str, pool: &str, node_class_kind: &str) {
     rig().kubectl_ok(&["delete", "namespace", namespace, "--wait=false"]);
     rig().kubectl_ok(&[
@@ -322,4 +323,23 @@ pub async fn clean_up(client: &kube::Client, namespace: &str, pool: &str, node_c
     .await;
     rig().kubectl_ok(&["delete", "nodepool", pool, "--wait=false"]);
     rig().kubectl_ok(&["delete", node_class_kind, pool, "--wait=false"]);
+    wait_for(
+        "the node class to be gone",
+        Duration::from_secs(60),
+        || async {
+            rig()
+                .kubectl_ok(&[
+                    "get",
+                    node_class_kind,
+                    pool,
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ])
+                .trim()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
 }
