@@ -273,8 +273,14 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
     let mut out = Vec::new();
     // Tag-on-create: each created resource is authorized with its request tags, and tagging it
     // is an `ec2:CreateTags` with `ec2:CreateAction`.
-    let created = |prefix: &str, out: &mut Vec<Call>| {
-        for (kind, request_tags) in tag_specifications(f, prefix) {
+    // `kinds` are created by the call whether or not it tags them: untagged, they are
+    // authorized with no request tags (and the policy's tag conditions refuse them).
+    let created = |kinds: &[&str], out: &mut Vec<Call>| {
+        let mut specs = tag_specifications(f, "TagSpecification");
+        for kind in kinds {
+            specs.entry((*kind).to_owned()).or_default();
+        }
+        for (kind, request_tags) in specs {
             for act in [action.as_str(), "ec2:CreateTags"] {
                 let mut call = Call::new(act, ec2_arn(&kind, "new"));
                 call.request_tags = request_tags.clone();
@@ -284,9 +290,9 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
         }
     };
     match action.as_str() {
-        "ec2:CreateLaunchTemplate" => created("TagSpecification", &mut out),
+        "ec2:CreateLaunchTemplate" => created(&["launch-template"], &mut out),
         "ec2:CreateFleet" => {
-            created("TagSpecification", &mut out);
+            created(&["fleet", "instance", "volume"], &mut out);
             let template = field(
                 f,
                 "LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName",

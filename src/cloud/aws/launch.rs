@@ -432,8 +432,11 @@ pub(super) async fn launch(
                 .build(),
         )
         .set_launch_template_configs(Some(configs))
+        // Upstream tags the instance, its volumes and the fleet itself; the controller policy
+        // lets CreateFleet create only tagged fleets.
         .tag_specifications(tag_spec(ResourceType::Instance))
         .tag_specifications(tag_spec(ResourceType::Volume))
+        .tag_specifications(tag_spec(ResourceType::Fleet))
         .set_context(resolved.spec.context.clone())
         // The claim's UID makes a retried launch (after a timeout, or a restart before the
         // launch was recorded) return the instance already launched instead of a second one.
