@@ -95,6 +95,10 @@ struct RunArgs {
     /// GCP: the region nodes launch in (default: the region of the first --gcp-zones zone).
     #[arg(long, env = "GCP_REGION")]
     gcp_region: Option<String>,
+    /// GCP: the cluster's location as GKE names it, its region or (zonal cluster) its zone;
+    /// with project and name it identifies the cluster's VMs (default: the region).
+    #[arg(long, env = "GCP_LOCATION")]
+    gcp_location: Option<String>,
     /// GCP: the zones nodes launch in, comma-separated (default: every zone of the region).
     #[arg(long, env = "GCP_ZONES", value_delimiter = ',')]
     gcp_zones: Vec<String>,
@@ -136,10 +140,11 @@ async fn gcp_provider(
     };
     let mut config = GcpConfig::new(project, cluster, region);
     config.zones = args.gcp_zones.clone();
+    config.location = args.gcp_location.clone();
     config.subnetwork = args.gcp_subnetwork.clone();
     config.endpoint = args.gcp_endpoint.clone();
     config.node_template = args.gcp_node_template.clone();
-    tracing::info!(project = %config.project, cluster = %config.cluster_name, region = %config.region, zones = ?config.zones,
+    tracing::info!(project = %config.project, cluster = %config.cluster_name, location = %config.location(), region = %config.region, zones = ?config.zones,
         endpoint = ?config.endpoint, "using the gcp provider");
     GcpProvider::new(config, client)
         .await

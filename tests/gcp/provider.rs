@@ -741,3 +741,102 @@ async fn a_vm_drifts_once_its_node_class_resolves_another_image_or_changes_its_d
         Some("NodeClassDrift")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_of_one_name_in_one_project_never_see_each_others_vms_or_templates() {
+    let fake = fake("twins").await;
+    apply(&node_class("twins", "twins"));
+    // GKE names clusters by project, location and name: a regional and a zonal `twins`.
+    for (name, location, kube_env) in [
+        ("gke-twins-pool-zonal", "us-central1-a", "ZONAL"),
+        ("gke-twins-pool-regional", "us-central1", "REGIONAL"),
+    ] {
+        fake.state().compute.add_instance_template(
+            "twins",
+            name,
+            serde_json::json!({"metadata": {"items": [
+                {"key": "kube-env", "value": kube_env},
+                {"key": "cluster-name", "value": "twins"},
+                {"key": "cluster-location", "value": location},
+            ]}}),
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let regional = provider(&fake, "twins", "twins").await;
+    let mut zonal_config = config(&fake, "twins", "twins");
+    zonal_config.location = Some("us-central1-a".to_owned());
+    zonal_config.zones = vec!["us-central1-a".to_owned()];
+    let zonal = GcpProvider::new(zonal_config, rig().client().await)
+        .await
+        .expect("provider");
+
+    async fn template(p: &GcpProvider) -> Option<String> {
+        p.node_template()
+            .await
+            .expect("template")
+            .and_then(|t| t.metadata("kube-env").map(str::to_owned))
+    }
+    assert_eq!(template(&regional).await.as_deref(), Some("REGIONAL"));
+    assert_eq!(
+        template(&zonal).await.as_deref(),
+        Some("ZONAL"),
+        "the newest gke-twins-* template is the regional cluster's"
+    );
+
+    let on_regional = launch(
+        &regional,
+        &claim(
+            "twins-r1",
+            "twins",
+            &["e2-standard-2"],
+            &["us-central1-b"],
+            "on-demand",
+        ),
+    )
+    .await
+    .expect("regional launch");
+    let on_zonal = launch(
+        &zonal,
+        &claim(
+            "twins-z1",
+            "twins",
+            &["e2-standard-2"],
+            &["us-central1-a"],
+            "on-demand",
+        ),
+    )
+    .await
+    .expect("zonal launch");
+    let (_, zone, name) = gce(&on_zonal.provider_id);
+    let vm = fake
+        .state()
+        .compute
+        .instance("twins", &zone, &name)
+        .expect("the zonal cluster's VM");
+    for (key, value) in [
+        ("karpenter-k8s-gcp-cluster", "twins"),
+        ("karpenter-k8s-gcp-location", "us-central1-a"),
+        ("goog-k8s-cluster-name", "twins"),
+        ("goog-k8s-cluster-location", "us-central1-a"),
+    ] {
+        assert_eq!(vm["labels"][key], value, "label {key}");
+    }
+    let ids = |list: Vec<karpenter_core::cloud::Instance>| {
+        list.into_iter().map(|i| i.provider_id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(regional.list().await.expect("list")),
+        std::slice::from_ref(&on_regional.provider_id),
+        "the regional cluster lists only its own VM (garbage collection reads this list)"
+    );
+    assert_eq!(
+        ids(zonal.list().await.expect("list")),
+        std::slice::from_ref(&on_zonal.provider_id)
+    );
+    regional
+        .delete(&on_regional.provider_id)
+        .await
+        .expect("delete");
+    zonal.delete(&on_zonal.provider_id).await.expect("delete");
+    rig().kubectl_ok(&["delete", "gcenodeclass", "twins"]);
+}

@@ -7,9 +7,10 @@
 
 use super::nodeclass::{Image, ResolvedNodeClass};
 use super::{
-    CLUSTER_LABEL, CatalogueSnapshot, GcpApiError, GcpProvider, NODE_CLAIM_LABEL,
-    NODE_CLAIM_METADATA, NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate,
-    gce_label_key, gce_label_value,
+    CLUSTER_LABEL, CatalogueSnapshot, GKE_CLUSTER_LOCATION_LABEL, GKE_CLUSTER_NAME_LABEL,
+    GcpApiError, GcpConfig, GcpProvider, LOCATION_LABEL, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA,
+    NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate, gce_label_key,
+    gce_label_value,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::provider::{CloudError, Instance};
@@ -165,9 +166,10 @@ fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&
     value
 }
 
-/// The instance labels: the node class's, then cluster, pool, claim and class (ours win).
+/// The instance labels: the node class's, then cluster (name and location, ours and GKE's),
+/// pool, claim and class (ours win).
 pub fn instance_labels(
-    cluster: &str,
+    config: &GcpConfig,
     claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
 ) -> BTreeMap<String, String> {
@@ -177,7 +179,22 @@ pub fn instance_labels(
         .iter()
         .map(|(k, v)| (gce_label_key(k), gce_label_value(v)))
         .collect();
-    out.insert(CLUSTER_LABEL.to_owned(), gce_label_value(cluster));
+    out.insert(
+        CLUSTER_LABEL.to_owned(),
+        gce_label_value(&config.cluster_name),
+    );
+    out.insert(
+        LOCATION_LABEL.to_owned(),
+        gce_label_value(config.location()),
+    );
+    out.insert(
+        GKE_CLUSTER_NAME_LABEL.to_owned(),
+        gce_label_value(&config.cluster_name),
+    );
+    out.insert(
+        GKE_CLUSTER_LOCATION_LABEL.to_owned(),
+        gce_label_value(config.location()),
+    );
     out.insert(
         NODE_CLAIM_LABEL.to_owned(),
         gce_label_value(&claim.name_any()),
@@ -326,7 +343,7 @@ pub fn instance_body(
     let mut body = json!({
         "name": instance_name(&config.cluster_name, &claim_name),
         "machineType": format!("zones/{zone}/machineTypes/{}", attempt.instance_type),
-        "labels": instance_labels(&config.cluster_name, claim, resolved),
+        "labels": instance_labels(config, claim, resolved),
         "scheduling": scheduling,
         "disks": disks,
         "networkInterfaces": interfaces,

@@ -33,6 +33,13 @@ use std::time::{Duration, Instant};
 
 /// VM label naming the cluster (GCE label keys cannot hold `/` or `.`).
 pub const CLUSTER_LABEL: &str = "karpenter-k8s-gcp-cluster";
+/// VM label naming the cluster's location (its region, or its zone for a zonal cluster). GKE
+/// names a cluster by project, location and name, so two clusters of one name can share a
+/// project; their agents tell their VMs apart by this.
+pub const LOCATION_LABEL: &str = "karpenter-k8s-gcp-location";
+/// GKE's own labels on its node VMs, which cost reports group by (set on ours too).
+pub const GKE_CLUSTER_NAME_LABEL: &str = "goog-k8s-cluster-name";
+pub const GKE_CLUSTER_LOCATION_LABEL: &str = "goog-k8s-cluster-location";
 /// VM label naming the NodePool.
 pub const NODE_POOL_LABEL: &str = "karpenter-sh-nodepool";
 /// VM label naming the NodeClaim.
@@ -80,6 +87,9 @@ pub struct GcpConfig {
     pub cluster_name: String,
     /// The region the cluster's nodes are in.
     pub region: String,
+    /// The cluster's location as GKE names it: its region, or its zone for a zonal cluster
+    /// (default: the region).
+    pub location: Option<String>,
     /// Zones to launch in; empty means every zone of the region that is `UP`.
     pub zones: Vec<String>,
     /// Send every Compute call here with anonymous credentials (tests: `gcp-fake`).
@@ -105,6 +115,21 @@ pub struct GcpConfig {
 }
 
 impl GcpConfig {
+    /// The cluster's location: [`Self::location`], else the region.
+    pub fn location(&self) -> &str {
+        self.location.as_deref().unwrap_or(&self.region)
+    }
+
+    /// Whether a VM's labels say it is of this cluster: its cluster label names this cluster
+    /// and its location label (when it has one: VMs made before the label existed have none)
+    /// this location.
+    pub fn owns_labels(&self, labels: &HashMap<String, String>) -> bool {
+        labels.get(CLUSTER_LABEL) == Some(&gce_label_value(&self.cluster_name))
+            && labels
+                .get(LOCATION_LABEL)
+                .is_none_or(|l| *l == gce_label_value(self.location()))
+    }
+
     /// Defaults for a cluster in a project and region.
     pub fn new(
         project: impl Into<String>,
@@ -115,6 +140,7 @@ impl GcpConfig {
             project: project.into(),
             cluster_name: cluster_name.into(),
             region: region.into(),
+            location: None,
             zones: Vec::new(),
             endpoint: None,
             network: None,
@@ -286,7 +312,8 @@ impl GcpProvider {
     }
 
     /// The node template (named, or discovered as the newest `gke-<cluster>-*` template with a
-    /// `kube-env`), reused for `catalogue_ttl`. `None` when there is none to copy: nodes then
+    /// `kube-env` whose `cluster-name` and `cluster-location` metadata, when it has them, are
+    /// this cluster's), reused for `catalogue_ttl`. `None` when there is none to copy: nodes then
     /// boot with only the node class's metadata.
     pub async fn node_template(&self) -> Result<Option<Arc<NodeTemplate>>, CloudError> {
         let mut cached = self.node_template.lock().await;
@@ -328,7 +355,16 @@ impl GcpProvider {
                         let Some(parsed) = NodeTemplate::from_api(template) else {
                             continue;
                         };
+                        // GKE's templates say whose they are in their metadata; a cluster
+                        // of the same name elsewhere in the project has its own.
+                        let of_this_cluster = parsed
+                            .metadata("cluster-name")
+                            .is_none_or(|n| n == self.config.cluster_name)
+                            && parsed
+                                .metadata("cluster-location")
+                                .is_none_or(|l| l == self.config.location());
                         if parsed.name.starts_with(&prefix)
+                            && of_this_cluster
                             && parsed.metadata("kube-env").is_some()
                             && newest.as_ref().is_none_or(|(at, _)| created > *at)
                         {
@@ -867,6 +903,7 @@ impl CloudProvider for GcpProvider {
         let snapshot = self.catalogue().await?;
         Ok(found
             .iter()
+            .filter(|i| self.config.owns_labels(&i.labels))
             .filter_map(|i| self.instance_from_api(i, &snapshot))
             .collect())
     }

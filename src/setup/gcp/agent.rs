@@ -38,6 +38,7 @@ fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
     let mut env = vec![
         ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
         ("GCP_PROJECT".to_owned(), options.project.clone()),
+        ("GCP_LOCATION".to_owned(), options.location.clone()),
     ];
     match zone_region(&options.location) {
         Some(region) => {
