@@ -183,6 +183,33 @@ where
     }
 }
 
+/// The message of a FailedProvisioning Event in `namespace` (on `pod`, if named) that says
+/// `why`, once there is one (an earlier one may give an earlier reason).
+async fn failed_provisioning(
+    client: &kube::Client,
+    namespace: &str,
+    pod: Option<&str>,
+    why: &str,
+) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("a FailedProvisioning event saying {why}"),
+        Duration::from_secs(60),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedProvisioning"))
+                .filter(|e| pod.is_none() || e.involved_object.name.as_deref() == pod)
+                .find_map(|e| e.message.filter(|m| m.contains(why)))
+        },
+    )
+    .await
+}
+
 async fn pool_claims(client: &kube::Client, pool: &str) -> Vec<NodeClaim> {
     let api: Api<NodeClaim> = Api::all(client.clone());
     api.list(&ListParams::default().labels(&format!("{}={pool}", labels::NODE_POOL)))

@@ -3,12 +3,12 @@
 //! says so; once the class exists the pool turns Ready and the pod runs.
 
 use super::{
-    Agent, apply, clean_up, deployment, exclusive, kwok_pool, pool_claims, running_pods, wait_for,
+    Agent, apply, clean_up, deployment, exclusive, failed_provisioning, kwok_pool, pool_claims,
+    running_pods, wait_for,
 };
-use k8s_openapi::api::core::v1::Event;
 use karpenter_core::apis::NodePool;
 use karpenter_test_support::rig::rig;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use std::time::Duration;
 
 const POOL: &str = "classless-pool";
@@ -40,22 +40,7 @@ async fn a_pool_without_its_node_class_is_not_ready_says_why_and_launches_once_t
     assert!(why.contains("does not exist"), "{why}");
 
     apply(&deployment("classless-test", "app", POOL, 1, "100m"));
-    let events: Api<Event> = Api::namespaced(client.clone(), "classless-test");
-    let message = wait_for(
-        "a FailedProvisioning event saying the pool is not ready",
-        Duration::from_secs(60),
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedProvisioning"))
-                .find_map(|e| e.message.filter(|m| m.contains("not ready")))
-        },
-    )
-    .await;
+    let message = failed_provisioning(&client, "classless-test", None, "not ready").await;
     assert!(message.contains(POOL), "{message}");
     assert!(
         pool_claims(&client, POOL).await.is_empty(),

@@ -5,11 +5,11 @@
 //! NodePool offers, and a claim that does not exist, leave their pods pending with the reason
 //! in an Event and launch nothing.
 
-use super::{Agent, apply, exclusive, kwok_pool, pool_claims, wait_for};
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use super::{Agent, apply, exclusive, failed_provisioning, kwok_pool, pool_claims, wait_for};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_test_support::rig::rig;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use std::time::Duration;
 
 const POOL: &str = "vol-pool";
@@ -115,28 +115,6 @@ fn zone_of(claim: &NodeClaim) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The FailedProvisioning Event on `pod` that says `why`, once there is one (an earlier one may
-/// say why it waited before its claim was bound).
-async fn failed_provisioning(client: &kube::Client, pod: &str, why: &str) {
-    let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    wait_for(
-        &format!("a FailedProvisioning event on {pod} saying {why}"),
-        Duration::from_secs(60),
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedProvisioning"))
-                .filter(|e| e.involved_object.name.as_deref() == Some(pod))
-                .find_map(|e| e.message.filter(|m| m.contains(why)))
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones_and_impossible_ones_say_why() {
     let _guard = exclusive().await;
@@ -191,13 +169,15 @@ async fn pods_with_zonal_volumes_get_nodes_in_their_volumes_zones_and_impossible
     // A volume in a zone the pool does not offer, and a claim that does not exist.
     failed_provisioning(
         &client,
-        "db-c",
+        NS,
+        Some("db-c"),
         "its volumes allow only nodes with topology.kubernetes.io/zone In [us-west-2c]",
     )
     .await;
     failed_provisioning(
         &client,
-        "db-missing",
+        NS,
+        Some("db-missing"),
         "persistentvolumeclaim vol-test/data-missing not found",
     )
     .await;

@@ -435,7 +435,9 @@ async fn the_agent_launches_describes_terminates_and_reads_its_queue_with_only_t
     // The agent's lifecycle, as the agent's identity.
     apply(&node_class(CLUSTER, CLUSTER, &options.node_role()));
     let mut config = AwsConfig::new(REGION, CLUSTER.to_owned());
-    // As `init aws` configures the agent; moto cannot authenticate EKS's GET requests.
+    // moto cannot authenticate EKS's GET requests (its signature check hashes the headers as
+    // the body), so the endpoint the agent would read with eks:DescribeCluster is given; that
+    // one call is the policy's `AllowAPIServerEndpointDiscovery`, which this test cannot run.
     config.cluster_endpoint = Some("https://iam-demo.example.invalid".to_owned());
     config.cluster_ca_bundle = Some("Y2E=".to_owned());
     let provider = AwsProvider::with_sdk_config(config, &agent, rig().client().await);

@@ -476,3 +476,87 @@ async fn an_instance_drifts_once_its_node_class_user_data_changes_and_not_before
         Some("NodeClassDrift")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_class_stays_while_a_node_claim_uses_it_then_its_launch_templates_go() {
+    // No other test's agent may reconcile this test's node class.
+    let _guard = crate::exclusive();
+    let env = Env::new("finalize-demo", true).await;
+    let role = env.node_role().await;
+    apply(&node_class("finalize-demo", &env.cluster, &role));
+    let provider = provider(&env).await;
+    let client = rig().client().await;
+    let classes: Api<EC2NodeClass> = Api::all(client.clone());
+    let class = classes.get("finalize-demo").await.expect("node class");
+    nodeclass_status::reconcile_node_class(&client, &provider, &class)
+        .await
+        .expect("the class resolves and gets its finalizer");
+    let catalogue = provider
+        .instance_types(&reference("finalize-demo"))
+        .await
+        .expect("instance types");
+    let claim = claim("finalize-demo-a", "finalize-demo", &["m5.large"]);
+    let candidates = launch_candidates(&claim, &catalogue).expect("candidates");
+    let instance = provider.create(&claim, &candidates).await.expect("launch");
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    claims
+        .create(&kube::api::PostParams::default(), &claim)
+        .await
+        .expect("the claim, as the agent would have stored it");
+    let templates = || async {
+        env.ec2
+            .describe_launch_templates()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(format!("tag:{}", labels::AWS_EC2_NODE_CLASS))
+                    .values("finalize-demo")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("launch templates")
+            .launch_templates()
+            .len()
+    };
+    assert_eq!(templates().await, 1);
+
+    rig().kubectl_ok(&["delete", "ec2nodeclass", "finalize-demo", "--wait=false"]);
+    let class = classes
+        .get("finalize-demo")
+        .await
+        .expect("held by its finalizer");
+    nodeclass_status::reconcile_node_class(&client, &provider, &class)
+        .await
+        .expect("waits");
+    assert!(
+        classes
+            .get_opt("finalize-demo")
+            .await
+            .expect("read")
+            .is_some(),
+        "the class went while a NodeClaim still used it"
+    );
+    assert_eq!(templates().await, 1, "its launch template went early");
+
+    provider
+        .delete(&instance.provider_id)
+        .await
+        .expect("terminate");
+    claims
+        .delete("finalize-demo-a", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the claim");
+    let class = classes.get("finalize-demo").await.expect("still held");
+    nodeclass_status::reconcile_node_class(&client, &provider, &class)
+        .await
+        .expect("cleaned up");
+    assert!(
+        classes
+            .get_opt("finalize-demo")
+            .await
+            .expect("read")
+            .is_none(),
+        "the class is let go once no claim uses it"
+    );
+    assert_eq!(templates().await, 0, "its launch templates are deleted");
+}
