@@ -266,6 +266,17 @@ fn ec2_arn(kind: &str, id: &str) -> String {
     format!("arn:aws:ec2:{REGION}:{ACCOUNT}:{kind}/{id}")
 }
 
+/// `action` on the launch template `template` (name or id), with its tags.
+fn template_call(action: &str, template: &str, tags: &Tags) -> Call {
+    let mut call = Call::new(action, ec2_arn("launch-template", template));
+    call.resource_tags = tags
+        .launch_templates
+        .get(template)
+        .cloned()
+        .unwrap_or_default();
+    call
+}
+
 /// The authorizations AWS makes for one request.
 fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
     let action = format!("{}:{}", sent.service, sent.action);
@@ -304,13 +315,7 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
                 )
             })
             .unwrap_or_default();
-            let mut call = Call::new(&action, ec2_arn("launch-template", template));
-            call.resource_tags = tags
-                .launch_templates
-                .get(template)
-                .cloned()
-                .unwrap_or_default();
-            out.push(call);
+            out.push(template_call(&action, template, tags));
             for (k, v) in f {
                 if k.ends_with(".SubnetId") {
                     out.push(Call::new(&action, ec2_arn("subnet", v)));
@@ -330,13 +335,7 @@ fn calls(sent: &Sent, tags: &Tags) -> Vec<Call> {
             let template = field(f, "LaunchTemplateName")
                 .or_else(|| field(f, "LaunchTemplateId"))
                 .unwrap_or_default();
-            let mut call = Call::new(&action, ec2_arn("launch-template", template));
-            call.resource_tags = tags
-                .launch_templates
-                .get(template)
-                .cloned()
-                .unwrap_or_default();
-            out.push(call);
+            out.push(template_call(&action, template, tags));
         }
         a if a.starts_with("ec2:Describe") => out.push(Call::new(&action, "*".to_owned())),
         a if a.starts_with("sqs:") => {

@@ -4,7 +4,7 @@
 //! (upstream's `cleanupInstanceProfiles`; only one whose tags say this cluster's agent made it
 //! for this class, so a profile the user named in `instanceProfile` is never touched).
 
-use super::nodeclass::instance_profile_name;
+use super::nodeclass::{instance_profile_name, read_instance_profile};
 use super::{AwsProvider, EKS_CLUSTER_NAME_TAG, cloud_error, cluster_tag, sdk_error_code};
 use crate::apis::labels;
 use crate::cloud::CloudError;
@@ -78,16 +78,7 @@ impl AwsProvider {
         let iam = &self.clients.iam;
         let name =
             instance_profile_name(&self.config.cluster_name, &self.config.region, node_class);
-        let profile = match iam
-            .get_instance_profile()
-            .instance_profile_name(&name)
-            .send()
-            .await
-        {
-            Ok(out) => out.instance_profile().cloned(),
-            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => None,
-            Err(e) => return Err(cloud_error("reading the instance profile", e)),
-        };
+        let profile = read_instance_profile(iam, &name).await?;
         let Some(profile) = profile else {
             return Ok(());
         };

@@ -460,6 +460,23 @@ async fn resolve_amis(
     Ok((family, kept))
 }
 
+/// The instance profile `name`, or `None` when IAM has none.
+pub(super) async fn read_instance_profile(
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+) -> Result<Option<aws_sdk_iam::types::InstanceProfile>, CloudError> {
+    match iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => Ok(out.instance_profile().cloned()),
+        Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => Ok(None),
+        Err(e) => Err(super::cloud_error("reading the instance profile", e)),
+    }
+}
+
 async fn resolve_instance_profile(
     clients: &Clients,
     spec: &EC2NodeClassSpec,
@@ -490,17 +507,7 @@ async fn resolve_instance_profile(
     // A role may be given as an ARN; IAM wants the name.
     let role = role.rsplit('/').next().unwrap_or(role);
     let name = instance_profile_name(&clients.cluster_name, &clients.region, class_name);
-    let existing = match clients
-        .iam
-        .get_instance_profile()
-        .instance_profile_name(&name)
-        .send()
-        .await
-    {
-        Ok(out) => out.instance_profile().cloned(),
-        Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => None,
-        Err(e) => return Err(super::cloud_error("reading the instance profile", e).into()),
-    };
+    let existing = read_instance_profile(&clients.iam, &name).await?;
     let roles: Vec<String> = existing
         .as_ref()
         .map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect())
