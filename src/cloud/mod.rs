@@ -22,6 +22,7 @@ pub mod provider;
 pub mod repair;
 
 pub use provider::{
-    CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, ProviderId,
+    CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, KubeletIdentity,
+    ProviderId,
 };
 pub use repair::RepairPolicy;

@@ -94,6 +94,32 @@ impl fmt::Display for ProviderId {
     }
 }
 
+impl ProviderId {
+    /// The cloud's own name for the machine: the EC2 instance id, the GCE instance name (which
+    /// is also the name its kubelet registers the Node as), the kwok node name.
+    pub fn machine_name(&self) -> &str {
+        match self {
+            Self::Aws { instance_id, .. } => instance_id,
+            Self::Gce { name, .. } | Self::Kwok { name } => name,
+        }
+    }
+}
+
+/// What the cloud says of the machine behind a kubelet's certificate request: the Node name its
+/// kubelet registers as, and the names and addresses a serving certificate for it may carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletIdentity {
+    pub node_name: String,
+    /// Host names the machine answers to (its own name and the cloud's internal DNS names).
+    pub dns_names: Vec<String>,
+    /// Its internal and external addresses.
+    pub ip_addresses: Vec<std::net::IpAddr>,
+    /// When it was created.
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
+    /// Whether it is running (not being created, stopped or deleted).
+    pub running: bool,
+}
+
 /// A machine the cloud launched for a NodeClaim.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Instance {
@@ -238,6 +264,16 @@ pub trait CloudProvider: Send + Sync {
     /// tolerated before the node is repaired (replaced). None unless the provider says.
     fn repair_policies(&self) -> Vec<super::RepairPolicy> {
         Vec::new()
+    }
+
+    /// Who the kubelet on machine `id` is, so the agent can approve that kubelet's certificate
+    /// requests: `None` when the cloud has no such machine of this cluster, and for clouds whose
+    /// own control plane approves its kubelets (EKS) or that have no kubelets (kwok).
+    fn kubelet_identity(
+        &self,
+        _id: &ProviderId,
+    ) -> impl Future<Output = Result<Option<KubeletIdentity>, CloudError>> + Send {
+        async { Ok(None) }
     }
 
     /// Why a claim's machine no longer matches its node class, if it does not.

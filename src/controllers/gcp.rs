@@ -1,8 +1,10 @@
 //! The loops only the Compute Engine provider has, run beside the common controllers: the
 //! GCENodeClass status ([`super::nodeclass_status`]: the images its selector terms resolved to,
-//! and a Ready condition that says why when none did).
+//! and a Ready condition that says why when none did), and the approval of the certificate
+//! requests of the kubelets on the agent's VMs ([`super::csr_approval`]), which GKE leaves to
+//! whoever created them.
 
-use super::{Running, nodeclass_status};
+use super::{Running, csr_approval, nodeclass_status};
 use crate::cloud::gcp::GcpProvider;
 
 /// Starts the Compute Engine provider's loops beside `running`.
@@ -12,4 +14,5 @@ pub fn start(running: &mut Running<GcpProvider>) {
         ctx.client.clone(),
         ctx.provider.clone(),
     ));
+    running.spawn(csr_approval::run(ctx));
 }

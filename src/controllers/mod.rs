@@ -12,6 +12,7 @@
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod conditions;
+pub mod csr_approval;
 pub mod disruption;
 pub mod garbage_collection;
 #[cfg(feature = "gcp")]

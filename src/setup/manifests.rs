@@ -301,6 +301,42 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
     objects
 }
 
+/// What the agent needs to approve its kubelets' certificate requests, on clouds whose control
+/// plane leaves that to it (GKE): read the requests, approve through the `approval`
+/// subresource, for the two kubelet signers only (the API server checks `approve` on the
+/// signer name, as `kubernetes.io/kube-apiserver-client-kubelet` and
+/// `kubernetes.io/kubelet-serving` are).
+pub fn csr_approver(settings: &AgentSettings) -> Vec<Manifest> {
+    let labels = json!({"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"});
+    vec![
+        Manifest::new(
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": CSR_APPROVER, "labels": labels},
+                "rules": [
+                    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]},
+                    {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
+                     "resourceNames": ["kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]},
+                ],
+            }),
+            "clusterroles",
+        ),
+        Manifest::new(
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": CSR_APPROVER, "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CSR_APPROVER},
+                "subjects": [{"kind": "ServiceAccount", "name": settings.service_account, "namespace": settings.namespace}],
+            }),
+            "clusterrolebindings",
+        ),
+    ]
+}
+
+/// The name of the CSR approver's ClusterRole and binding.
+const CSR_APPROVER: &str = "karpenter-agent-csr-approver";
+
 #[cfg(test)]
 mod tests {
     use super::*;

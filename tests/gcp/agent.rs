@@ -9,6 +9,7 @@ use crate::cloud_agent::{
     tenant_requirement, tenant_workload, workload,
 };
 use crate::rig::rig;
+use crate::tls_bootstrap;
 use crate::{apply, config, exclusive, fake, node_class, wait_for};
 use k8s_openapi::api::core::v1::{Event, Node};
 use karpenter_core::apis::{NodeClaim, labels};
@@ -51,7 +52,8 @@ async fn start(fake: &gcp_fake::FakeGcp, config: GcpConfig) -> Agent {
 
 async fn start_with(fake: &gcp_fake::FakeGcp, config: GcpConfig, settings: Settings) -> Agent {
     karpenter_test_support::logging::init();
-    let client = rig().agent_client().await;
+    let client = rig().gcp_agent_client().await;
+    let bootstrap = tls_bootstrap::bootstrap_client().await;
     let cluster = config.cluster_name.clone();
     let provider = Arc::new(
         GcpProvider::new(config, client.clone())
@@ -62,15 +64,26 @@ async fn start_with(fake: &gcp_fake::FakeGcp, config: GcpConfig, settings: Setti
         tokio::spawn({
             let (client, provider) = (client.clone(), provider.clone());
             async move {
-                let _ =
-                    controllers::run(client, provider, settings, Arc::new(Metrics::new())).await;
+                // As `karpenter-agent run --provider gcp` starts them.
+                let mut running =
+                    controllers::start(client, provider, settings, Arc::new(Metrics::new())).await;
+                controllers::gcp::start(&mut running);
+                running.wait().await;
             }
         }),
         tokio::spawn(kubelet(client, cluster, gce_node_name, {
             let state = fake.shared();
             move |id| {
-                let state = state.clone();
-                async move { kube_labels_of(&state, &id) }
+                let (state, bootstrap) = (state.clone(), bootstrap.clone());
+                async move {
+                    let labels = kube_labels_of(&state, &id)?;
+                    // No client certificate, no Node: the kubelet registers only once the
+                    // agent approved its request.
+                    let name = gce_node_name(&id)?;
+                    tls_bootstrap::client_certificate_issued(&bootstrap, &name)
+                        .await
+                        .then_some(labels)
+                }
             }
         })),
     ];
@@ -637,4 +650,133 @@ spec:
         "gcenodeclass",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_approves_the_certificates_of_its_own_vms_kubelets_and_no_one_elses() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let _guard = exclusive();
+    let (project, cluster) = ("csr-demo", "csr-demo");
+    let fake = fake(project).await;
+    let client = rig().client().await;
+    let _agent = start(&fake, config(&fake, project, cluster)).await;
+    apply(&node_class(cluster, project));
+    apply(&pool(cluster, &["e2-standard-2"], "on-demand"));
+    apply(&workload("csr-demo-app", cluster, 1));
+    wait_for("the pod Running", Duration::from_secs(120), || async {
+        (!running(&client, "csr-demo-app").await.is_empty()).then_some(())
+    })
+    .await;
+
+    // The VM's kubelet joined with a client certificate the agent approved and KCM signed.
+    let claim = claims_of(&client, cluster).await.remove(0);
+    let (_, zone, vm) = vm_of(&claim);
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let first = csrs
+        .get(&format!("node-csr-{vm}"))
+        .await
+        .expect("its request");
+    assert_eq!(
+        tls_bootstrap::approval(&first).as_deref(),
+        Some("AutoApproved")
+    );
+    assert!(tls_bootstrap::issued(&first), "{first:?}");
+
+    // The node asks for a serving certificate naming its VM's internal DNS name and address.
+    let network_ip =
+        fake.state().compute.instances(project)[0]["networkInterfaces"][0]["networkIP"]
+            .as_str()
+            .expect("an address")
+            .to_owned();
+    let node = rig()
+        .client_as(
+            &format!("system:node:{vm}"),
+            &["system:nodes", "system:authenticated"],
+        )
+        .await;
+    let serving = ["digital signature", "key encipherment", "server auth"];
+    let own_names = vec![
+        vm.clone(),
+        format!("{vm}.{zone}.c.{project}.internal"),
+        network_ip,
+    ];
+    tls_bootstrap::submit(
+        &node,
+        &format!("serving-{vm}"),
+        "kubernetes.io/kubelet-serving",
+        &serving,
+        tls_bootstrap::certificate_request(
+            &format!("system:node:{vm}"),
+            "system:nodes",
+            &own_names,
+        ),
+    )
+    .await
+    .expect("the node may ask");
+    // The same node asks to be the API server too; and someone with the bootstrap credential
+    // asks for a node the agent never launched.
+    tls_bootstrap::submit(
+        &node,
+        &format!("serving-{vm}-apiserver"),
+        "kubernetes.io/kubelet-serving",
+        &serving,
+        tls_bootstrap::certificate_request(
+            &format!("system:node:{vm}"),
+            "system:nodes",
+            &["kubernetes.default.svc".to_owned()],
+        ),
+    )
+    .await
+    .expect("the node may ask");
+    tls_bootstrap::client_certificate_issued(
+        &tls_bootstrap::bootstrap_client().await,
+        "csr-demo-stranger",
+    )
+    .await;
+
+    wait_for(
+        "the serving certificate approved and signed",
+        Duration::from_secs(60),
+        || async {
+            let csr = csrs.get(&format!("serving-{vm}")).await.ok()?;
+            tls_bootstrap::issued(&csr).then_some(())
+        },
+    )
+    .await;
+    let events = wait_for(
+        "a Warning on the claim saying why the other request is not approved",
+        Duration::from_secs(60),
+        || async {
+            let events = events_for(&client, &claim.name_any()).await;
+            events
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("KubeletCertificateNotApproved")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("kubernetes.default.svc"))
+                })
+                .then_some(events)
+        },
+    )
+    .await;
+    assert!(!events.is_empty());
+    // Two more passes of the agent later, neither is approved, nor denied: not its to decide.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    for name in [
+        format!("serving-{vm}-apiserver"),
+        "node-csr-csr-demo-stranger".to_owned(),
+    ] {
+        let csr = csrs.get(&name).await.expect("the request");
+        let conditions = csr.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(conditions.is_empty(), "{name}: {conditions:?}");
+    }
+    for name in [
+        format!("serving-{vm}"),
+        format!("serving-{vm}-apiserver"),
+        "node-csr-csr-demo-stranger".to_owned(),
+    ] {
+        let _ = csrs.delete(&name, &Default::default()).await;
+    }
+    clean_up(&client, "csr-demo-app", cluster, "gcenodeclass").await;
 }

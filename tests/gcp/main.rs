@@ -5,7 +5,8 @@
 //! scheduling, the failed-operation check, stockout and quota fallback, preemption as seen by
 //! get/list. `agent.rs` runs the whole agent: pending pods get fake instances, instances go with
 //! their claims, orphans are collected, a stockout moves the claim to the next type, and a
-//! preempted VM's node is replaced. Each test names its own project and cluster; tests that run
+//! preempted VM's node is replaced; `tls_bootstrap.rs` is the kubelet's certificate request,
+//! which only the agent approves. Each test names its own project and cluster; tests that run
 //! an agent or touch cluster-wide objects take [`exclusive`].
 
 #![cfg(feature = "gcp")]
@@ -16,6 +17,7 @@
 mod agent;
 mod contract;
 mod provider;
+mod tls_bootstrap;
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@
 
 pub mod catalogue;
 pub mod drift;
+pub mod kubelet_identity;
 pub mod launch;
 mod node_template;
 pub mod nodeclass;
@@ -784,6 +785,13 @@ impl CloudProvider for GcpProvider {
     }
 
     /// The class's static fields, then its image (see [`drift`]).
+    async fn kubelet_identity(
+        &self,
+        id: &ProviderId,
+    ) -> Result<Option<super::KubeletIdentity>, CloudError> {
+        self.kubelet_identity_of(id).await
+    }
+
     async fn drift(&self, claim: &NodeClaim) -> Result<Option<String>, CloudError> {
         let reference = &claim.spec.node_class_ref;
         if !is_gce_node_class(reference) {

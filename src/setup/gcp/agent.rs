@@ -1,5 +1,6 @@
 //! The Kubernetes objects `init gcp` applies or prints: the agent (CRDs, namespace, service
-//! account with its Workload Identity annotation or the key's Secret mounted, RBAC, Deployment)
+//! account with its Workload Identity annotation or the key's Secret mounted, RBAC (with the
+//! approval of its kubelets' certificate requests), Deployment)
 //! and a starter NodePool with its GCENodeClass.
 
 use super::gke::{GkeCluster, zone_region};
@@ -20,7 +21,7 @@ pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
         GcpAuth::Key => (Vec::new(), Some(options.key_secret())),
     };
     let mut objects = manifests::crds();
-    objects.extend(manifests::agent(&AgentSettings {
+    let settings = AgentSettings {
         namespace: options.namespace.clone(),
         service_account: options.service_account.clone(),
         image: options.image.clone(),
@@ -28,7 +29,10 @@ pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
         args: vec!["run".to_owned(), "--provider".to_owned(), "gcp".to_owned()],
         env: agent_env(options),
         credentials_secret,
-    }));
+    };
+    objects.extend(manifests::agent(&settings));
+    // GKE approves only the kubelets of its own instance groups; the agent's VMs are not in one.
+    objects.extend(manifests::csr_approver(&settings));
     objects
 }
 

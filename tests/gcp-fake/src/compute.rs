@@ -1055,6 +1055,19 @@ fn complete_instance(
             if nic.get("network").is_none() {
                 nic["network"] = json!(format!("{}/global/networks/default", project_url(p)));
             }
+            // An external address, as GCE gives every one-to-one NAT access config without one.
+            if let Some(configs) = nic.get_mut("accessConfigs").and_then(Value::as_array_mut) {
+                for config in configs {
+                    if config.get("natIP").is_none() {
+                        config["natIP"] = json!(format!(
+                            "34.{}.{}.{}",
+                            rand::random_range(0..255u8),
+                            rand::random_range(0..255u8),
+                            rand::random_range(2..255u8)
+                        ));
+                    }
+                }
+            }
         }
     }
     if let Some(disks) = body.get_mut("disks").and_then(Value::as_array_mut) {

@@ -160,7 +160,39 @@ impl Rig {
     /// (impersonated from the rig's admin credentials): a verb the shipped RBAC lacks fails a
     /// test rather than a user.
     pub async fn agent_client(&self) -> kube::Client {
-        self.install_agent_rbac();
+        self.install_agent_rbac(false);
+        self.agent_identity().await
+    }
+
+    /// [`Self::agent_client`] with the RBAC `init gcp` adds: the approval of its kubelets'
+    /// certificate requests.
+    pub async fn gcp_agent_client(&self) -> kube::Client {
+        self.install_agent_rbac(true);
+        self.agent_identity().await
+    }
+
+    async fn agent_identity(&self) -> kube::Client {
+        let config = self
+            .impersonating_config(
+                &format!("system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"),
+                &[
+                    "system:serviceaccounts",
+                    &format!("system:serviceaccounts:{AGENT_NAMESPACE}"),
+                    "system:authenticated",
+                ],
+            )
+            .await;
+        karpenter_core::controllers::agent_client(config).expect("agent client for the rig")
+    }
+
+    /// A client acting as `user` in `groups` (impersonated from the rig's admin credentials),
+    /// with only the permissions RBAC gives them.
+    pub async fn client_as(&self, user: &str, groups: &[&str]) -> kube::Client {
+        let config = self.impersonating_config(user, groups).await;
+        kube::Client::try_from(config).expect("client for the rig")
+    }
+
+    async fn impersonating_config(&self, user: &str, groups: &[&str]) -> kube::Config {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .expect("read the rig's kubeconfig");
         let mut config = kube::Config::from_custom_kubeconfig(
@@ -169,32 +201,29 @@ impl Rig {
         )
         .await
         .expect("load the rig's kubeconfig");
-        config.auth_info.impersonate = Some(format!(
-            "system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}"
-        ));
-        config.auth_info.impersonate_groups = Some(vec![
-            "system:serviceaccounts".to_owned(),
-            format!("system:serviceaccounts:{AGENT_NAMESPACE}"),
-            "system:authenticated".to_owned(),
-        ]);
-        karpenter_core::controllers::agent_client(config).expect("agent client for the rig")
+        config.auth_info.impersonate = Some(user.to_owned());
+        config.auth_info.impersonate_groups =
+            Some(groups.iter().map(|g| (*g).to_owned()).collect());
+        config
     }
 
     /// Applies the Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of the agent
-    /// as `init` renders them (not its Deployment: the tests run the agent in-process).
-    fn install_agent_rbac(&self) {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            let settings = karpenter_core::setup::manifests::AgentSettings {
-                namespace: AGENT_NAMESPACE.to_owned(),
-                service_account: AGENT_SERVICE_ACCOUNT.to_owned(),
-                image: "unused".to_owned(),
-                service_account_annotations: Vec::new(),
-                args: Vec::new(),
-                env: Vec::new(),
-                credentials_secret: None,
-            };
-            let yaml: Vec<String> = karpenter_core::setup::manifests::agent(&settings)
+    /// as `init` renders them (not its Deployment: the tests run the agent in-process), and with
+    /// `csr_approver` the CSR approval RBAC `init gcp` adds.
+    fn install_agent_rbac(&self, csr_approver: bool) {
+        static AGENT: std::sync::Once = std::sync::Once::new();
+        static CSR_APPROVER: std::sync::Once = std::sync::Once::new();
+        let settings = karpenter_core::setup::manifests::AgentSettings {
+            namespace: AGENT_NAMESPACE.to_owned(),
+            service_account: AGENT_SERVICE_ACCOUNT.to_owned(),
+            image: "unused".to_owned(),
+            service_account_annotations: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            credentials_secret: None,
+        };
+        let apply = |manifests: Vec<karpenter_core::setup::manifests::Manifest>| {
+            let yaml: Vec<String> = manifests
                 .into_iter()
                 .filter(|m| m.resource.kind != "Deployment")
                 .map(|m| m.object.to_string())
@@ -208,7 +237,12 @@ impl Rig {
                 "applying the agent's RBAC failed: {}",
                 String::from_utf8_lossy(&applied.stderr)
             );
-        });
+        };
+        AGENT.call_once(|| apply(karpenter_core::setup::manifests::agent(&settings)));
+        if csr_approver {
+            CSR_APPROVER
+                .call_once(|| apply(karpenter_core::setup::manifests::csr_approver(&settings)));
+        }
     }
 
     fn install_crds(&self) {
