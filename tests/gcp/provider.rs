@@ -840,3 +840,111 @@ async fn two_clusters_of_one_name_in_one_project_never_see_each_others_vms_or_te
     zonal.delete(&on_zonal.provider_id).await.expect("delete");
     rig().kubectl_ok(&["delete", "gcenodeclass", "twins"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cos_at_latest_boots_the_gke_node_image_of_the_clusters_node_pool_and_follows_its_upgrades()
+{
+    let project = "gkeimage-demo";
+    let fake = fake(project).await;
+    let template = |name: &str, image: &str| {
+        fake.state().compute.add_instance_template(
+            project,
+            name,
+            serde_json::json!({
+                "metadata": {"items": [{"key": "kube-env", "value": "KUBE_ENV"}]},
+                "disks": [{"boot": true, "initializeParams": {
+                    "sourceImage": format!("https://www.googleapis.com/compute/v1/projects/gke-node-images/global/images/{image}"),
+                    "diskSizeGb": "100"}}],
+            }),
+        );
+    };
+    template(
+        "gke-gkeimage-demo-default-pool-1",
+        "gke-1334-gke1000000-cos-121-18867-90-4-c-pre",
+    );
+    apply(&node_class(project, project));
+    let mut settings = config(&fake, project, project);
+    // Read the node template afresh every time, as after its cache expires.
+    settings.catalogue_ttl = std::time::Duration::ZERO;
+    let provider = GcpProvider::new(settings, rig().client().await)
+        .await
+        .expect("provider");
+    let client = rig().client().await;
+    let classes: Api<GCENodeClass> = Api::all(client.clone());
+    let images = || async {
+        nodeclass_status::sync_node_class(&client, &provider, project)
+            .await
+            .expect("status written");
+        let status = classes
+            .get(project)
+            .await
+            .expect("class")
+            .status
+            .expect("status");
+        status
+            .images
+            .iter()
+            .map(|i| i.source_image.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        images().await,
+        [
+            "projects/gke-node-images/global/images/gke-1334-gke1000000-cos-121-18867-90-4-c-pre",
+            "projects/gke-node-images/global/images/gke-1334-gke1000000-cos-arm64-121-18867-90-4-c-pre",
+        ],
+        "the node pool's image and its Arm sibling, not the public cos-cloud family"
+    );
+    let mut claim = claim(
+        "gkeimage-demo-a1",
+        project,
+        &["e2-standard-2"],
+        &["us-central1-a"],
+        "on-demand",
+    );
+    let instance = launch(&provider, &claim).await.expect("launched");
+    let (_, zone, name) = gce(&instance.provider_id);
+    let vm = fake
+        .state()
+        .compute
+        .instance(project, &zone, &name)
+        .expect("VM");
+    assert_eq!(
+        vm["disks"][0]["initializeParams"]["sourceImage"],
+        "projects/gke-node-images/global/images/gke-1334-gke1000000-cos-121-18867-90-4-c-pre"
+    );
+    claim.metadata.annotations = Some(instance.annotations.clone());
+    claim.status = Some(karpenter_core::apis::NodeClaimStatus {
+        provider_id: Some(instance.provider_id.to_string()),
+        image_id: instance.image_id.clone(),
+        ..Default::default()
+    });
+    assert_eq!(provider.drift(&claim).await.expect("drift"), None);
+
+    // GKE upgrades the node pool to a version published for x86 only: new nodes boot it, no
+    // Arm node is offered with an image that does not exist, and the old VM has drifted.
+    fake.state().compute.add_image(
+        "gke-node-images",
+        gcp_fake::compute::Image::new(
+            "gke-1340-gke2000000-cos-125-19216-0-9-c-pre",
+            None,
+            "X86_64",
+        ),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    template(
+        "gke-gkeimage-demo-default-pool-2",
+        "gke-1340-gke2000000-cos-125-19216-0-9-c-pre",
+    );
+    // The node class cache is keyed on the template's image, so the change is seen at once.
+    assert_eq!(
+        images().await,
+        ["projects/gke-node-images/global/images/gke-1340-gke2000000-cos-125-19216-0-9-c-pre"]
+    );
+    assert_eq!(
+        provider.drift(&claim).await.expect("drift").as_deref(),
+        Some("ImageDrift")
+    );
+    let _ = provider.delete(&instance.provider_id).await;
+    rig().kubectl_ok(&["delete", "gcenodeclass", project]);
+}

@@ -278,6 +278,9 @@ pub struct CatalogueSnapshot {
 struct CachedNodeClass {
     resolved_at: Instant,
     spec: crate::apis::GCENodeClassSpec,
+    /// The node template's boot image it was resolved with: when GKE upgrades the node pool,
+    /// aliases resolve afresh (and the old nodes drift).
+    template_image: Option<String>,
     resolved: Arc<ResolvedNodeClass>,
 }
 
@@ -431,6 +434,10 @@ impl GcpProvider {
             });
         };
         let previous = class.status.clone().unwrap_or_default();
+        let template_image = self
+            .node_template()
+            .await?
+            .and_then(|t| t.source_image.clone());
         let cached = {
             let cache = self
                 .node_classes
@@ -440,6 +447,7 @@ impl GcpProvider {
                 .get(name)
                 .filter(|cached| {
                     cached.spec == class.spec
+                        && cached.template_image == template_image
                         && cached.resolved_at.elapsed() < self.config.node_class_ttl
                 })
                 .map(|cached| cached.resolved.clone())
@@ -452,7 +460,13 @@ impl GcpProvider {
                 status: nodeclass::status_changed(&status, &previous).then_some(status),
             });
         }
-        let result = nodeclass::resolve(&self.clients.images, &class, &self.config.project).await;
+        let result = nodeclass::resolve(
+            &self.clients.images,
+            &class,
+            &self.config.project,
+            template_image.as_deref(),
+        )
+        .await;
         let (status, outcome): (
             GCENodeClassStatus,
             Result<Arc<ResolvedNodeClass>, CloudError>,
@@ -480,6 +494,7 @@ impl GcpProvider {
                     CachedNodeClass {
                         resolved_at: Instant::now(),
                         spec: class.spec.clone(),
+                        template_image,
                         resolved: resolved.clone(),
                     },
                 );

@@ -1,6 +1,7 @@
 //! What new VMs copy from the cluster's GKE node-pool instance template (the newest
 //! `gke-<cluster>-*`, or the one the agent is told to use) so they join the cluster: GKE's
-//! bootstrap metadata, network tags, service account and network interface.
+//! bootstrap metadata, network tags, service account and network interface, and which image it
+//! boots (the GKE node image of the cluster's version, which image aliases resolve to).
 
 /// What new nodes copy from a GKE node pool's instance template, so they join the cluster.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -12,6 +13,8 @@ pub struct NodeTemplate {
     pub service_account: Option<String>,
     /// Its first network interface (`network`, `subnetwork`, `aliasIpRanges`, `accessConfigs`).
     pub network_interface: Option<serde_json::Value>,
+    /// The image its boot disk starts from, as `projects/P/global/images/NAME`.
+    pub source_image: Option<String>,
 }
 
 impl NodeTemplate {
@@ -47,6 +50,7 @@ impl NodeTemplate {
                 .and_then(|v| v.as_str())
                 .map(str::to_owned),
             network_interface: properties.pointer("/networkInterfaces/0").cloned(),
+            source_image: boot_image(properties),
         })
     }
 
@@ -56,5 +60,39 @@ impl NodeTemplate {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The source image of a template's boot disk (the one marked `boot`, else the first), without
+/// the API's URL prefix.
+fn boot_image(properties: &serde_json::Value) -> Option<String> {
+    let disks = properties.get("disks")?.as_array()?;
+    let boot = disks
+        .iter()
+        .find(|d| d.get("boot").and_then(serde_json::Value::as_bool) == Some(true))
+        .or_else(|| disks.first())?;
+    let image = boot.pointer("/initializeParams/sourceImage")?.as_str()?;
+    let path = image.split("/compute/v1/").nth(1).unwrap_or(image);
+    path.starts_with("projects/").then(|| path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_says_which_image_its_boot_disk_starts_from() {
+        let properties = serde_json::json!({"disks": [
+            {"boot": false, "initializeParams": {"sourceImage": "projects/x/global/images/data"}},
+            {"boot": true, "initializeParams": {"sourceImage":
+                "https://www.googleapis.com/compute/v1/projects/gke-node-images/global/images/gke-1334-gke1000000-cos-121-18867-90-4-c-pre"}},
+        ]});
+        assert_eq!(
+            boot_image(&properties).as_deref(),
+            Some(
+                "projects/gke-node-images/global/images/gke-1334-gke1000000-cos-121-18867-90-4-c-pre"
+            )
+        );
+        assert_eq!(boot_image(&serde_json::json!({})), None);
     }
 }

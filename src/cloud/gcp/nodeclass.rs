@@ -77,11 +77,72 @@ fn families(os: &str) -> Option<(&'static str, [(&'static str, &'static str); 2]
     }
 }
 
-/// What to look up for one term; `project` is where bare image ids live.
+/// Where GKE publishes its COS node images, and its Ubuntu ones.
+const GKE_COS_PROJECT: &str = "gke-node-images";
+const GKE_UBUNTU_PROJECT: &str = "ubuntu-os-gke-cloud";
+
+/// The cluster's own node image for an OS family, as its node-pool template boots it
+/// (`template_image`, `projects/P/global/images/NAME`), with its sibling for the other
+/// architecture: GKE names them alike (`gke-1334-gke1000000-cos-121-…-c-pre` and
+/// `gke-1334-gke1000000-cos-arm64-121-…-c-pre`; `ubuntu-gke-2404-1-34-amd64-v…` and
+/// `…-arm64-v…`). These carry the kubelet and GKE's node bootstrap for the cluster's own
+/// version, which the public `cos-cloud` and `ubuntu-os-cloud` families do not. `None` when the
+/// template boots no GKE image of that family.
+///
+/// The GCP Karpenter provider (cloudpilot-ai, `imagefamily/containeroptimizedos.go`) resolves
+/// `ContainerOptimizedOS@latest` the same way, to a `gke-node-images` image of the cluster's
+/// version with an arm64 sibling by name; it finds the version from the cluster and scans the
+/// image catalogue, where the node-pool template names the exact image GKE itself boots.
+fn gke_images(os: &str, template_image: Option<&str>) -> Option<Vec<Lookup>> {
+    let path = template_image?;
+    let path = path.split("/compute/v1/").nth(1).unwrap_or(path);
+    let ["projects", image_project, "global", "images", name] =
+        path.split('/').collect::<Vec<_>>()[..]
+    else {
+        return None;
+    };
+    let (other, release) = match (os, image_project) {
+        ("ContainerOptimizedOS", GKE_COS_PROJECT) if name.contains("-cos-arm64-") => {
+            (name.replacen("-cos-arm64-", "-cos-", 1), None)
+        }
+        ("ContainerOptimizedOS", GKE_COS_PROJECT) if name.contains("-cos-") => {
+            (name.replacen("-cos-", "-cos-arm64-", 1), None)
+        }
+        ("Ubuntu" | "Ubuntu2404" | "Ubuntu2204", GKE_UBUNTU_PROJECT) => {
+            let release = match os {
+                "Ubuntu2204" => Some("ubuntu-gke-2204-"),
+                "Ubuntu2404" => Some("ubuntu-gke-2404-"),
+                _ => None,
+            };
+            let other = if name.contains("-amd64-") {
+                name.replacen("-amd64-", "-arm64-", 1)
+            } else if name.contains("-arm64-") {
+                name.replacen("-arm64-", "-amd64-", 1)
+            } else {
+                return None;
+            };
+            (other, release)
+        }
+        _ => return None,
+    };
+    if release.is_some_and(|r| !name.starts_with(r)) {
+        return None;
+    }
+    Some(
+        [name.to_owned(), other]
+            .into_iter()
+            .map(|n| (image_project.to_owned(), n, false))
+            .collect(),
+    )
+}
+
+/// What to look up for one term; `project` is where bare image ids live, `template_image` the
+/// boot image of the cluster's node-pool template (see [`gke_images`]).
 pub fn lookups(
     term: &ImageSelectorTerm,
     default_family: Option<&str>,
     project: &str,
+    template_image: Option<&str>,
 ) -> Result<Vec<Lookup>, String> {
     if let Some(id) = &term.id {
         let path = id.split("/compute/v1/").nth(1).unwrap_or(id);
@@ -117,10 +178,20 @@ pub fn lookups(
     let (image_project, per_arch) =
         families(&os).ok_or_else(|| format!("image family {os:?} is not supported"))?;
     Ok(match version.as_deref() {
-        None | Some("latest" | "") => per_arch
-            .iter()
-            .map(|(f, _)| (image_project.to_owned(), (*f).to_owned(), true))
-            .collect(),
+        None | Some("latest" | "") => match gke_images(&os, template_image) {
+            Some(gke) => gke,
+            None => {
+                tracing::info!(
+                    family = %os,
+                    template_image = template_image.unwrap_or("none"),
+                    "the node template boots no GKE {os} image; using the public {image_project} images, which may lack GKE's node bootstrap"
+                );
+                per_arch
+                    .iter()
+                    .map(|(f, _)| (image_project.to_owned(), (*f).to_owned(), true))
+                    .collect()
+            }
+        },
         Some(pinned) => vec![(image_project.to_owned(), pinned.to_owned(), false)],
     })
 }
@@ -146,12 +217,18 @@ pub async fn resolve(
     images: &Images,
     class: &GCENodeClass,
     project: &str,
+    template_image: Option<&str>,
 ) -> Result<ResolvedNodeClass, ResolveError> {
     let mut found: Vec<Image> = Vec::new();
     let mut problems = Vec::new();
     for term in &class.spec.image_selector_terms {
-        let wanted = lookups(term, class.spec.image_family.as_deref(), project)
-            .map_err(|reason| ResolveError::NotReady { reason })?;
+        let wanted = lookups(
+            term,
+            class.spec.image_family.as_deref(),
+            project,
+            template_image,
+        )
+        .map_err(|reason| ResolveError::NotReady { reason })?;
         for (image_project, what, is_family) in wanted {
             let result = if is_family {
                 images
@@ -312,6 +389,7 @@ mod tests {
             &term(Some("ContainerOptimizedOS@latest"), None, None),
             None,
             "p",
+            None,
         )
         .unwrap();
         assert_eq!(cos[0], ("cos-cloud".into(), "cos-stable".into(), true));
@@ -320,13 +398,14 @@ mod tests {
             &term(Some("ContainerOptimizedOS@cos-stable-117"), None, None),
             None,
             "p",
+            None,
         )
         .unwrap();
         assert_eq!(
             pinned,
             vec![("cos-cloud".into(), "cos-stable-117".into(), false)]
         );
-        let ubuntu = lookups(&term(None, Some("Ubuntu2204"), None), None, "p").unwrap();
+        let ubuntu = lookups(&term(None, Some("Ubuntu2204"), None), None, "p", None).unwrap();
         assert_eq!(ubuntu[1].1, "ubuntu-2204-lts-arm64");
         let url = lookups(
             &term(
@@ -336,13 +415,79 @@ mod tests {
             ),
             None,
             "p",
+            None,
         )
         .unwrap();
         assert_eq!(url, vec![("x".into(), "img".into(), false)]);
         assert_eq!(
-            lookups(&term(None, None, Some("img")), None, "p").unwrap()[0].0,
+            lookups(&term(None, None, Some("img")), None, "p", None).unwrap()[0].0,
             "p"
         );
-        assert!(lookups(&term(Some("Windows@latest"), None, None), None, "p").is_err());
+        assert!(lookups(&term(Some("Windows@latest"), None, None), None, "p", None).is_err());
+    }
+
+    #[test]
+    fn cos_at_latest_boots_the_gke_image_the_clusters_node_pool_boots_and_its_arm_sibling() {
+        let template = "https://www.googleapis.com/compute/v1/projects/gke-node-images/global/images/gke-1334-gke1000000-cos-121-18867-90-4-c-pre";
+        let latest = term(Some("ContainerOptimizedOS@latest"), None, None);
+        let found = lookups(&latest, None, "p", Some(template)).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                (
+                    "gke-node-images".into(),
+                    "gke-1334-gke1000000-cos-121-18867-90-4-c-pre".into(),
+                    false
+                ),
+                (
+                    "gke-node-images".into(),
+                    "gke-1334-gke1000000-cos-arm64-121-18867-90-4-c-pre".into(),
+                    false
+                ),
+            ]
+        );
+        // The family with no version is the same as @latest.
+        let family = term(None, Some("ContainerOptimizedOS"), None);
+        assert_eq!(lookups(&family, None, "p", Some(template)).unwrap(), found);
+        // A pinned version is what the user pinned, whatever the template boots.
+        let pinned = term(Some("ContainerOptimizedOS@cos-stable-117"), None, None);
+        assert_eq!(
+            lookups(&pinned, None, "p", Some(template)).unwrap()[0].0,
+            "cos-cloud"
+        );
+        // A template booting Ubuntu says nothing about COS: the public family it is.
+        let ubuntu_template =
+            "projects/ubuntu-os-gke-cloud/global/images/ubuntu-gke-2404-1-34-amd64-v20251101";
+        assert_eq!(
+            lookups(&latest, None, "p", Some(ubuntu_template)).unwrap()[0],
+            ("cos-cloud".into(), "cos-stable".into(), true)
+        );
+        assert_eq!(lookups(&latest, None, "p", None).unwrap()[0].0, "cos-cloud");
+    }
+
+    #[test]
+    fn ubuntu_at_latest_boots_the_gke_ubuntu_image_of_the_same_release_only() {
+        let template =
+            "projects/ubuntu-os-gke-cloud/global/images/ubuntu-gke-2404-1-34-amd64-v20251101";
+        let found = lookups(
+            &term(Some("Ubuntu@latest"), None, None),
+            None,
+            "p",
+            Some(template),
+        )
+        .unwrap();
+        assert_eq!(found[0].1, "ubuntu-gke-2404-1-34-amd64-v20251101");
+        assert_eq!(found[1].1, "ubuntu-gke-2404-1-34-arm64-v20251101");
+        let jammy = lookups(
+            &term(Some("Ubuntu2204@latest"), None, None),
+            None,
+            "p",
+            Some(template),
+        )
+        .unwrap();
+        assert_eq!(
+            jammy[0],
+            ("ubuntu-os-cloud".into(), "ubuntu-2204-lts".into(), true)
+        );
     }
 }

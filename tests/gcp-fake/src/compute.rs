@@ -228,7 +228,7 @@ impl Compute {
         self.seed_public_images();
     }
 
-    /// COS and Ubuntu images, x86 and Arm, one family each.
+    /// COS and Ubuntu images, x86 and Arm, one family each, and GKE's COS node images.
     pub fn seed_public_images(&mut self) {
         let images = [
             (
@@ -255,6 +255,19 @@ impl Compute {
                 "ubuntu-2404-lts-arm64",
                 "ARM64",
             ),
+            // GKE's own COS node images (no family: GKE names the one a node pool boots).
+            (
+                "gke-node-images",
+                "gke-1334-gke1000000-cos-121-18867-90-4-c-pre",
+                "",
+                "X86_64",
+            ),
+            (
+                "gke-node-images",
+                "gke-1334-gke1000000-cos-arm64-121-18867-90-4-c-pre",
+                "",
+                "ARM64",
+            ),
             (
                 "ubuntu-os-gke-cloud",
                 "ubuntu-gke-2404-1-33-amd64-v20241115",
@@ -274,7 +287,8 @@ impl Compute {
                 .get(owner)
                 .is_some_and(|list| list.iter().any(|i| i.name == name));
             if !known {
-                self.add_image(owner, Image::new(name, Some(family), arch));
+                let family = Some(family).filter(|f| !f.is_empty());
+                self.add_image(owner, Image::new(name, family, arch));
             }
         }
     }
