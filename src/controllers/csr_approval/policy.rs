@@ -11,13 +11,19 @@
 //! the node itself (`username == CN`, in `system:nodes`); a first client certificate comes from
 //! a bootstrap identity.
 //!
-//! The machine check is GKE's: its approver signs the certificates of VMs in the cluster's own
-//! instance groups, after checking that the VM exists and that the names and addresses asked for
-//! are the VM's, and leaves every other request alone. The agent's VMs are in no instance group,
-//! so it does the same for them: the node must be one of its own NodeClaims' machines, the cloud
-//! must say that machine exists under that name, is running and was created before the request,
-//! and every name and address a serving certificate carries must be the machine's. A request the
-//! rules do not cover is left for someone else; the agent never denies one.
+//! The machine check follows GKE's own approver (cloud-provider-gcp,
+//! `cmd/gcp-controller-manager/node_csr_approver.go`): it approves a kubelet client certificate
+//! only with a TPM attestation from the VM's Shielded VM identity and, when it verifies cluster
+//! membership, only for a VM in one of the cluster's instance groups (found through the VM's
+//! `created-by` metadata); a serving certificate once `instances.get` finds the VM and every DNS
+//! name is the VM's name or internal DNS name and every IP one of its addresses. The agent's
+//! VMs are in no instance group, so the agent checks them itself, the same way: the node must be
+//! one of its own NodeClaims' machines, the cloud must say that machine exists under that name,
+//! is running and was created before the request, and every name and address a serving
+//! certificate carries must be the machine's. (The GCP Karpenter provider, cloudpilot-ai
+//! `pkg/controllers/csr/csr.go`, approves every pending request to the two kubelet signers with
+//! client usages, whoever asked and for whatever node: exactly what this refuses to do.) A
+//! request the rules do not cover is left for someone else; the agent never denies one.
 
 use super::request::CertificateRequest;
 use crate::cloud::KubeletIdentity;

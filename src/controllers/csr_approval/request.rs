@@ -33,9 +33,23 @@ pub struct CertificateRequest {
 pub struct RequestError(String);
 
 impl CertificateRequest {
-    /// Reads a PEM `CERTIFICATE REQUEST` block.
+    /// Reads the PEM `CERTIFICATE REQUEST` block of `spec.request`. GKE's kubelets add more
+    /// blocks after it (`VM IDENTITY`, `ATTESTATION DATA`, `ATTESTATION SIGNATURE`: the TPM
+    /// attestation GKE's own approver checks), which are skipped.
     pub fn from_pem(pem: &[u8]) -> Result<Self, RequestError> {
-        let request = CertReq::from_pem(pem).map_err(|e| RequestError(e.to_string()))?;
+        const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE REQUEST-----";
+        const END: &[u8] = b"-----END CERTIFICATE REQUEST-----";
+        let find = |needle: &[u8], from: usize| {
+            pem.get(from..)?
+                .windows(needle.len())
+                .position(|w| w == needle)
+                .map(|at| at + from)
+        };
+        let block = find(BEGIN, 0)
+            .and_then(|start| Some((start, find(END, start)? + END.len())))
+            .map(|(start, end)| &pem[start..end])
+            .ok_or_else(|| RequestError("no CERTIFICATE REQUEST block".to_owned()))?;
+        let request = CertReq::from_pem(block).map_err(|e| RequestError(e.to_string()))?;
         let bad = |e: x509_cert::der::Error| RequestError(e.to_string());
         let mut common_name = None;
         let mut organizations = Vec::new();
@@ -149,6 +163,19 @@ mod tests {
             request.public_key,
             rcgen::PublicKeyData::subject_public_key_info(&key)
         );
+    }
+
+    #[test]
+    fn a_gke_request_with_its_attestation_blocks_after_the_request_is_read() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut pem = kubelet_request("system:node:demo-a", "system:nodes", &[], &key);
+        for block in ["VM IDENTITY", "ATTESTATION DATA", "ATTESTATION SIGNATURE"] {
+            pem.push_str(&format!(
+                "-----BEGIN {block}-----\nAAAA\n-----END {block}-----\n"
+            ));
+        }
+        let request = CertificateRequest::from_pem(pem.as_bytes()).expect("parse");
+        assert_eq!(request.common_name.as_deref(), Some("system:node:demo-a"));
     }
 
     #[test]
