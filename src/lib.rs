@@ -17,3 +17,16 @@ pub mod resources;
 pub mod scheduling;
 pub mod setup;
 pub mod state;
+
+#[cfg(test)]
+mod licence {
+    #[test]
+    fn the_license_file_is_the_licence_cargo_toml_names() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/LICENSE"))
+            .expect("a LICENSE file at the repository root");
+        assert_eq!(env!("CARGO_PKG_LICENSE"), "Apache-2.0");
+        let head: Vec<&str> = text.lines().take(2).map(str::trim).collect();
+        assert_eq!(head, ["Apache License", "Version 2.0, January 2004"]);
+        assert!(text.contains("END OF TERMS AND CONDITIONS"));
+    }
+}

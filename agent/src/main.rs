@@ -41,8 +41,9 @@ enum ProviderKind {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The cloud to launch nodes in.
-    #[arg(long, env = "KARPENTER_PROVIDER", value_enum, default_value = "kwok")]
+    /// The cloud to launch nodes in (required: a default would make a real cluster launch
+    /// simulated kwok nodes without a word).
+    #[arg(long, env = "KARPENTER_PROVIDER", value_enum)]
     provider: ProviderKind,
     /// Kubeconfig to use instead of the in-cluster service account (or $KUBECONFIG).
     #[arg(long, env = "KUBECONFIG")]
