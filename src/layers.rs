@@ -1,5 +1,5 @@
 //! The layer rule, checked by reading the source: every `crate::…` path in library code must
-//! point down. From the bottom: `resources` and `metrics`; `apis`; `scheduling` (pure: no client,
+//! point down. From the bottom: `resources`, `metrics` and `proxy`; `apis`; `scheduling` (pure: no client,
 //! no cloud SDK, no async); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
 //! `state` (watched stores and the pure step from them to the scheduler's input); `disruption`
 //! (the pure decisions of which nodes to give back); `explain` (pure facts); `controllers` and `setup` on top, side by side, neither importing the other.
@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u8)] = &[
     ("resources", 0),
     ("metrics", 0),
+    ("proxy", 0),
     ("apis", 1),
     ("scheduling", 2),
     ("cloud", 3),

@@ -13,6 +13,7 @@ pub mod explain;
 #[cfg(test)]
 mod layers;
 pub mod metrics;
+pub mod proxy;
 pub mod resources;
 pub mod scheduling;
 pub mod setup;

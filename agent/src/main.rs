@@ -236,7 +236,7 @@ fn init_tracing(json: bool) {
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -251,6 +251,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             .await
             .context("no kubeconfig and not running in a cluster")?,
     };
+    // HTTPS_PROXY and NO_PROXY as client-go (upstream's agent) reads them.
+    karpenter_core::proxy::apply_environment(&mut config);
     controllers::agent_client(config).context("creating the Kubernetes client")
 }
 

@@ -38,7 +38,7 @@ impl Cluster {
             context: args.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let config = match &args.kubeconfig {
+        let mut config = match &args.kubeconfig {
             Some(path) => {
                 let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
                 Config::from_custom_kubeconfig(kubeconfig, &options).await.context("cannot use the kubeconfig")?
@@ -51,6 +51,8 @@ impl Cluster {
                 Err(e) => return Err(anyhow!(e).context("cannot use the kubeconfig")),
             },
         };
+        // HTTPS_PROXY and NO_PROXY as kubectl reads them (kube alone reads them otherwise).
+        karpenter_core::proxy::apply_environment(&mut config);
         let client = Client::try_from(config).context("cannot build a client for the cluster")?;
         Ok(Self {
             client,

@@ -728,3 +728,130 @@ spec:
     let names = complete(&["karpenter", "explain", "nodeclaim", "complete-"]);
     assert!(names.lines().any(|l| l == "complete-me"), "{names}");
 }
+
+/// A stand-in for a corporate HTTPS proxy: answers `CONNECT` for names only it can resolve
+/// (`*.rig.test`, which it sends to the rig on loopback) and refuses every other target, as a
+/// proxy refuses what it cannot reach. Returns its address and the targets it was asked for.
+fn connect_proxy() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut client = client;
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && client.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let target = head
+                    .strip_prefix("CONNECT ")
+                    .and_then(|rest| rest.split(' ').next())
+                    .unwrap_or_default()
+                    .to_owned();
+                seen.lock().unwrap().push(target.clone());
+                let upstream = target
+                    .rsplit_once(':')
+                    .filter(|(host, _)| host.ends_with(".rig.test"))
+                    .and_then(|(_, port)| {
+                        std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().ok()?)).ok()
+                    });
+                let Some(upstream) = upstream else {
+                    let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n");
+                    return;
+                };
+                let _ = client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let (mut up_read, mut up_write) = (upstream.try_clone().unwrap(), upstream);
+                let (mut down_read, mut down_write) = (client.try_clone().unwrap(), client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut down_read, &mut up_write);
+                    let _ = up_write.shutdown(std::net::Shutdown::Write);
+                });
+                let _ = std::io::copy(&mut up_read, &mut down_write);
+            });
+        }
+    });
+    (address, asked)
+}
+
+#[test]
+fn the_plugin_reaches_the_cluster_through_https_proxy_and_goes_direct_where_no_proxy_says() {
+    // The rig under a name only the proxy can resolve; its certificate names `kubernetes`.
+    let mut kubeconfig =
+        kube::config::Kubeconfig::read_from(&rig().kubeconfig).expect("the rig's kubeconfig");
+    let cluster = kubeconfig.clusters[0].cluster.as_mut().expect("cluster");
+    let port = cluster
+        .server
+        .as_deref()
+        .and_then(|s| s.rsplit(':').next())
+        .expect("port")
+        .trim_end_matches('/')
+        .to_owned();
+    cluster.server = Some(format!("https://kubernetes.rig.test:{port}"));
+    cluster.tls_server_name = Some("kubernetes".to_owned());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_json::to_string(&kubeconfig).expect("json")).expect("write");
+    let (proxy, asked) = connect_proxy();
+    let status = |no_proxy: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"));
+        command
+            .args(["status", "--kubeconfig", path.to_str().expect("utf-8")])
+            .env("HTTPS_PROXY", format!("http://{proxy}"))
+            .env_remove("https_proxy")
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env("NO_COLOR", "1");
+        if let Some(list) = no_proxy {
+            command.env("NO_PROXY", list);
+        }
+        command.output().expect("run")
+    };
+
+    let through = status(Some("localhost,10.0.0.0/8,.example.com"));
+    assert!(
+        through.status.success(),
+        "{}",
+        String::from_utf8_lossy(&through.stderr)
+    );
+    assert!(
+        asked
+            .lock()
+            .unwrap()
+            .contains(&format!("kubernetes.rig.test:{port}")),
+        "the plugin went through the proxy"
+    );
+
+    let before = asked.lock().unwrap().len();
+    let direct = status(Some("kubernetes.rig.test"));
+    assert_eq!(
+        direct.status.code(),
+        Some(1),
+        "no DNS name without the proxy"
+    );
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        before,
+        "NO_PROXY kept it off the proxy"
+    );
+
+    // The rig's own loopback address never goes through a proxy, not even a dead one.
+    let loopback = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args(["status"])
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .env("HTTPS_PROXY", "http://127.0.0.1:1")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .expect("run");
+    assert!(
+        loopback.status.success(),
+        "{}",
+        String::from_utf8_lossy(&loopback.stderr)
+    );
+}
