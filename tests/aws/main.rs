@@ -3,7 +3,8 @@
 //! One moto per test binary (`moto.rs`, stopped by a watchdog when this process ends), one
 //! fault-injecting proxy per test in front of it (`proxy.rs`), and one rig (`karpenter_test_support::rig`).
 //! Each test names its own cluster, so tests share moto without seeing each other's instances.
-//! Tests that run an agent, or touch cluster-wide objects on the rig, take [`exclusive`].
+//! Tests that run an agent, touch cluster-wide objects on the rig, or read back a node class
+//! status (which a running agent rewrites for every class) take [`exclusive`].
 
 #![cfg(feature = "aws")]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]

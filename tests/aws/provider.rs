@@ -44,6 +44,9 @@ pub fn claim(name: &str, class: &str, types: &[&str]) -> NodeClaim {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis_and_the_instance_profile()
  {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let env = Env::new("resolve-demo", true).await;
     let role = env.node_role().await;
     apply(&node_class("resolve-demo", &env.cluster, &role));
@@ -141,6 +144,9 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_class_whose_subnets_match_nothing_is_not_ready_and_says_why() {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let env = Env::new("unready-demo", false).await;
     let role = env.node_role().await;
     apply(&node_class("unready-demo", &env.cluster, &role));
@@ -426,6 +432,9 @@ async fn no_capacity_for_the_cheapest_type_launches_the_next_and_marks_the_offer
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_drifts_once_its_node_class_user_data_changes_and_not_before() {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let env = Env::new("drift-demo", true).await;
     let role = env.node_role().await;
     apply(&node_class("drift-demo", &env.cluster, &role));

@@ -7,7 +7,8 @@
 //! their claims, orphans are collected, a stockout moves the claim to the next type, and a
 //! preempted VM's node is replaced; `tls_bootstrap.rs` is the kubelet's certificate request,
 //! which only the agent approves. Each test names its own project and cluster; tests that run
-//! an agent or touch cluster-wide objects take [`exclusive`].
+//! an agent, touch cluster-wide objects, or read back a node class status (which a running
+//! agent rewrites for every class) take [`exclusive`].
 
 #![cfg(feature = "gcp")]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]

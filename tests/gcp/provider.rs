@@ -75,6 +75,9 @@ fn gce(id: &ProviderId) -> (String, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_class_resolves_its_images()
  {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let fake = fake("catalogue-demo").await;
     // A zone of another region, and a small page size so the client has to page.
     fake.state().compute.add_machine_type(
@@ -685,6 +688,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_drifts_once_its_node_class_resolves_another_image_or_changes_its_disks() {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let fake = fake("drift-demo").await;
     apply(&node_class("drift-demo", "drift-demo"));
     let provider = provider(&fake, "drift-demo", "drift-demo").await;
@@ -844,6 +850,9 @@ async fn two_clusters_of_one_name_in_one_project_never_see_each_others_vms_or_te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cos_at_latest_boots_the_gke_node_image_of_the_clusters_node_pool_and_follows_its_upgrades()
 {
+    // The agent tests' node-class status controller writes every class's status: this test
+    // writes and reads its own class's, so no agent may run meanwhile.
+    let _guard = crate::exclusive();
     let project = "gkeimage-demo";
     let fake = fake(project).await;
     let template = |name: &str, image: &str| {
