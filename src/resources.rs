@@ -148,6 +148,21 @@ pub fn parse(resource: &str, text: &str) -> Result<u64, QuantityError> {
     Ok(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
+/// An amount as a plain number in the resource's base unit (cores for CPU, bytes, count), as
+/// Kubernetes' `AsApproximateFloat64` gives it to metrics.
+pub fn approximate(resource: &str, amount: u64) -> f64 {
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "a metric value, approximate by design"
+    )]
+    let value = amount as f64;
+    if milli_scaled(resource) {
+        value / 1000.0
+    } else {
+        value
+    }
+}
+
 /// Formats an amount as a canonical Kubernetes quantity: `1500m` or `2` for CPU, the largest exact
 /// binary suffix for byte resources (`4Gi`, `512Mi`), a plain integer otherwise.
 pub fn format(resource: &str, amount: u64) -> String {

@@ -3,8 +3,10 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_core::cloud::CloudProvider;
 use karpenter_core::cloud::kwok::KwokProvider;
-use karpenter_core::controllers::{self, Settings};
+use karpenter_core::controllers::leader_election::{ElectionConfig, LeaderElector};
+use karpenter_core::controllers::{self, Health, Running, Settings};
 use karpenter_core::metrics::Metrics;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -29,7 +31,7 @@ enum Command {
     Run(RunArgs),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum ProviderKind {
     /// Simulated nodes kept alive by kwok: no cloud, no cost.
     Kwok,
@@ -37,6 +39,14 @@ enum ProviderKind {
     Aws,
     /// Google Compute Engine.
     Gcp,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
 }
 
 #[derive(clap::Args)]
@@ -62,12 +72,22 @@ struct RunArgs {
     /// comma-separated). Gates this agent does not know are refused.
     #[arg(long, env = "FEATURE_GATES", value_delimiter = ',', value_parser = parse_feature_gate)]
     feature_gates: Vec<(String, bool)>,
+    /// Take the Lease `karpenter-leader-election` before doing anything, so that of several
+    /// replicas only one provisions, disrupts, collects garbage and reads the interruption
+    /// queue (upstream's flag; false: this process acts alone, whatever else runs).
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// The namespace of the leader-election Lease (default: the agent's own namespace, as in
+    /// cluster, or the kubeconfig context's).
+    #[arg(long, env = "SYSTEM_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_address: SocketAddr,
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "LOG_JSON")]
-    log_json: bool,
+    /// How to log: `json` lines (what the Deployment uses, for log pipelines) or `text`
+    /// (coloured only on a terminal, and not with NO_COLOR set).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// The cluster's name. AWS: the EKS cluster (tags, instance profiles, node bootstrap); GCP:
     /// the default of --gcp-cluster.
     #[arg(long, env = "CLUSTER_NAME")]
@@ -222,16 +242,21 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     karpenter_core::apis::parse_duration(text).map_err(|e| e.to_string())
 }
 
-fn init_tracing(json: bool) {
+fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => {
+            // Escape codes belong on a terminal, not in a file or a log collector.
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder.with_ansi(colour).init();
+        }
     }
 }
 
@@ -256,12 +281,40 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     controllers::agent_client(config).context("creating the Kubernetes client")
 }
 
-async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+/// A probe's answer: 200 "ok", or the status and why.
+fn probe(
+    result: Result<(), String>,
+    failing: axum::http::StatusCode,
+) -> (axum::http::StatusCode, String) {
+    match result {
+        Ok(()) => (axum::http::StatusCode::OK, "ok\n".to_owned()),
+        Err(why) => (failing, format!("{why}\n")),
+    }
+}
+
+async fn serve_http(
+    address: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> anyhow::Result<()> {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
+    let liveness = health.clone();
     let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || {
+                let health = liveness.clone();
+                async move { probe(health.liveness(), StatusCode::INTERNAL_SERVER_ERROR) }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let health = health.clone();
+                async move { probe(health.readiness(), StatusCode::SERVICE_UNAVAILABLE) }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {
@@ -292,7 +345,12 @@ async fn serve_http(address: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Resul
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_json);
+    init_tracing(args.log_format);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        provider = ?args.provider,
+        "karpenter-agent starting"
+    );
     let client = client(args.kubeconfig.as_ref()).await?;
     let settings = Settings {
         batch_idle: args.batch_idle_duration,
@@ -304,38 +362,160 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ..Settings::default()
     };
     let metrics = Arc::new(Metrics::new());
-    let http = tokio::spawn(serve_http(args.metrics_address, metrics.clone()));
+    let health = Arc::new(Health::default());
+    let http = tokio::spawn(serve_http(
+        args.metrics_address,
+        metrics.clone(),
+        health.clone(),
+    ));
     let agent = async {
-        match args.provider {
+        let elector = args.leader_elect.then(|| {
+            let namespace = args
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned());
+            LeaderElector::new(client.clone(), ElectionConfig::new(namespace, identity()))
+        });
+        let leading = metrics
+            .leader_election_master_status
+            .get_or_create(&karpenter_core::metrics::LeaseLabels {
+                name: karpenter_core::apis::labels::LEADER_ELECTION_LEASE.to_owned(),
+            })
+            .clone();
+        // The provider is built, and its settings checked, before the election: a replica
+        // that cannot work says so at start, not once it is the leader.
+        let outcome = match args.provider {
             ProviderKind::Kwok => {
                 let provider = Arc::new(KwokProvider::new(client.clone()));
-                controllers::run(client, provider, settings, metrics)
-                    .await
-                    .context("running the controllers")
+                if !elect(elector.as_ref(), &health, &leading).await {
+                    return Ok(());
+                }
+                let running =
+                    controllers::start_with(client, provider, settings, metrics, health.clone())
+                        .await;
+                lead(running, elector.as_ref()).await
             }
             ProviderKind::Aws => {
                 let provider = Arc::new(aws_provider(&args, client.clone()).await?);
-                let mut running = controllers::start(client, provider, settings, metrics).await;
+                if !elect(elector.as_ref(), &health, &leading).await {
+                    return Ok(());
+                }
+                let mut running =
+                    controllers::start_with(client, provider, settings, metrics, health.clone())
+                        .await;
                 // EC2NodeClass status, and the interruption queue when --interruption-queue is set.
                 controllers::aws::start(&mut running)
                     .await
                     .context("starting the EC2 loops")?;
-                running.wait().await;
-                Ok(())
+                lead(running, elector.as_ref()).await
             }
             ProviderKind::Gcp => {
                 let provider = Arc::new(gcp_provider(&args, client.clone()).await?);
-                let mut running = controllers::start(client, provider, settings, metrics).await;
-                // GCENodeClass status.
+                if !elect(elector.as_ref(), &health, &leading).await {
+                    return Ok(());
+                }
+                let mut running =
+                    controllers::start_with(client, provider, settings, metrics, health.clone())
+                        .await;
+                // GCENodeClass status and the kubelets' certificate requests.
                 controllers::gcp::start(&mut running);
-                running.wait().await;
-                Ok(())
+                lead(running, elector.as_ref()).await
             }
+        };
+        // Every loop has stopped (the running loops were dropped): give the Lease to a
+        // successor at once instead of after the lease duration. Launches cut short are safe
+        // to abandon: a successor relaunches a claim without a provider ID with the same
+        // idempotency token (CreateFleet ClientToken, the GCE instance name), and garbage
+        // collection deletes any instance no claim names.
+        leading.set(0);
+        if let Some(elector) = &elector
+            && let Err(e) = elector.release().await
+        {
+            tracing::warn!(error = %e, "could not release the Lease; a successor takes it once it expires");
         }
+        outcome
     };
     tokio::select! {
         result = agent => result,
         result = http => result.context("the HTTP server stopped")?.context("the HTTP server failed"),
+    }
+}
+
+/// Waits until this replica leads (at once without leader election); false when the agent is
+/// stopped first, with nothing to release. A standby is ready once it knows who leads.
+async fn elect(
+    elector: Option<&LeaderElector>,
+    health: &Health,
+    leading: &prometheus_client::metrics::gauge::Gauge,
+) -> bool {
+    let Some(elector) = elector else {
+        return true;
+    };
+    health.set_unready("electing a leader");
+    let elected = elector.acquire(|holder| {
+        tracing::debug!(holder = ?holder, "the Lease was read");
+        health.set_ready();
+    });
+    tokio::select! {
+        () = elected => {
+            leading.set(1);
+            true
+        }
+        () = shutdown_signal() => {
+            tracing::info!("stopping before leading; nothing to release");
+            false
+        }
+    }
+}
+
+/// Runs the loops until SIGTERM/SIGINT (the lifecycle controller's signal), or, with leader
+/// election, until the Lease is lost; dropping `running` stops every loop either way.
+async fn lead<P: CloudProvider + 'static>(
+    running: Running<P>,
+    elector: Option<&LeaderElector>,
+) -> anyhow::Result<()> {
+    let Some(elector) = elector else {
+        running.wait().await;
+        return Ok(());
+    };
+    tokio::select! {
+        () = running.wait() => Ok(()),
+        // Upstream's controller-runtime exits here too: the kubelet restarts the process as a
+        // fresh candidate, and no loop acts on a cluster another leader now owns.
+        why = elector.renew() => anyhow::bail!("leader election lost: {why}"),
+    }
+}
+
+/// This replica's identity in the Lease: the pod's name (or the host's) and a random suffix,
+/// as client-go's hostname + "_" + UUID, so a restarted pod is a new candidate.
+fn identity() -> String {
+    use rand::Rng;
+    let name = std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "karpenter-agent".to_owned());
+    let suffix: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(8)
+        .map(|c| char::from(c).to_ascii_lowercase())
+        .collect();
+    format!("{name}_{suffix}")
+}
+
+/// SIGTERM (the kubelet stopping the pod) or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! What `karpenter-agent` says about its command line before it touches any cluster.
+//! What `karpenter-agent` says about its command line and how it logs, before it reaches any
+//! cluster.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use assert_cmd::Command;
 
@@ -14,4 +17,43 @@ fn run_without_a_provider_refuses_to_start_and_names_the_flag()
     assert!(stderr.contains("--provider <PROVIDER>"), "{stderr}");
     assert!(stderr.contains("required"), "{stderr}");
     Ok(())
+}
+
+/// Runs `karpenter-agent run` against a cluster that is not there, with stderr captured (not a
+/// terminal): it logs that it starts, then fails.
+fn run_logging(format: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .expect("write kubeconfig");
+    let output = Command::cargo_bin("karpenter-agent")
+        .expect("the binary")
+        .args(["run", "--provider", "gcp", "--log-format", format])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env_remove("GCP_PROJECT")
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    String::from_utf8(output.stderr).expect("utf-8")
+}
+
+#[test]
+fn text_logs_written_to_a_file_carry_no_colour_codes() {
+    let stderr = run_logging("text");
+    assert!(stderr.contains("karpenter-agent starting"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "escape codes in {stderr:?}");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let stderr = run_logging("json");
+    let first = stderr.lines().next().expect("a log line");
+    let line: serde_json::Value = serde_json::from_str(first).expect("JSON");
+    assert_eq!(line["fields"]["message"], "karpenter-agent starting");
+    assert_eq!(line["level"], "INFO");
 }

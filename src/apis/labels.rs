@@ -4,6 +4,9 @@
 
 /// The group of the core API (`NodePool`, `NodeClaim`).
 pub const GROUP: &str = "karpenter.sh";
+/// The `coordination.k8s.io` Lease the agent's replicas elect their leader on, in the agent's
+/// namespace (upstream's `LeaderElectionID`).
+pub const LEADER_ELECTION_LEASE: &str = "karpenter-leader-election";
 
 // --- Karpenter's own labels (karpenter.sh) ---
 /// The NodePool a NodeClaim (and its Node) was created from.

@@ -17,10 +17,12 @@ pub mod unavailable;
 
 pub mod kubelet_labels;
 pub mod kwok;
+pub mod metered;
 pub mod node_class_hash;
 pub mod provider;
 pub mod repair;
 
+pub use metered::Metered;
 pub use provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, KubeletIdentity,
     ProviderId,

@@ -7,18 +7,20 @@
 
 use super::interruption::InterruptionHandler;
 use super::{Error, Running, nodeclass_status};
+use crate::cloud::Metered;
 use crate::cloud::aws::AwsProvider;
 use crate::cloud::aws::interruption::InterruptionQueue;
 
 /// Starts the EC2 provider's loops beside `running`: EC2NodeClass status always, and the
 /// interruption queue when the provider's config names one. Fails only when the queue cannot be
 /// found, which is a configuration error worth stopping for.
-pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
+pub async fn start(running: &mut Running<Metered<AwsProvider>>) -> Result<(), Error> {
     let ctx = running.ctx.clone();
-    running.spawn(nodeclass_status::node_classes(
-        ctx.client.clone(),
-        ctx.provider.clone(),
-    ));
+    // Resolving node classes is the provider's own business, not a CloudProvider call.
+    running.spawn(
+        super::names::NODE_CLASS_STATUS,
+        nodeclass_status::node_classes(ctx.client.clone(), ctx.provider.inner().clone()),
+    );
     if let Some(queue) = ctx.provider.config().interruption_queue.clone() {
         let sqs = InterruptionQueue::new(
             ctx.provider.clients().sqs.clone(),
@@ -31,7 +33,7 @@ pub async fn start(running: &mut Running<AwsProvider>) -> Result<(), Error> {
         )))?;
         tracing::info!(%queue, "reading the interruption queue");
         let handler = InterruptionHandler::new(sqs, ctx.client.clone());
-        running.spawn(handler.run(ctx.claims.clone()));
+        running.spawn(super::names::INTERRUPTION, handler.run(ctx.claims.clone()));
     }
     Ok(())
 }

@@ -27,6 +27,8 @@ pub struct Context<P> {
     pub own_writes: OwnWrites,
     /// Events that loops re-evaluate every pass, published once per state.
     pub notices: Notices,
+    /// What the probes answer; the loops report their passes here.
+    pub health: Arc<super::Health>,
     /// Namespaces (their labels), for pod-affinity terms with a `namespaceSelector`; `None`
     /// where no watch feeds them (such terms then match namespaces without labels only).
     pub namespaces: Option<Store<k8s_openapi::api::core::v1::Namespace>>,
@@ -66,6 +68,7 @@ impl<P: CloudProvider> Context<P> {
             metrics,
             own_writes: OwnWrites::default(),
             notices,
+            health: Arc::default(),
             namespaces: None,
             volumes: None,
         }

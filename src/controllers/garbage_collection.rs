@@ -25,6 +25,10 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        let _pass = ctx.health.pass(
+            super::names::GARBAGE_COLLECTION,
+            ctx.settings.stuck_pass_after,
+        );
         match collect(&ctx).await {
             Ok(0) => {}
             Ok(deleted) => info!(instances = deleted, "garbage-collected orphaned instances"),

@@ -5,14 +5,16 @@
 //! whoever created them.
 
 use super::{Running, csr_approval, nodeclass_status};
+use crate::cloud::Metered;
 use crate::cloud::gcp::GcpProvider;
 
 /// Starts the Compute Engine provider's loops beside `running`.
-pub fn start(running: &mut Running<GcpProvider>) {
+pub fn start(running: &mut Running<Metered<GcpProvider>>) {
     let ctx = running.ctx.clone();
-    running.spawn(nodeclass_status::node_classes(
-        ctx.client.clone(),
-        ctx.provider.clone(),
-    ));
-    running.spawn(csr_approval::run(ctx));
+    // Resolving node classes is the provider's own business, not a CloudProvider call.
+    running.spawn(
+        super::names::NODE_CLASS_STATUS,
+        nodeclass_status::node_classes(ctx.client.clone(), ctx.provider.inner().clone()),
+    );
+    running.spawn(super::names::CSR_APPROVAL, csr_approval::run(ctx));
 }

@@ -11,14 +11,17 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+mod claim_metrics;
 pub mod conditions;
 pub mod csr_approval;
 pub mod disruption;
 pub mod garbage_collection;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+pub mod health;
 #[cfg(feature = "aws")]
 pub mod interruption;
+pub mod leader_election;
 pub mod lifecycle;
 pub mod nodeclaim_disruption;
 #[cfg(any(feature = "aws", feature = "gcp"))]
@@ -40,17 +43,34 @@ pub use client::agent_client;
 pub use context::Context;
 pub use error::Error;
 pub(crate) use error::is_not_found;
+pub use health::Health;
 pub use notices::Notices;
 pub use own_writes::OwnWrites;
 pub use settings::Settings;
 
 use crate::apis::{NodeClaim, NodePool};
-use crate::cloud::CloudProvider;
+use crate::cloud::{CloudProvider, Metered};
 use crate::state::{CachedPod, pod_cache, trim_node};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use std::sync::Arc;
+
+/// The control loops' names, as upstream names its controllers: the `controller` label of
+/// the cloud-provider metrics, and what `/healthz` says of a loop that stopped or is stuck.
+pub mod names {
+    pub const PROVISIONER: &str = "provisioner";
+    pub const DISRUPTION: &str = "disruption";
+    pub const GARBAGE_COLLECTION: &str = "nodeclaim.garbagecollection";
+    pub const LIFECYCLE: &str = "nodeclaim.lifecycle";
+    pub const NODECLAIM_DISRUPTION: &str = "nodeclaim.disruption";
+    pub const POD_EVENTS: &str = "nodeclaim.podevents";
+    pub const STATIC_CAPACITY: &str = "static.provisioning";
+    pub const NODEPOOL_STATUS: &str = "nodepool.status";
+    pub const NODE_CLASS_STATUS: &str = "nodeclass.status";
+    pub const INTERRUPTION: &str = "interruption";
+    pub const CSR_APPROVAL: &str = "certificatesigningrequest.approval";
+}
 
 /// The field manager (and event reporter) name the agent writes with.
 pub const FIELD_MANAGER: &str = "karpenter-agent";
@@ -70,19 +90,42 @@ pub async fn run<P: CloudProvider + 'static>(
     Ok(())
 }
 
+/// [`start`], reporting readiness and liveness to `health` (the binary's probes).
+pub async fn start_with<P: CloudProvider + 'static>(
+    client: Client,
+    provider: Arc<P>,
+    settings: Settings,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<Health>,
+) -> Running<Metered<P>> {
+    start_reporting(client, provider, settings, metrics, health).await
+}
+
 /// The running loops: the shared [`Context`] (so a provider's own loops, such as the AWS
 /// interruption queue, read the same reflector stores instead of caching the cluster twice)
 /// and the tasks. Dropping it stops every loop.
 pub struct Running<P> {
     pub ctx: Arc<Context<P>>,
     lifecycle: Option<tokio::task::JoinHandle<()>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
 }
 
 impl<P> Running<P> {
-    /// Runs `task` beside the controllers, stopped with them.
-    pub fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.tasks.push(tokio::spawn(task));
+    /// Runs `task` beside the controllers, stopped with them; `/healthz` fails if it ends.
+    pub fn spawn(
+        &mut self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = spawn_watched(&self.ctx.health, name, task);
+        self.tasks.push((name, handle));
+    }
+
+    /// Stops the loop `name` as if it had died (tests of liveness).
+    pub fn abort(&self, name: &str) {
+        for (_, task) in self.tasks.iter().filter(|(n, _)| *n == name) {
+            task.abort();
+        }
     }
 
     /// Waits until the lifecycle controller ends (on SIGTERM/SIGINT), then stops the rest.
@@ -95,10 +138,31 @@ impl<P> Running<P> {
 
 impl<P> Drop for Running<P> {
     fn drop(&mut self) {
-        for task in self.lifecycle.iter().chain(&self.tasks) {
+        // Stopping on purpose: the loops ending now is not a failure.
+        self.ctx.health.shutting_down();
+        for task in self
+            .lifecycle
+            .iter()
+            .chain(self.tasks.iter().map(|(_, task)| task))
+        {
             task.abort();
         }
     }
+}
+
+/// Spawns `task`, reporting to `health` when it ends for any reason (returned, panicked,
+/// aborted) unless the agent is shutting down.
+fn spawn_watched(
+    health: &Arc<Health>,
+    name: &'static str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let guard = health.task(name);
+    // Cloud calls made by the task are labelled with the loop (upstream's `controller`).
+    tokio::spawn(crate::cloud::metered::CONTROLLER.scope(name, async move {
+        let _guard = guard;
+        task.await;
+    }))
 }
 
 /// Starts the reflectors and every control loop, once the reflectors have listed the cluster.
@@ -107,7 +171,20 @@ pub async fn start<P: CloudProvider + 'static>(
     provider: Arc<P>,
     settings: Settings,
     metrics: Arc<crate::metrics::Metrics>,
-) -> Running<P> {
+) -> Running<Metered<P>> {
+    start_reporting(client, provider, settings, metrics, Arc::default()).await
+}
+
+async fn start_reporting<P: CloudProvider + 'static>(
+    client: Client,
+    provider: Arc<P>,
+    settings: Settings,
+    metrics: Arc<crate::metrics::Metrics>,
+    health: Arc<Health>,
+) -> Running<Metered<P>> {
+    health.set_unready("listing the cluster");
+    // Every cloud call the loops make is timed and its errors counted, as upstream's decorator.
+    let provider = Arc::new(Metered::new(provider, metrics.clone()));
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     use kube::{Api, ResourceExt};
@@ -127,11 +204,13 @@ pub async fn start<P: CloudProvider + 'static>(
 
     // Each reflector runs as its own task; managed fields are dropped to keep memory down.
     fn spawn_reflector<K>(
+        health: &Arc<Health>,
+        name: &'static str,
         api: Api<K>,
         writer: reflector::store::Writer<K>,
         trim: impl Fn(&mut K) + Send + Sync + 'static,
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
-    ) -> tokio::task::JoinHandle<()>
+    ) -> (&'static str, tokio::task::JoinHandle<()>)
     where
         K: kube::Resource
             + Clone
@@ -142,7 +221,7 @@ pub async fn start<P: CloudProvider + 'static>(
             + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
-        tokio::spawn(async move {
+        let handle = spawn_watched(health, name, async move {
             let stream = watcher(api, watcher::Config::default())
                 .default_backoff()
                 .modify(move |object: &mut K| {
@@ -158,7 +237,8 @@ pub async fn start<P: CloudProvider + 'static>(
                     futures::future::ready(())
                 })
                 .await;
-        })
+        });
+        (name, handle)
     }
 
     let tracker = pending.clone();
@@ -166,6 +246,8 @@ pub async fn start<P: CloudProvider + 'static>(
     let (lifecycle_triggers, lifecycle_queue) = tokio::sync::mpsc::unbounded_channel();
     let reflectors = [
         spawn_reflector(
+            &health,
+            "NodeClaim watch",
             Api::<NodeClaim>::all(client.clone()),
             claims_writer,
             |_| {},
@@ -192,18 +274,29 @@ pub async fn start<P: CloudProvider + 'static>(
                 }
             },
         ),
-        spawn_reflector(Api::<Node>::all(client.clone()), nodes_writer, trim_node, {
-            let claims = claims.clone();
-            move |event| match event {
-                watcher::Event::Apply(node) | watcher::Event::Delete(node) => {
-                    for claim in lifecycle::claims_of_node(&claims, node) {
-                        let _ = lifecycle_triggers.send(claim);
-                    }
-                }
-                watcher::Event::InitApply(_) | watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-        }),
         spawn_reflector(
+            &health,
+            "Node watch",
+            Api::<Node>::all(client.clone()),
+            nodes_writer,
+            trim_node,
+            {
+                let claims = claims.clone();
+                move |event| match event {
+                    watcher::Event::Apply(node) | watcher::Event::Delete(node) => {
+                        for claim in lifecycle::claims_of_node(&claims, node) {
+                            let _ = lifecycle_triggers.send(claim);
+                        }
+                    }
+                    watcher::Event::InitApply(_)
+                    | watcher::Event::Init
+                    | watcher::Event::InitDone => {}
+                }
+            },
+        ),
+        spawn_reflector(
+            &health,
+            "NodePool watch",
             Api::<NodePool>::all(client.clone()),
             pools_writer,
             |_| {},
@@ -211,6 +304,8 @@ pub async fn start<P: CloudProvider + 'static>(
         ),
         // Namespace labels, for pod (anti-)affinity terms with a `namespaceSelector`.
         spawn_reflector(
+            &health,
+            "Namespace watch",
             Api::<Namespace>::all(client.clone()),
             namespaces_writer,
             |ns: &mut Namespace| {
@@ -222,6 +317,8 @@ pub async fn start<P: CloudProvider + 'static>(
         ),
         // Claims, volumes and classes, for the topology of pods with persistent volumes.
         spawn_reflector(
+            &health,
+            "PersistentVolumeClaim watch",
             Api::<PersistentVolumeClaim>::all(client.clone()),
             volume_claims_writer,
             volumes::trim_claim,
@@ -237,18 +334,24 @@ pub async fn start<P: CloudProvider + 'static>(
             },
         ),
         spawn_reflector(
+            &health,
+            "PersistentVolume watch",
             Api::<PersistentVolume>::all(client.clone()),
             volumes_writer,
             volumes::trim_volume,
             |_| {},
         ),
         spawn_reflector(
+            &health,
+            "StorageClass watch",
             Api::<StorageClass>::all(client.clone()),
             classes_writer,
             volumes::trim_class,
             |_| {},
         ),
         spawn_reflector(
+            &health,
+            "Pod watch",
             Api::<CachedPod>::all(client.clone()),
             pods_writer,
             {
@@ -302,6 +405,7 @@ pub async fn start<P: CloudProvider + 'static>(
     let mut ctx = Context::new(
         client, provider, claims, nodes, pools, pods, settings, metrics,
     );
+    ctx.health = health.clone();
     ctx.namespaces = Some(namespaces);
     ctx.volumes = Some(volumes::VolumeStores {
         claims: volume_claims,
@@ -310,23 +414,31 @@ pub async fn start<P: CloudProvider + 'static>(
     });
     let ctx = Arc::new(ctx);
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
-    let lifecycle = tokio::spawn(lifecycle::run(ctx.clone(), lifecycle_queue));
-    let mut tasks = Vec::from(reflectors);
-    tasks.push(tokio::spawn(provisioning::run(
-        ctx.clone(),
-        pending,
-        recent,
-        wake,
-    )));
-    tasks.push(tokio::spawn(garbage_collection::run(ctx.clone())));
-    tasks.push(tokio::spawn(disruption::run(ctx.clone())));
-    tasks.push(tokio::spawn(static_capacity::run(ctx.clone())));
-    tasks.push(tokio::spawn(nodepool_status::run(ctx.clone())));
-    tasks.push(tokio::spawn(nodeclaim_disruption::run(ctx.clone())));
-    tasks.push(tokio::spawn(pod_events::run(ctx.clone(), pod_events)));
-    Running {
-        ctx,
+    let lifecycle = tokio::spawn(crate::cloud::metered::CONTROLLER.scope(
+        names::LIFECYCLE,
+        lifecycle::run(ctx.clone(), lifecycle_queue),
+    ));
+    let mut running = Running {
+        ctx: ctx.clone(),
         lifecycle: Some(lifecycle),
-        tasks,
-    }
+        tasks: Vec::from(reflectors),
+    };
+    running.spawn(
+        names::PROVISIONER,
+        provisioning::run(ctx.clone(), pending, recent, wake),
+    );
+    running.spawn(
+        names::GARBAGE_COLLECTION,
+        garbage_collection::run(ctx.clone()),
+    );
+    running.spawn(names::DISRUPTION, disruption::run(ctx.clone()));
+    running.spawn(names::STATIC_CAPACITY, static_capacity::run(ctx.clone()));
+    running.spawn(names::NODEPOOL_STATUS, nodepool_status::run(ctx.clone()));
+    running.spawn(
+        names::NODECLAIM_DISRUPTION,
+        nodeclaim_disruption::run(ctx.clone()),
+    );
+    running.spawn(names::POD_EVENTS, pod_events::run(ctx.clone(), pod_events));
+    health.set_ready();
+    running
 }

@@ -25,6 +25,9 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        let _pass = ctx
+            .health
+            .pass(super::names::NODEPOOL_STATUS, ctx.settings.stuck_pass_after);
         if let Err(e) = refresh(&ctx).await {
             warn!(error = %e, cause = ?std::error::Error::source(&e), "nodepool status update failed");
         }
@@ -40,6 +43,17 @@ pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
         let name = pool.name_any();
         let (nodes, resources) = usage.get(&name).cloned().unwrap_or_default();
         let mut status = pool.status.clone().unwrap_or_default();
+        let numbers = |list: &crate::resources::ResourceList| -> Vec<(String, f64)> {
+            list.iter()
+                .map(|(name, amount)| {
+                    (name.to_owned(), crate::resources::approximate(name, amount))
+                })
+                .collect()
+        };
+        let limits =
+            crate::resources::ResourceList::from_quantities(&pool.spec.limits).unwrap_or_default();
+        ctx.metrics
+            .set_nodepool_resources(&name, &numbers(&resources), &numbers(&limits));
         let resources = resources.to_quantities();
         let class = &pool.spec.template.spec.node_class_ref;
         let class_not_ready = match ctx.provider.instance_types(class).await {

@@ -98,6 +98,9 @@ pub async fn run<P: 'static + Send + Sync>(ctx: Arc<Context<P>>, events: Arc<Pod
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        let _pass = ctx
+            .health
+            .pass(super::names::POD_EVENTS, ctx.settings.stuck_pass_after);
         if let Err(e) = flush(&ctx, &events).await {
             warn!(error = %e, cause = ?std::error::Error::source(&e), "writing lastPodEventTime failed; retrying");
         }

@@ -37,6 +37,10 @@ pub struct Settings {
     pub static_capacity: bool,
     /// How often static NodePools are brought to their count.
     pub static_capacity_poll: Duration,
+    /// A loop's pass that has not returned after this long (plus what the pass waits for on
+    /// purpose, such as disruption's replacements) is stuck: `/healthz` fails and the kubelet
+    /// restarts the agent.
+    pub stuck_pass_after: Duration,
 }
 
 impl Default for Settings {
@@ -55,6 +59,7 @@ impl Default for Settings {
             node_repair: false,
             static_capacity: false,
             static_capacity_poll: Duration::from_secs(5),
+            stuck_pass_after: Duration::from_secs(5 * 60),
         }
     }
 }

@@ -52,6 +52,9 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut created = Created::default();
     loop {
         tokio::time::sleep(ctx.settings.static_capacity_poll).await;
+        let _pass = ctx
+            .health
+            .pass(super::names::STATIC_CAPACITY, ctx.settings.stuck_pass_after);
         pass(&ctx, &mut created).await;
     }
 }
@@ -149,7 +152,7 @@ async fn launch<P>(
         let claim = node_claim_for(&plan, pool, &[]);
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
-                ctx.metrics.nodeclaims_created.inc();
+                ctx.count_created(&created, "provisioned");
                 info!(nodepool = %pool.name_any(), nodeclaim = %created.name_any(), cheapest = ?plan.instance_types.first().map(|o| &o.name), "launching a nodeclaim for a static nodepool");
                 names.push(created.name_any());
             }

@@ -243,7 +243,6 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
                     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
                     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
                     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes", "volumeattachments"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},
                 ],
             }),
             "clusterroles",
@@ -256,6 +255,29 @@ pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
                 "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
             }),
             "clusterrolebindings",
+        ),
+        // Leader election, in the agent's own namespace only (as upstream's chart): create
+        // cannot be limited to one name, the rest is limited to the agent's Lease.
+        Manifest::new(
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "karpenter-agent", "namespace": ns, "labels": labels},
+                "rules": [
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+                     "resourceNames": [crate::apis::labels::LEADER_ELECTION_LEASE]},
+                ],
+            }),
+            "roles",
+        ),
+        Manifest::new(
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "karpenter-agent", "namespace": ns, "labels": labels},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "karpenter-agent"},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            }),
+            "rolebindings",
         ),
         Manifest::new(
             json!({

@@ -190,6 +190,9 @@ async fn a_node_past_its_expire_after_is_replaced_and_its_pods_run_on_a_new_node
                 .get(labels::CAPACITY_TYPE)
                 .cloned()
                 .unwrap_or_default(),
+            // Expiry is not consolidation; no terminationGracePeriod drains gracefully.
+            consolidation_policy: String::new(),
+            termination_mode: "graceful".to_owned(),
         })
         .get();
     assert!(

@@ -9,6 +9,8 @@
 mod device_plugin;
 mod disruption;
 mod drift;
+mod health;
+mod leader_election;
 mod namespaces;
 mod node_labels;
 mod readiness;

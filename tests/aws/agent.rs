@@ -24,7 +24,7 @@ use std::time::Duration;
 struct Agent {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     provider: Arc<AwsProvider>,
-    _running: controllers::Running<AwsProvider>,
+    _running: controllers::Running<karpenter_core::cloud::Metered<AwsProvider>>,
 }
 
 impl Drop for Agent {

@@ -116,6 +116,11 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut memory = Memory::default();
     loop {
         tokio::time::sleep(ctx.settings.disruption_poll).await;
+        // A pass waits, on purpose, for its validation and for replacements to initialize.
+        let bound = ctx.settings.stuck_pass_after
+            + ctx.settings.disruption_validation
+            + ctx.settings.disruption_replacement_timeout;
+        let _pass = ctx.health.pass(super::names::DISRUPTION, bound);
         if let Err(e) = pass(&ctx, &mut memory).await {
             warn!(error = %e, cause = ?std::error::Error::source(&e), "disruption pass failed; retrying");
         }

@@ -16,7 +16,6 @@ use crate::apis::{NodeClaim, labels};
 use crate::controllers::provisioning::node_claim_for;
 use crate::controllers::{Context, Error, is_not_found};
 use crate::disruption::{Command, reason_name};
-use crate::metrics::DisruptedLabels;
 use crate::state::CachedPod;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -71,15 +70,19 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
             .delete(&candidate.claim, &DeleteParams::background())
             .await
         {
-            Ok(_) => {
-                ctx.metrics
-                    .nodeclaims_disrupted
-                    .get_or_create(&DisruptedLabels {
-                        reason: reason_name(command.reason).to_owned(),
-                        nodepool: candidate.pool.clone(),
-                        capacity_type: candidate.capacity_type.clone(),
-                    })
-                    .inc();
+            Ok(claim) => {
+                if let Some(claim) = claim.left() {
+                    let pool = ctx
+                        .pools
+                        .get(&kube::runtime::reflector::ObjectRef::new(&candidate.pool));
+                    let consolidating = !command.method.consolidation_type().is_empty();
+                    ctx.count_disrupted(
+                        &claim,
+                        reason_name(command.reason),
+                        pool.as_deref(),
+                        consolidating,
+                    );
+                }
             }
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(Error::kube("deleting a disrupted nodeclaim")(e)),
@@ -142,7 +145,7 @@ async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, E
             .create(&PostParams::default(), &claim)
             .await
             .map_err(Error::kube("creating a replacement nodeclaim"))?;
-        ctx.metrics.nodeclaims_created.inc();
+        ctx.count_created(&created, reason_name(command.reason));
         let name = created.name_any();
         info!(nodeclaim = %name, cheapest = ?replacement.claim.instance_types.first().map(|o| &o.name), "launching a replacement");
         names.push(name);

@@ -54,7 +54,7 @@ pub(super) async fn register<P>(
         "metadata": {"labels": node_labels, "finalizers": finalizers, "resourceVersion": node.resource_version()},
         "spec": {"taints": taints},
     });
-    nodes
+    let registered = nodes
         .patch(&node_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube("registering the node"))?;
@@ -84,6 +84,7 @@ pub(super) async fn register<P>(
         claim.metadata.generation,
     );
     write_status(claim, &status, ctx).await?;
+    ctx.count_node_created(&registered);
     info!(nodeclaim = %claim.name_any(), node = %node_name, "registered");
     Ok(Action::requeue(Duration::from_secs(2)))
 }

@@ -5,11 +5,10 @@
 //! `terminationGracePeriod`; provisioning launches a node for the pods it evicts.
 
 use super::owned;
-use crate::apis::{NodeClaim, labels};
+use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
 use crate::controllers::{Context, Error};
 use crate::disruption::expires_at;
-use crate::metrics::DisruptedLabels;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
@@ -76,15 +75,7 @@ async fn expire<P>(ctx: &Context<P>, claim: &NodeClaim) -> Result<(), Error> {
         Err(e) if crate::controllers::is_not_found(&e) => return Ok(()),
         Err(e) => return Err(Error::kube("deleting an expired nodeclaim")(e)),
     }
-    let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
-    ctx.metrics
-        .nodeclaims_disrupted
-        .get_or_create(&DisruptedLabels {
-            reason: "expired".to_owned(),
-            nodepool: label(labels::NODE_POOL),
-            capacity_type: label(labels::CAPACITY_TYPE),
-        })
-        .inc();
+    ctx.count_disrupted(claim, "expired", None, false);
     let note = format!(
         "expireAfter {} has passed since the node was made; deleting it, its pods go to a new node",
         claim.spec.expire_after.0

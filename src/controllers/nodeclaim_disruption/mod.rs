@@ -41,7 +41,12 @@ pub struct Memory {
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut memory = Memory::default();
     loop {
+        let guard = ctx.health.pass(
+            super::names::NODECLAIM_DISRUPTION,
+            ctx.settings.stuck_pass_after,
+        );
         let next_expiry = pass(&ctx, &mut memory).await;
+        drop(guard);
         let until_expiry = next_expiry.map(|at| {
             let wait = at.duration_since(Timestamp::now());
             // A second past the moment, so the claim is expired when the pass looks at it.

@@ -117,8 +117,8 @@ pub(super) async fn create_claims<P>(
         match result {
             Ok(claim) => {
                 round.created += 1;
+                ctx.count_created(&claim, "provisioned");
                 recent.record(claim.clone());
-                ctx.metrics.nodeclaims_created.inc();
                 let now = Instant::now();
                 for pod in planned.pods.iter().filter_map(|&i| input.pods.get(i)) {
                     if let Some(seen) = pod

@@ -80,7 +80,12 @@ pub async fn run<P: CloudProvider + 'static>(
             .inc();
         requeue_at = None;
         let started = Instant::now();
-        match provision(&ctx, &pending, &recent, &mut memory).await {
+        let pass = ctx
+            .health
+            .pass(super::names::PROVISIONER, ctx.settings.stuck_pass_after);
+        let result = provision(&ctx, &pending, &recent, &mut memory).await;
+        drop(pass);
+        match result {
             Ok(Some(round)) => {
                 info!(
                     pods = round.pods,

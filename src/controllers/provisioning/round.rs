@@ -209,10 +209,26 @@ pub(crate) async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Err
 
 /// Runs the scheduler, timed.
 fn simulate<P>(ctx: &Context<P>, input: &Input<'_, CachedPod>) -> Plan {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // Upstream's `karpenter_scheduler_queue_depth`: the round's pods while it runs, one series
+    // per scheduling run, removed when it ends.
+    static SCHEDULING_RUNS: AtomicU64 = AtomicU64::new(0);
+    let queue = crate::metrics::QueueLabels {
+        controller: "provisioner".to_owned(),
+        scheduling_id: SCHEDULING_RUNS.fetch_add(1, Ordering::Relaxed).to_string(),
+    };
+    ctx.metrics
+        .scheduler_queue_depth
+        .get_or_create(&queue)
+        .set(i64::try_from(input.pods.len()).unwrap_or(i64::MAX));
     let started = Instant::now();
     let plan = scheduling::schedule(input);
+    ctx.metrics.scheduler_queue_depth.remove(&queue);
     ctx.metrics
         .scheduling_seconds
+        .get_or_create(&crate::metrics::ControllerLabels {
+            controller: "provisioner".to_owned(),
+        })
         .observe(started.elapsed().as_secs_f64());
     for placement in &plan.existing {
         debug!(target_kind = ?placement.target, name = %placement.name, pods = placement.pods.len(), "pods fit on existing capacity");

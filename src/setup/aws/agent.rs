@@ -22,7 +22,9 @@ pub fn agent_manifests(options: &AwsOptions, controller_role_arn: &str) -> Vec<M
         service_account: options.service_account.clone(),
         image: options.image.clone(),
         service_account_annotations: annotations,
-        args: vec!["run".to_owned(), "--provider".to_owned(), "aws".to_owned()],
+        args: ["run", "--provider", "aws", "--log-format", "json"]
+            .map(str::to_owned)
+            .to_vec(),
         env: vec![
             ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
             ("AWS_REGION".to_owned(), options.region.clone()),

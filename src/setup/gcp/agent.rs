@@ -26,7 +26,9 @@ pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
         service_account: options.service_account.clone(),
         image: options.image.clone(),
         service_account_annotations: annotations,
-        args: vec!["run".to_owned(), "--provider".to_owned(), "gcp".to_owned()],
+        args: ["run", "--provider", "gcp", "--log-format", "json"]
+            .map(str::to_owned)
+            .to_vec(),
         env: agent_env(options),
         credentials_secret,
     };

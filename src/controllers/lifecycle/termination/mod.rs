@@ -161,12 +161,13 @@ pub(super) async fn terminate<P: CloudProvider>(
     if let Some(node) = &node {
         let nodes: Api<Node> = Api::all(ctx.client.clone());
         release_finalizer(&nodes, node.as_ref(), "releasing the node's finalizer").await?;
-        if let Err(e) = nodes
+        match nodes
             .delete(&node.name_any(), &DeleteParams::background())
             .await
-            && !is_not_found(&e)
         {
-            return Err(Error::kube("deleting the node")(e));
+            Ok(_) => ctx.count_node_terminated(node),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::kube("deleting the node")(e)),
         }
     }
     if let Some(node) = &node {
@@ -174,7 +175,7 @@ pub(super) async fn terminate<P: CloudProvider>(
     }
     let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     release_finalizer(&claims, claim, "releasing the nodeclaim's finalizer").await?;
-    ctx.metrics.nodeclaims_terminated.inc();
+    ctx.count_terminated(claim);
     info!(nodeclaim = %claim.name_any(), "terminated");
     Ok(Action::await_change())
 }
