@@ -240,7 +240,7 @@ async fn init_aws_dry_runs_then_fails_half_way_naming_the_permission_then_comple
         .and_then(|s| s.template.spec)
         .map(|s| s.containers[0].args.clone().unwrap_or_default())
         .unwrap_or_default();
-    assert_eq!(args, ["run", "--provider", "aws"]);
+    assert_eq!(args, ["run", "--provider", "aws", "--log-format", "json"]);
 
     rig().kubectl_ok(&["delete", "namespace", "init-demo-system", "--wait=false"]);
     rig().kubectl_ok(&["delete", "nodepool", "default", "--wait=false"]);
