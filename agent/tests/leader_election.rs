@@ -11,125 +11,16 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_test_support::rig::rig;
 use kube::api::{Api, ListParams};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::process::Command;
+use std::time::Duration;
 
-/// `init`'s namespace and ServiceAccount, where the Lease lives and whom the agents act as.
-const NAMESPACE: &str = "karpenter";
+mod common;
+use common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+
+/// `init`'s ServiceAccount, whom the agents act as.
 const SERVICE_ACCOUNT: &str = "karpenter";
 const POOL: &str = "failover";
 const PODS: usize = 200;
-
-/// One agent process, killed when dropped.
-struct AgentProcess {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl AgentProcess {
-    fn start(name: &str, kubeconfig: &Path, dir: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let log = dir.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_karpenter-agent"))
-            .args(["run", "--provider", "kwok", "--log-format", "json"])
-            .args(["--leader-election-namespace", NAMESPACE])
-            .arg("--metrics-address")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start karpenter-agent");
-        Self { child, port, log }
-    }
-
-    /// The status code of `GET path` on the agent's HTTP port, if it answers.
-    async fn probe(&self, path: &str) -> Option<u16> {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.ok()?;
-        answer.split_whitespace().nth(1)?.parse().ok()
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The rig's admin kubeconfig, impersonating the agent's ServiceAccount (as a kubeconfig's
-/// `as:` and `as-groups:` do), so only `init`'s RBAC lets the agents act.
-fn service_account_kubeconfig(dir: &Path) -> PathBuf {
-    let mut kubeconfig =
-        kube::config::Kubeconfig::read_from(&rig().kubeconfig).expect("the rig's kubeconfig");
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.impersonate = Some(format!(
-                "system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-            ));
-            auth.impersonate_groups = Some(vec![
-                "system:serviceaccounts".to_owned(),
-                format!("system:serviceaccounts:{NAMESPACE}"),
-                "system:authenticated".to_owned(),
-            ]);
-        }
-    }
-    let path = dir.join("agent-kubeconfig");
-    std::fs::write(
-        &path,
-        serde_json::to_string(&kubeconfig).expect("kubeconfig as JSON"),
-    )
-    .expect("write kubeconfig");
-    path
-}
-
-async fn wait_for<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    agents: &[&AgentProcess],
-    mut check: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if start.elapsed() > timeout {
-            let logs: Vec<String> = agents.iter().map(|a| a.log_tail()).collect();
-            panic!(
-                "timed out waiting for {what}; agent logs:\n{}",
-                logs.join("\n---\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 async fn lease(client: &kube::Client) -> Option<LeaseSpec> {
     Api::<Lease>::namespaced(client.clone(), NAMESPACE)
@@ -227,7 +118,7 @@ async fn the_standby_takes_over_a_killed_leaders_scale_out_without_launching_twi
     let client = rig().client().await;
     // Installs init's ServiceAccount and RBAC (the Role for the Lease among them).
     let _ = rig().agent_client().await;
-    let kubeconfig = service_account_kubeconfig(dir.path());
+    let kubeconfig = service_account_kubeconfig(dir.path(), NAMESPACE, SERVICE_ACCOUNT);
 
     let a = AgentProcess::start("agent-a", &kubeconfig, dir.path());
     let leader = wait_for(
