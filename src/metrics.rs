@@ -119,6 +119,26 @@ pub struct BuildLabels {
     pub commit: String,
 }
 
+/// Label set of `karpenter_pods_state`, upstream's: the pod, its first owner (as a self link),
+/// its node and whether it is bound, the node's pool, zone, architecture, capacity type and
+/// instance type, the pod's phase and readiness, and whether the node is one Karpenter manages.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodStateLabels {
+    pub name: String,
+    pub namespace: String,
+    pub owner: String,
+    pub node: String,
+    pub scheduled: String,
+    pub nodepool: String,
+    pub zone: String,
+    pub arch: String,
+    pub capacity_type: String,
+    pub instance_type: String,
+    pub phase: String,
+    pub ready: String,
+    pub managed: String,
+}
+
 /// Label set of client-go's `leader_election_master_status`: the Lease's name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
@@ -194,6 +214,8 @@ pub struct Metrics {
     pub build_info: Family<BuildLabels, Gauge>,
     /// 1 while this replica holds the leader-election Lease, 0 otherwise.
     pub leader_election_master_status: Family<LeaseLabels, Gauge>,
+    /// One series of 1 per pod (upstream's `karpenter_pods_state`).
+    pub pods_state: Family<PodStateLabels, Gauge>,
     pub pod_unschedulable_to_nodeclaim_seconds: Histogram,
     pub batches: Family<BatchLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
@@ -236,6 +258,7 @@ impl Metrics {
             nodepools_limit: Family::default(),
             build_info: Family::default(),
             leader_election_master_status: Family::default(),
+            pods_state: Family::default(),
             // Fine around the 1 s batch idle window, where the target (idle + 100 ms) lies.
             pod_unschedulable_to_nodeclaim_seconds: Histogram::new([
                 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5,
@@ -276,6 +299,11 @@ impl Metrics {
             "nodeclaims_created",
             "Number of nodeclaims created in total, by reason, NodePool and whether minValues was relaxed",
             metrics.nodeclaims_created.clone(),
+        );
+        registry.register(
+            "pods_state",
+            "Pod state is the current state of pods, labeled by the pod, its owner, its node and the node's pool, zone, architecture, capacity type and instance type, and the pod's phase and readiness",
+            metrics.pods_state.clone(),
         );
         registry.register(
             "nodes_created",
@@ -549,6 +577,9 @@ mod tests {
         m.leader_election_master_status
             .get_or_create(&LeaseLabels { name: s() })
             .set(1);
+        m.pods_state
+            .get_or_create(&PodStateLabels::default())
+            .set(1);
         m.pod_unschedulable_to_nodeclaim_seconds.observe(1.0);
         m.batches
             .get_or_create(&BatchLabels { closed_by: s() })
@@ -668,6 +699,7 @@ mod tests {
             "karpenter_nodepools_limit",
             "karpenter_nodepools_allowed_disruptions",
             "leader_election_master_status",
+            "karpenter_pods_state",
         ] {
             assert!(exported.contains_key(name), "{name} is not exported");
         }

@@ -417,6 +417,27 @@ spec:
         ),
         "{metrics}"
     );
+    // Upstream's per-pod series, refreshed every 10 s: the workload's pods, Running on the
+    // pool's nodes.
+    wait_for(
+        "karpenter_pods_state for the workload",
+        Duration::from_secs(60),
+        &[&agent],
+        || async {
+            let metrics = get_text(&agent, "/metrics").await;
+            let running = metrics
+                .lines()
+                .filter(|l| l.starts_with("karpenter_pods_state{name=\"chart-demo-"))
+                .filter(|l| {
+                    l.contains("nodepool=\"chart-demo\"")
+                        && l.contains("phase=\"Running\"")
+                        && l.contains("managed=\"true\"")
+                })
+                .count();
+            (running == 5).then_some(())
+        },
+    )
+    .await;
 }
 
 /// The body of `GET path` on the agent's HTTP port.

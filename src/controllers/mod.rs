@@ -28,6 +28,7 @@ pub mod nodeclaim_disruption;
 pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod pod_events;
+pub mod pod_metrics;
 pub mod provisioning;
 pub mod static_capacity;
 pub mod volumes;
@@ -65,6 +66,7 @@ pub mod names {
     pub const LIFECYCLE: &str = "nodeclaim.lifecycle";
     pub const NODECLAIM_DISRUPTION: &str = "nodeclaim.disruption";
     pub const POD_EVENTS: &str = "nodeclaim.podevents";
+    pub const POD_METRICS: &str = "metrics.pod";
     pub const STATIC_CAPACITY: &str = "static.provisioning";
     pub const NODEPOOL_STATUS: &str = "nodepool.status";
     pub const NODE_CLASS_STATUS: &str = "nodeclass.status";
@@ -439,6 +441,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
         nodeclaim_disruption::run(ctx.clone()),
     );
     running.spawn(names::POD_EVENTS, pod_events::run(ctx.clone(), pod_events));
+    running.spawn(names::POD_METRICS, pod_metrics::run(ctx.clone()));
     health.set_ready();
     running
 }

@@ -36,7 +36,7 @@ pub struct CachedPod {
 pub struct CachedPodStatus {
     #[serde(default)]
     pub phase: Option<String>,
-    /// Only `PodScheduled` is kept, without its message.
+    /// Only `PodScheduled` and `Ready` are kept, without their messages.
     #[serde(default)]
     pub conditions: Vec<PodCondition>,
 }
@@ -64,7 +64,10 @@ impl From<WirePod> for CachedPod {
         let node_name = spec.node_name.take();
         trim_spec(&mut spec);
         let mut status = wire.status.unwrap_or_default();
-        status.conditions.retain(|c| c.type_ == "PodScheduled");
+        // PodScheduled: provisioning; Ready: upstream's `karpenter_pods_state`.
+        status
+            .conditions
+            .retain(|c| c.type_ == "PodScheduled" || c.type_ == "Ready");
         for condition in &mut status.conditions {
             condition.message = None;
         }
@@ -166,6 +169,14 @@ impl CachedPod {
     /// Whether the pod has finished (Succeeded or Failed).
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase(), Some("Succeeded" | "Failed"))
+    }
+
+    /// Whether the pod's `Ready` condition is True.
+    pub fn is_ready(&self) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
     }
 
     /// The `PodScheduled` condition.
@@ -275,7 +286,15 @@ mod tests {
             (scheduled.reason.as_deref(), scheduled.message.as_deref()),
             (Some("Unschedulable"), None)
         );
-        assert_eq!(pod.status.conditions.len(), 1);
+        assert_eq!(
+            pod.status
+                .conditions
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect::<Vec<_>>(),
+            ["PodScheduled", "Ready"]
+        );
+        assert!(!pod.is_ready());
         assert_eq!(
             pod.metadata.owner_references.as_ref().map(Vec::len),
             Some(1)
