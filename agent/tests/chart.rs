@@ -1,6 +1,6 @@
 //! The agent's Helm chart (`agent/chart`) with the real helm (built from its Go module by
 //! `tests/helm/helm`): it lints, renders each provider, refuses values that cannot work with a
-//! message naming the value, grants exactly the RBAC `kubectl karpenter init` grants, packages,
+//! message naming the value, renders exactly as `kubectl karpenter init` renders it, packages,
 //! and installs into the rig, where an agent started with the chart's Deployment's arguments and
 //! environment, acting as the chart's ServiceAccount, provisions a workload.
 
@@ -229,36 +229,142 @@ fn values_that_cannot_work_fail_with_a_message_naming_the_value() {
     }
 }
 
+/// `helm template` with a values file.
+fn template_with_values(values: &Value) -> Result<Vec<Value>, String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("values.json");
+    // JSON is YAML: helm reads the file as it reads any values file.
+    std::fs::write(&file, values.to_string()).expect("write values");
+    let mut command = helm();
+    command
+        .args(["template", "karpenter"])
+        .arg(chart())
+        .args(["--namespace", "karpenter", "-f"])
+        .arg(&file);
+    let out = run(&mut command);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
 #[test]
-fn the_chart_grants_exactly_the_rbac_init_grants() {
+fn init_renders_the_chart_into_exactly_the_objects_helm_template_makes() {
+    use karpenter_core::setup::chart::{ChartError, Release, TemplateError, render};
+    use serde_json::json;
+    let cases = [
+        json!({"provider": "kwok"}),
+        // What init aws sets, with IRSA.
+        json!({
+            "provider": "aws",
+            "settings": {"clusterName": "demo", "interruptionQueue": "Karpenter-demo"},
+            "aws": {"region": "us-west-2"},
+            "serviceAccount": {"name": "karpenter", "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/KarpenterControllerRole-demo"}},
+            "image": {"repository": "registry.example:5000/agent", "tag": "v0.1.0"},
+        }),
+        // What init gcp sets for a zonal cluster with a key Secret.
+        json!({
+            "provider": "gcp",
+            "settings": {"clusterName": "demo"},
+            "gcp": {"project": "demo-project", "location": "us-central1-a", "region": "us-central1", "zones": ["us-central1-a"], "credentialsSecret": "karpenter-gcp-key"},
+            "serviceAccount": {"name": "karpenter"},
+        }),
+        // The knobs a platform team turns.
+        json!({
+            "provider": "gcp",
+            "fullnameOverride": "jit",
+            "settings": {"clusterName": "demo", "featureGates": {"nodeRepair": true}, "batchMaxDuration": "20s"},
+            "gcp": {"project": "p", "region": "europe-west4", "subnetwork": "s", "nodeTemplate": "t"},
+            "replicas": 3,
+            "image": {"digest": "sha256:0123"},
+            "logLevel": "debug,kube=info",
+            "logFormat": "text",
+            "additionalLabels": {"team": "platform"},
+            "podAnnotations": {"a": "b"},
+            "podLabels": {"c": "d"},
+            "nodeSelector": {"pool": "system"},
+            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}],
+            "podDisruptionBudget": {"minAvailable": 1},
+            "priorityClassName": "system-node-critical",
+            "controller": {"env": [{"name": "EXTRA", "value": "1"}], "resources": {"requests": {"cpu": "1"}}},
+            "service": {"annotations": {"prometheus.io/scrape": "true"}},
+            "serviceMonitor": {"enabled": true, "additionalLabels": {"release": "prom"}, "endpointConfig": {"interval": "15s"}},
+        }),
+        json!({"provider": "kwok", "serviceAccount": {"create": false, "name": "existing"}, "priorityClassName": ""}),
+    ];
+    for values in cases {
+        let helm = template_with_values(&values).unwrap_or_else(|e| panic!("{values}: {e}"));
+        let ours: Vec<Value> = render(&Release::helm("karpenter", "karpenter"), &values)
+            .unwrap_or_else(|e| panic!("{values}: {e}"))
+            .into_iter()
+            .map(|m| m.object)
+            .collect();
+        let ids = |objects: &[Value]| -> Vec<String> {
+            objects
+                .iter()
+                .map(|o| format!("{} {}", o["kind"], o["metadata"]["name"]))
+                .collect()
+        };
+        assert_eq!(ids(&ours), ids(&helm), "{values}");
+        for (ours, helm) in ours.iter().zip(&helm) {
+            assert_eq!(ours, helm, "{values}");
+        }
+    }
+
+    // A value the chart refuses is refused by both, with the chart's message.
+    let bad = json!({"provider": "aws"});
+    let helm = template_with_values(&bad).expect_err("helm refuses");
+    let ours = render(&Release::helm("karpenter", "karpenter"), &bad).expect_err("init refuses");
+    let ChartError::Template(TemplateError::Refused(message)) = &ours else {
+        panic!("{ours:?}");
+    };
+    assert!(
+        helm.contains(message.as_str()),
+        "helm: {helm}\ninit: {message}"
+    );
+}
+
+#[test]
+fn init_installs_the_charts_objects_named_as_it_always_named_them() {
     let settings = karpenter_core::setup::manifests::AgentSettings {
         namespace: "karpenter".to_owned(),
         service_account: "karpenter".to_owned(),
-        image: "unused".to_owned(),
+        image: "ghcr.io/kubectl-karpenter/karpenter-agent:v0.1.0".to_owned(),
         service_account_annotations: Vec::new(),
-        args: Vec::new(),
-        env: Vec::new(),
-        credentials_secret: None,
+        values: serde_json::json!({"provider": "kwok"}),
     };
     let init: Vec<Value> = karpenter_core::setup::manifests::agent(&settings)
+        .expect("render")
         .into_iter()
-        .chain(karpenter_core::setup::manifests::csr_approver(&settings))
         .map(|m| m.object)
         .collect();
+    let chart = template(KWOK).expect("kwok");
+    // The same rules as `helm install karpenter`, under the names earlier versions of init used.
     let rules =
         |objects: &[Value], kind: &str, name: &str| find(objects, kind, name)["rules"].clone();
-    let chart = template(GCP).expect("gcp");
     assert_eq!(
-        rules(&chart, "ClusterRole", "karpenter"),
-        rules(&init, "ClusterRole", "karpenter-agent")
+        rules(&init, "ClusterRole", "karpenter-agent"),
+        rules(&chart, "ClusterRole", "karpenter")
     );
     assert_eq!(
-        rules(&chart, "Role", "karpenter"),
-        rules(&init, "Role", "karpenter-agent")
+        rules(&init, "Role", "karpenter-agent"),
+        rules(&chart, "Role", "karpenter")
+    );
+    find(&init, "Namespace", "karpenter");
+    find(&init, "ServiceAccount", "karpenter");
+    let deployment = find(&init, "Deployment", "karpenter-agent");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kubectl-karpenter"
     );
     assert_eq!(
-        rules(&chart, "ClusterRole", "karpenter-csr-approver"),
-        rules(&init, "ClusterRole", "karpenter-agent-csr-approver")
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/kubectl-karpenter/karpenter-agent:v0.1.0"
     );
 }
 

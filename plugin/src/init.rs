@@ -51,6 +51,11 @@ pub struct CommonArgs {
     /// Write the scaffolded NodePool and node class here (one file each) instead of stdout.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    /// Write the agent's Kubernetes objects (CRDs, namespace, service account, RBAC, the
+    /// Deployment rendered from the agent's Helm chart) to --output-dir with the NodePool,
+    /// for a GitOps repository, instead of applying them. The cloud steps still run.
+    #[arg(long, requires = "output_dir")]
+    pub gitops: bool,
     /// The namespace the agent runs in.
     #[arg(
         short = 'n',
@@ -62,6 +67,36 @@ pub struct CommonArgs {
     /// The agent's container image (default: the released image of this version).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+}
+
+/// What `init` writes or prints: with `--gitops` the plan's Kubernetes objects (which it then
+/// does not apply), and the starter NodePool and node class.
+pub fn scaffold_of(plan: &Plan, pool: Vec<Manifest>, common: &CommonArgs) -> Vec<Manifest> {
+    let mut objects = if common.gitops {
+        plan.manifests().to_vec()
+    } else {
+        Vec::new()
+    };
+    objects.extend(pool);
+    objects
+}
+
+/// The first thing to do once `init` is done: apply (or commit) what it scaffolded.
+pub fn next_step(common: &CommonArgs) -> String {
+    match (&common.output_dir, common.gitops) {
+        (Some(dir), true) => format!(
+            "Next: review {dir} and commit it where your GitOps tool applies it (or apply it yourself: kubectl apply --server-side -f {dir})",
+            dir = dir.display()
+        ),
+        (Some(dir), false) => format!(
+            "Next: review and apply the NodePool: kubectl apply -f {}",
+            dir.display()
+        ),
+        (None, _) => {
+            "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
+                .to_owned()
+        }
+    }
 }
 
 /// Runs `init`.

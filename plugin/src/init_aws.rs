@@ -54,21 +54,15 @@ pub async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Resu
     }
     options.endpoint_url = args.endpoint_url.clone();
     options.kube = Some(cluster.client());
+    // With --gitops the agent's objects are written to files, not applied.
+    options.apply_manifests = !args.common.gitops;
     let image = options.image.clone();
     // The NodePool is scaffolded for the user to read and apply, not applied behind their back.
     options.scaffold_node_pool = false;
     let scaffold = setup_aws::node_pool_manifests(&options);
     let plan = Plan::for_aws(options).await;
-    let mut next_steps = vec![match &args.common.output_dir {
-        Some(dir) => format!(
-            "Next: review and apply the NodePool: kubectl apply -f {}",
-            dir.display()
-        ),
-        None => {
-            "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
-                .to_owned()
-        }
-    }];
+    let scaffold = init::scaffold_of(&plan, scaffold, &args.common);
+    let mut next_steps = vec![init::next_step(&args.common)];
     next_steps.push(init::image_note(&image));
     let setup = Setup {
         title: format!("EKS cluster {name} in {region}"),

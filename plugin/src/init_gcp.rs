@@ -55,12 +55,19 @@ pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Resu
         AuthFlag::WorkloadIdentity => GcpAuth::WorkloadIdentity,
         AuthFlag::Key => GcpAuth::Key,
     };
+    if options.auth == GcpAuth::Key && args.common.gitops {
+        anyhow::bail!(
+            "--auth key keeps the service account key only in a Kubernetes Secret, which --gitops would have to write to a file: use Workload Identity (the default) with --gitops"
+        );
+    }
     options.namespace = args.common.namespace.clone();
     if let Some(image) = &args.common.image {
         options.image = image.clone();
     }
     options.endpoint = args.endpoint_url.clone();
     options.kube = Some(cluster.client());
+    // With --gitops the agent's objects are written to files, not applied.
+    options.apply_manifests = !args.common.gitops;
     let image = options.image.clone();
     // The scaffold uses the cluster's subnetwork when it can be read; when it cannot, the
     // gke-cluster step says why.
@@ -69,16 +76,8 @@ pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Resu
     let plan = Plan::for_gcp(options)
         .await
         .map_err(|e| init::setup_error(e, verbose))?;
-    let mut next_steps = vec![match &args.common.output_dir {
-        Some(dir) => format!(
-            "Next: review and apply the NodePool: kubectl apply -f {}",
-            dir.display()
-        ),
-        None => {
-            "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
-                .to_owned()
-        }
-    }];
+    let scaffold = init::scaffold_of(&plan, scaffold, &args.common);
+    let mut next_steps = vec![init::next_step(&args.common)];
     next_steps.push(init::image_note(&image));
     let setup = Setup {
         title: format!("GKE cluster {name} in {location}, project {project}"),

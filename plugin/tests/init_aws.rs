@@ -340,6 +340,53 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
         writes_since(proxy, before)
     );
 
+    // --gitops writes the agent's objects, rendered from its chart, for a GitOps repository,
+    // and applies none of them.
+    let gitops = dir.path().join("gitops");
+    let out = init_aws(
+        proxy,
+        &[
+            "--cluster",
+            CLUSTER,
+            "--yes",
+            "--gitops",
+            "--output-dir",
+            gitops.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("kubernetes-agent"), "{stderr}");
+    assert!(
+        stderr.contains("commit it where your GitOps tool applies it"),
+        "{stderr}"
+    );
+    let file = |name: &str| -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(gitops.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let deployment = file("deployment-karpenter-agent.yaml");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "karpenter-agent:test"
+    );
+    let account = file("serviceaccount-karpenter.yaml");
+    assert_eq!(
+        account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/KarpenterControllerRole-plugin-init"
+    );
+    for name in [
+        "customresourcedefinition-nodepools.karpenter.sh.yaml",
+        "namespace-plugin-init-system.yaml",
+        "clusterrole-karpenter-agent.yaml",
+        "role-karpenter-agent.yaml",
+        "poddisruptionbudget-karpenter-agent.yaml",
+        "nodepool-default.yaml",
+    ] {
+        assert!(gitops.join(name).exists(), "{name} not written");
+    }
     rig().kubectl_ok(&["delete", "namespace", NAMESPACE, "--wait=false"]);
 }
 

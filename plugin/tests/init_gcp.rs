@@ -453,6 +453,25 @@ async fn init_gcp_with_a_key_keeps_it_only_in_a_secret_and_a_rerun_makes_no_seco
         writes_since(&fake, before)
     );
 
+    // The key lives only in the cluster's Secret: --gitops, which writes files, refuses it
+    // before touching anything.
+    let before = fake.state().requests.len();
+    let gitops = cwd.path().join("gitops");
+    let gitops_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--gitops", "--output-dir", gitops.to_str().unwrap()])
+        .collect();
+    let out = init_gcp(&fake, cwd.path(), &gitops_args).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("use Workload Identity (the default) with --gitops"),
+        "{stderr}"
+    );
+    assert!(!gitops.exists());
+    assert_eq!(fake.state().requests.len(), before);
+
     rig().kubectl_ok(&["delete", "namespace", ns, "--wait=false"]);
 }
 

@@ -157,25 +157,39 @@ impl Step for ApplyManifests {
     }
 }
 
-/// How the agent is deployed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How `init` deploys the agent: through the chart's templates ([`super::chart`]), with these
+/// values over the chart's defaults.
+#[derive(Clone, Debug, PartialEq)]
 pub struct AgentSettings {
     pub namespace: String,
     pub service_account: String,
     pub image: String,
-    /// Annotations on the service account (IRSA's role ARN).
+    /// Annotations on the service account (IRSA's role ARN, Workload Identity's account).
     pub service_account_annotations: Vec<(String, String)>,
-    /// Arguments after `karpenter-agent`.
-    pub args: Vec<String>,
-    /// Environment of the agent container.
-    pub env: Vec<(String, String)>,
-    /// A Secret holding cloud credentials (`init gcp --auth key`): mounted read-only at
-    /// [`CREDENTIALS_DIR`], its `key.json` named by `GOOGLE_APPLICATION_CREDENTIALS`.
-    pub credentials_secret: Option<String>,
+    /// The chart's values for the cloud: `provider`, `settings.*`, `aws.*` or `gcp.*`
+    /// (`gcp.credentialsSecret` mounts a key Secret, for `init gcp --auth key`).
+    pub values: Value,
 }
 
-/// Where a credentials Secret is mounted in the agent's container.
-pub const CREDENTIALS_DIR: &str = "/var/run/secrets/kubectl-karpenter/cloud";
+impl AgentSettings {
+    /// The chart's values: the cloud's, the service account's and the image's.
+    pub fn chart_values(&self) -> Value {
+        let annotations: serde_json::Map<String, Value> = self
+            .service_account_annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let mut values = self.values.clone();
+        super::chart::merge(
+            &mut values,
+            &json!({
+                "serviceAccount": {"create": true, "name": self.service_account, "annotations": annotations},
+                "image": super::chart::image_values(&self.image),
+            }),
+        );
+        values
+    }
+}
 
 /// The CRDs this project serves.
 pub fn crds() -> Vec<Manifest> {
@@ -190,174 +204,46 @@ pub fn crds() -> Vec<Manifest> {
         .collect()
 }
 
-/// Namespace, service account, RBAC and Deployment of the agent.
-pub fn agent(settings: &AgentSettings) -> Vec<Manifest> {
-    let ns = &settings.namespace;
-    let sa = &settings.service_account;
-    let labels = json!({"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"});
-    let annotations: serde_json::Map<String, Value> = settings
-        .service_account_annotations
-        .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    let mut env: Vec<Value> = settings
-        .env
-        .iter()
-        .map(|(k, v)| json!({"name": k, "value": v}))
-        .chain([
-            json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
-        ])
-        .collect();
-    if settings.credentials_secret.is_some() {
-        env.push(json!({"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": format!("{CREDENTIALS_DIR}/key.json")}));
-    }
-    let mut objects = vec![
-        Manifest::new(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}),
-            "namespaces",
-        ),
-        Manifest::new(
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns, "labels": labels, "annotations": annotations}}),
-            "serviceaccounts",
-        ),
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "karpenter-agent", "labels": labels},
-                "rules": [
-                    {"apiGroups": ["karpenter.sh"], "resources": ["nodepools", "nodepools/status", "nodeclaims", "nodeclaims/status"],
-                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                    {"apiGroups": ["karpenter.k8s.aws", "karpenter.k8s.gcp", "karpenter.kwok.sh"], "resources": ["*"],
-                     "verbs": ["get", "list", "watch", "update", "patch"]},
-                    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                    // The kwok provider's simulated device plugin reports a node's GPUs.
-                    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-                    {"apiGroups": [""], "resources": ["pods", "namespaces", "persistentvolumes", "persistentvolumeclaims", "replicationcontrollers"],
-                     "verbs": ["get", "list", "watch"]},
-                    // Termination deletes the pods of a node whose instance is gone, and those
-                    // whose grace period would outlast the claim's termination deadline.
-                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
-                    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-                    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
-                    {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
-                    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes", "volumeattachments"], "verbs": ["get", "list", "watch"]},
-                ],
-            }),
-            "clusterroles",
-        ),
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": "karpenter-agent", "labels": labels},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "karpenter-agent"},
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
-            }),
-            "clusterrolebindings",
-        ),
-        // Leader election, in the agent's own namespace only (as upstream's chart): create
-        // cannot be limited to one name, the rest is limited to the agent's Lease.
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "karpenter-agent", "namespace": ns, "labels": labels},
-                "rules": [
-                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-                    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
-                     "resourceNames": [crate::apis::labels::LEADER_ELECTION_LEASE]},
-                ],
-            }),
-            "roles",
-        ),
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "karpenter-agent", "namespace": ns, "labels": labels},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "karpenter-agent"},
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
-            }),
-            "rolebindings",
-        ),
-        Manifest::new(
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "karpenter-agent", "namespace": ns, "labels": labels},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": {"app.kubernetes.io/name": "karpenter-agent"}},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "serviceAccountName": sa,
-                            "priorityClassName": "system-cluster-critical",
-                            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}
-                            ]}}},
-                            "containers": [{
-                                "name": "agent",
-                                "image": settings.image,
-                                "args": settings.args,
-                                "env": env,
-                                "ports": [{"name": "http-metrics", "containerPort": 8080}],
-                                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
-                                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}},
-                                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-                                "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true,
-                                                    "capabilities": {"drop": ["ALL"]}},
-                            }],
-                        },
-                    },
-                },
-            }),
-            "deployments",
-        ),
-    ];
-    // Only with a credentials Secret, so the AWS Deployment (and its applied hash) stays as it was.
-    if let (Some(secret), Some(deployment)) = (&settings.credentials_secret, objects.last_mut()) {
-        let pod = &mut deployment.object["spec"]["template"]["spec"];
-        pod["volumes"] = json!([{"name": "cloud-credentials", "secret": {"secretName": secret}}]);
-        pod["containers"][0]["volumeMounts"] =
-            json!([{"name": "cloud-credentials", "mountPath": CREDENTIALS_DIR, "readOnly": true}]);
-    }
-    objects
+/// The agent's namespace, then the chart's objects for it (service account, RBAC, budget,
+/// Service, Deployment) as `helm template` renders them for release `karpenter-agent`.
+pub fn agent(settings: &AgentSettings) -> Result<Vec<Manifest>, super::chart::ChartError> {
+    let namespace = Manifest::new(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": settings.namespace,
+            "labels": {"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"},
+        }}),
+        "namespaces",
+    );
+    let release = super::chart::Release::init(&settings.namespace);
+    let chart = super::chart::render(&release, &settings.chart_values())?;
+    Ok(std::iter::once(namespace).chain(chart).collect())
 }
 
-/// What the agent needs to approve its kubelets' certificate requests, on clouds whose control
-/// plane leaves that to it (GKE): read the requests, approve through the `approval`
-/// subresource, for the two kubelet signers only (the API server checks `approve` on the
-/// signer name, as `kubernetes.io/kube-apiserver-client-kubelet` and
-/// `kubernetes.io/kubelet-serving` are).
-pub fn csr_approver(settings: &AgentSettings) -> Vec<Manifest> {
-    let labels = json!({"app.kubernetes.io/name": "karpenter-agent", "app.kubernetes.io/part-of": "kubectl-karpenter"});
-    vec![
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": CSR_APPROVER, "labels": labels},
-                "rules": [
-                    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]},
-                    {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
-                     "resourceNames": ["kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]},
-                ],
-            }),
-            "clusterroles",
-        ),
-        Manifest::new(
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": CSR_APPROVER, "labels": labels},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CSR_APPROVER},
-                "subjects": [{"kind": "ServiceAccount", "name": settings.service_account, "namespace": settings.namespace}],
-            }),
-            "clusterrolebindings",
-        ),
-    ]
+/// A step that cannot run because what it would apply could not be made: its check fails
+/// with that error, so the plan stops there and says why.
+pub struct Unrenderable {
+    pub name: String,
+    pub description: String,
+    pub error: super::chart::ChartError,
 }
 
-/// The name of the CSR approver's ClusterRole and binding.
-const CSR_APPROVER: &str = "karpenter-agent-csr-approver";
+impl Step for Unrenderable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn check(&self) -> BoxFuture<'_, Result<Status, SetupError>> {
+        Box::pin(async move { Err(SetupError::Chart(self.error.clone())) })
+    }
+
+    fn apply(&self) -> BoxFuture<'_, Result<(), SetupError>> {
+        Box::pin(async move { Err(SetupError::Chart(self.error.clone())) })
+    }
+}
 
 #[cfg(test)]
 mod tests {

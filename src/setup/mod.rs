@@ -21,6 +21,7 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod chart;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod manifests;
@@ -125,6 +126,9 @@ pub enum SetupError {
         #[source]
         source: kube::Error,
     },
+    /// The agent's chart did not render with these values.
+    #[error("the agent's chart: {0}")]
+    Chart(#[from] chart::ChartError),
     /// A step failed; the plan stopped there.
     #[error("step {step} failed")]
     Step {

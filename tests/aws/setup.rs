@@ -235,12 +235,32 @@ async fn init_aws_dry_runs_then_fails_half_way_naming_the_permission_then_comple
         .get("karpenter-agent")
         .await
         .expect("deployment");
-    let args = deployment
-        .spec
-        .and_then(|s| s.template.spec)
-        .map(|s| s.containers[0].args.clone().unwrap_or_default())
-        .unwrap_or_default();
-    assert_eq!(args, ["run", "--provider", "aws", "--log-format", "json"]);
+    // The chart's Deployment, as `helm install` makes it: two leader-electing replicas, JSON logs.
+    let spec = deployment.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(2));
+    let container = &spec.template.spec.expect("pod spec").containers[0];
+    assert_eq!(
+        container.args.clone().unwrap_or_default(),
+        ["run", "--provider", "aws"]
+    );
+    let env: Vec<(String, String)> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect();
+    for (name, value) in [
+        ("LOG_FORMAT", "json"),
+        ("LEADER_ELECT", "true"),
+        ("CLUSTER_NAME", "init-demo"),
+        ("INTERRUPTION_QUEUE", "init-demo"),
+    ] {
+        assert!(
+            env.contains(&(name.to_owned(), value.to_owned())),
+            "{name}={value} not in {env:?}"
+        );
+    }
 
     rig().kubectl_ok(&["delete", "namespace", "init-demo-system", "--wait=false"]);
     rig().kubectl_ok(&["delete", "nodepool", "default", "--wait=false"]);

@@ -4,11 +4,15 @@
 
 use super::{Auth, AwsOptions};
 use crate::apis::labels;
+use crate::setup::chart::ChartError;
 use crate::setup::manifests::{self, AgentSettings, Manifest};
 use serde_json::json;
 
-/// The agent's objects for AWS: its Deployment runs `karpenter-agent run --provider aws`.
-pub fn agent_manifests(options: &AwsOptions, controller_role_arn: &str) -> Vec<Manifest> {
+/// The agent's objects for AWS: the CRDs, then the chart rendered with `provider: aws`.
+pub fn agent_manifests(
+    options: &AwsOptions,
+    controller_role_arn: &str,
+) -> Result<Vec<Manifest>, ChartError> {
     let annotations = match options.auth {
         Auth::Irsa => vec![(
             "eks.amazonaws.com/role-arn".to_owned(),
@@ -22,17 +26,13 @@ pub fn agent_manifests(options: &AwsOptions, controller_role_arn: &str) -> Vec<M
         service_account: options.service_account.clone(),
         image: options.image.clone(),
         service_account_annotations: annotations,
-        args: ["run", "--provider", "aws", "--log-format", "json"]
-            .map(str::to_owned)
-            .to_vec(),
-        env: vec![
-            ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
-            ("AWS_REGION".to_owned(), options.region.clone()),
-            ("INTERRUPTION_QUEUE".to_owned(), options.queue_name()),
-        ],
-        credentials_secret: None,
-    }));
-    objects
+        values: json!({
+            "provider": "aws",
+            "settings": {"clusterName": options.cluster_name, "interruptionQueue": options.queue_name()},
+            "aws": {"region": options.region},
+        }),
+    })?);
+    Ok(objects)
 }
 
 /// A starter NodePool and EC2NodeClass, both `default`.

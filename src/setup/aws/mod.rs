@@ -42,7 +42,7 @@ pub use node_access::{
 };
 pub use policy::CONTROLLER_POLICY_NAME;
 
-use super::manifests::ApplyManifests;
+use super::manifests::{ApplyManifests, Unrenderable};
 use super::{Plan, SetupError, step};
 use crate::apis::labels;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -82,6 +82,9 @@ pub struct AwsOptions {
     pub endpoint_url: Option<String>,
     /// With a client, the plan also applies the Kubernetes objects.
     pub kube: Option<kube::Client>,
+    /// Whether the plan applies the agent's objects (off for `init --gitops`, which writes
+    /// them to files; the plan's manifests still hold them).
+    pub apply_manifests: bool,
     /// Whether to scaffold the `default` NodePool and EC2NodeClass.
     pub scaffold_node_pool: bool,
 }
@@ -101,6 +104,7 @@ impl AwsOptions {
             ),
             endpoint_url: None,
             kube: None,
+            apply_manifests: true,
             scaffold_node_pool: true,
         }
     }
@@ -347,25 +351,34 @@ impl Plan {
         } else {
             Vec::new()
         };
-        if let Some(client) = &o.kube {
-            steps.push(Box::new(ApplyManifests {
+        let description = format!(
+            "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
+            o.namespace
+        );
+        match (&agent, &o.kube) {
+            (Err(error), _) => steps.push(Box::new(Unrenderable {
                 name: "kubernetes-agent".to_owned(),
-                description: format!(
-                    "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
-                    o.namespace
-                ),
-                client: client.clone(),
-                manifests: agent.clone(),
-            }));
-            if !pool.is_empty() {
+                description,
+                error: error.clone(),
+            })),
+            (Ok(agent), Some(client)) if o.apply_manifests => {
                 steps.push(Box::new(ApplyManifests {
-                    name: "default-nodepool".to_owned(),
-                    description: "NodePool default and EC2NodeClass default (al2023, discovery-tagged subnets and security groups)".to_owned(),
+                    name: "kubernetes-agent".to_owned(),
+                    description,
                     client: client.clone(),
-                    manifests: pool.clone(),
+                    manifests: agent.clone(),
                 }));
+                if !pool.is_empty() {
+                    steps.push(Box::new(ApplyManifests {
+                        name: "default-nodepool".to_owned(),
+                        description: "NodePool default and EC2NodeClass default (al2023, discovery-tagged subnets and security groups)".to_owned(),
+                        client: client.clone(),
+                        manifests: pool.clone(),
+                    }));
+                }
             }
+            (Ok(_), _) => {}
         }
-        Plan::new(steps).with_manifests(agent.into_iter().chain(pool).collect())
+        Plan::new(steps).with_manifests(agent.unwrap_or_default().into_iter().chain(pool).collect())
     }
 }

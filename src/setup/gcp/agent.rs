@@ -5,55 +5,46 @@
 
 use super::gke::{GkeCluster, zone_region};
 use super::{GcpAuth, GcpOptions};
+use crate::setup::chart::ChartError;
 use crate::setup::manifests::{self, AgentSettings, Manifest};
 use serde_json::json;
 
-/// The agent's objects for GCP: its Deployment runs `karpenter-agent run --provider gcp`.
-pub fn agent_manifests(options: &GcpOptions) -> Vec<Manifest> {
+/// The agent's objects for GCP: the CRDs, then the chart rendered with `provider: gcp` (with
+/// the approval of its kubelets' certificate requests: GKE approves only the kubelets of its own
+/// instance groups, and the agent's VMs are not in one).
+pub fn agent_manifests(options: &GcpOptions) -> Result<Vec<Manifest>, ChartError> {
     let (annotations, credentials_secret) = match options.auth {
         GcpAuth::WorkloadIdentity => (
             vec![(
                 "iam.gke.io/gcp-service-account".to_owned(),
                 options.gcp_service_account_email(),
             )],
-            None,
+            String::new(),
         ),
-        GcpAuth::Key => (Vec::new(), Some(options.key_secret())),
+        GcpAuth::Key => (Vec::new(), options.key_secret()),
     };
+    let mut values = json!({
+        "provider": "gcp",
+        "settings": {"clusterName": options.cluster_name},
+        "gcp": {"project": options.project, "location": options.location, "credentialsSecret": credentials_secret},
+    });
+    // A zonal cluster's nodes stay in its zone; a regional cluster's go to any zone of the region.
+    match zone_region(&options.location) {
+        Some(region) => {
+            values["gcp"]["region"] = json!(region);
+            values["gcp"]["zones"] = json!([options.location]);
+        }
+        None => values["gcp"]["region"] = json!(options.location),
+    }
     let mut objects = manifests::crds();
-    let settings = AgentSettings {
+    objects.extend(manifests::agent(&AgentSettings {
         namespace: options.namespace.clone(),
         service_account: options.service_account.clone(),
         image: options.image.clone(),
         service_account_annotations: annotations,
-        args: ["run", "--provider", "gcp", "--log-format", "json"]
-            .map(str::to_owned)
-            .to_vec(),
-        env: agent_env(options),
-        credentials_secret,
-    };
-    objects.extend(manifests::agent(&settings));
-    // GKE approves only the kubelets of its own instance groups; the agent's VMs are not in one.
-    objects.extend(manifests::csr_approver(&settings));
-    objects
-}
-
-/// The agent's settings (`karpenter-agent run --help`): a zonal cluster's nodes stay in its
-/// zone, a regional cluster's go to any zone of the region.
-fn agent_env(options: &GcpOptions) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("CLUSTER_NAME".to_owned(), options.cluster_name.clone()),
-        ("GCP_PROJECT".to_owned(), options.project.clone()),
-        ("GCP_LOCATION".to_owned(), options.location.clone()),
-    ];
-    match zone_region(&options.location) {
-        Some(region) => {
-            env.push(("GCP_REGION".to_owned(), region.to_owned()));
-            env.push(("GCP_ZONES".to_owned(), options.location.clone()));
-        }
-        None => env.push(("GCP_REGION".to_owned(), options.location.clone())),
-    }
-    env
+        values,
+    })?);
+    Ok(objects)
 }
 
 /// A starter NodePool and GCENodeClass, both `default`; with the cluster read, the node class
@@ -110,9 +101,41 @@ mod tests {
     fn a_zonal_cluster_keeps_its_nodes_in_its_zone_and_a_regional_one_uses_the_region() {
         assert_eq!(zone_region("us-central1-a"), Some("us-central1"));
         assert_eq!(zone_region("us-central1"), None);
-        assert_eq!(zone_region("europe-west4"), None);
-        let env = agent_env(&GcpOptions::new("p", "c", "europe-west4-b"));
-        assert!(env.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())));
-        assert!(env.contains(&("GCP_ZONES".to_owned(), "europe-west4-b".to_owned())));
+        let env = |location: &str| {
+            let objects = agent_manifests(&GcpOptions::new("p", "c", location)).unwrap();
+            let deployment = objects
+                .iter()
+                .find(|m| m.resource.kind == "Deployment")
+                .unwrap();
+            let env = deployment.object["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+            env.as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|e| {
+                    Some((
+                        e["name"].as_str()?.to_owned(),
+                        e["value"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        let zonal = env("europe-west4-b");
+        assert!(
+            zonal.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())),
+            "{zonal:?}"
+        );
+        assert!(
+            zonal.contains(&("GCP_ZONES".to_owned(), "europe-west4-b".to_owned())),
+            "{zonal:?}"
+        );
+        let regional = env("europe-west4");
+        assert!(
+            regional.contains(&("GCP_REGION".to_owned(), "europe-west4".to_owned())),
+            "{regional:?}"
+        );
+        assert!(
+            !regional.iter().any(|(k, _)| k == "GCP_ZONES"),
+            "{regional:?}"
+        );
     }
 }

@@ -42,7 +42,7 @@ pub use key::KEY_NAME_ANNOTATION;
 pub use role::{AGENT_PERMISSIONS, CUSTOM_ROLE_ID};
 pub use serviceusage::APIS;
 
-use super::manifests::ApplyManifests;
+use super::manifests::{ApplyManifests, Unrenderable};
 use super::{Plan, SetupError, step};
 use gke::{apply_nothing, check_cluster};
 use google_cloud_api_serviceusage_v1::client::ServiceUsage;
@@ -87,6 +87,9 @@ pub struct GcpOptions {
     pub endpoint: Option<String>,
     /// With a client, the plan also applies the Kubernetes objects (and the key's Secret).
     pub kube: Option<kube::Client>,
+    /// Whether the plan applies the agent's objects (off for `init --gitops`, which writes
+    /// them to files; the plan's manifests still hold them).
+    pub apply_manifests: bool,
 }
 
 impl GcpOptions {
@@ -109,6 +112,7 @@ impl GcpOptions {
             ),
             endpoint: None,
             kube: None,
+            apply_manifests: true,
         }
     }
 
@@ -363,24 +367,33 @@ impl Plan {
             ));
         }
         let agent = agent_manifests(o);
-        if let Some(client) = &o.kube {
-            steps.push(Box::new(ApplyManifests {
+        let description = format!(
+            "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
+            o.namespace
+        );
+        match (&agent, &o.kube) {
+            (Err(error), _) => steps.push(Box::new(Unrenderable {
                 name: "kubernetes-agent".to_owned(),
-                description: format!(
-                    "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
-                    o.namespace
-                ),
-                client: client.clone(),
-                manifests: agent.clone(),
-            }));
-            if o.auth == GcpAuth::Key {
-                steps.push(Box::new(KeyStep {
-                    ctx: ctx.clone(),
+                description,
+                error: error.clone(),
+            })),
+            (Ok(agent), Some(client)) if o.apply_manifests => {
+                steps.push(Box::new(ApplyManifests {
+                    name: "kubernetes-agent".to_owned(),
+                    description,
                     client: client.clone(),
+                    manifests: agent.clone(),
                 }));
+                if o.auth == GcpAuth::Key {
+                    steps.push(Box::new(KeyStep {
+                        ctx: ctx.clone(),
+                        client: client.clone(),
+                    }));
+                }
             }
+            (Ok(_), _) => {}
         }
-        Ok(Plan::new(steps).with_manifests(agent))
+        Ok(Plan::new(steps).with_manifests(agent.unwrap_or_default()))
     }
 }
 

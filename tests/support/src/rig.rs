@@ -207,25 +207,36 @@ impl Rig {
         config
     }
 
-    /// Applies the Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of the agent
-    /// as `init` renders them (not its Deployment: the tests run the agent in-process), and with
-    /// `csr_approver` the CSR approval RBAC `init gcp` adds.
+    /// Applies the Namespace, ServiceAccount and RBAC of the agent as `init` renders them from
+    /// the chart (not its Deployment: the tests run the agent in-process); with `csr_approver`,
+    /// rendered for GKE, with the CSR approval `init gcp` adds.
     fn install_agent_rbac(&self, csr_approver: bool) {
         static AGENT: std::sync::Once = std::sync::Once::new();
         static CSR_APPROVER: std::sync::Once = std::sync::Once::new();
-        let settings = karpenter_core::setup::manifests::AgentSettings {
-            namespace: AGENT_NAMESPACE.to_owned(),
-            service_account: AGENT_SERVICE_ACCOUNT.to_owned(),
-            image: "unused".to_owned(),
-            service_account_annotations: Vec::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            credentials_secret: None,
-        };
-        let apply = |manifests: Vec<karpenter_core::setup::manifests::Manifest>| {
+        let settings =
+            |values: serde_json::Value| karpenter_core::setup::manifests::AgentSettings {
+                namespace: AGENT_NAMESPACE.to_owned(),
+                service_account: AGENT_SERVICE_ACCOUNT.to_owned(),
+                image: "unused".to_owned(),
+                service_account_annotations: Vec::new(),
+                values,
+            };
+        let apply = |settings: karpenter_core::setup::manifests::AgentSettings| {
+            let manifests =
+                karpenter_core::setup::manifests::agent(&settings).expect("render the chart");
             let yaml: Vec<String> = manifests
                 .into_iter()
-                .filter(|m| m.resource.kind != "Deployment")
+                .filter(|m| {
+                    [
+                        "Namespace",
+                        "ServiceAccount",
+                        "ClusterRole",
+                        "ClusterRoleBinding",
+                        "Role",
+                        "RoleBinding",
+                    ]
+                    .contains(&m.resource.kind.as_str())
+                })
                 .map(|m| m.object.to_string())
                 .collect();
             let applied = self.kubectl_with_input(
@@ -238,10 +249,15 @@ impl Rig {
                 String::from_utf8_lossy(&applied.stderr)
             );
         };
-        AGENT.call_once(|| apply(karpenter_core::setup::manifests::agent(&settings)));
+        AGENT.call_once(|| apply(settings(serde_json::json!({"provider": "kwok"}))));
         if csr_approver {
-            CSR_APPROVER
-                .call_once(|| apply(karpenter_core::setup::manifests::csr_approver(&settings)));
+            CSR_APPROVER.call_once(|| {
+                apply(settings(serde_json::json!({
+                    "provider": "gcp",
+                    "settings": {"clusterName": "rig"},
+                    "gcp": {"project": "rig", "region": "us-central1"},
+                })))
+            });
         }
     }
 
