@@ -60,14 +60,21 @@ fn run(command: &mut Command) -> Output {
 
 /// `helm template` with `--set` values; the rendered objects, or helm's error.
 fn template(sets: &[&str]) -> Result<Vec<Value>, String> {
+    let args: Vec<String> = sets
+        .iter()
+        .flat_map(|s| ["--set".to_owned(), (*s).to_owned()])
+        .collect();
+    helm_template(&args)
+}
+
+/// `helm template karpenter agent/chart -n karpenter` with these arguments.
+fn helm_template(args: &[String]) -> Result<Vec<Value>, String> {
     let mut command = helm();
     command
         .args(["template", "karpenter"])
         .arg(chart())
-        .args(["--namespace", "karpenter"]);
-    for set in sets {
-        command.args(["--set", set]);
-    }
+        .args(["--namespace", "karpenter"])
+        .args(args);
     let out = run(&mut command);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
@@ -235,19 +242,7 @@ fn template_with_values(values: &Value) -> Result<Vec<Value>, String> {
     let file = dir.path().join("values.json");
     // JSON is YAML: helm reads the file as it reads any values file.
     std::fs::write(&file, values.to_string()).expect("write values");
-    let mut command = helm();
-    command
-        .args(["template", "karpenter"])
-        .arg(chart())
-        .args(["--namespace", "karpenter", "-f"])
-        .arg(&file);
-    let out = run(&mut command);
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
-    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+    helm_template(&["-f".to_owned(), file.display().to_string()])
 }
 
 #[test]

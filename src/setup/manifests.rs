@@ -219,6 +219,33 @@ pub fn agent(settings: &AgentSettings) -> Result<Vec<Manifest>, super::chart::Ch
     Ok(std::iter::once(namespace).chain(chart).collect())
 }
 
+/// The `kubernetes-agent` step: applies the agent's objects when there is a client and the
+/// plan applies them, or, when they could not be rendered, fails saying why.
+pub fn agent_step(
+    agent: &Result<Vec<Manifest>, super::chart::ChartError>,
+    namespace: &str,
+    client: Option<&kube::Client>,
+    apply: bool,
+) -> Option<Box<dyn Step>> {
+    let name = "kubernetes-agent".to_owned();
+    let description =
+        format!("CRDs, namespace {namespace}, service account, RBAC and the agent's Deployment");
+    match (agent, client) {
+        (Err(error), _) => Some(Box::new(Unrenderable {
+            name,
+            description,
+            error: error.clone(),
+        })),
+        (Ok(agent), Some(client)) if apply => Some(Box::new(ApplyManifests {
+            name,
+            description,
+            client: client.clone(),
+            manifests: agent.clone(),
+        })),
+        (Ok(_), _) => None,
+    }
+}
+
 /// A step that cannot run because what it would apply could not be made: its check fails
 /// with that error, so the plan stops there and says why.
 pub struct Unrenderable {

@@ -4,8 +4,8 @@
 //! an interruption event on the queue replaces the node.
 
 use crate::cloud_agent::{
-    assert_tenant_pods_share_one_labelled_node, claims_of, clean_up, kubelet, running,
-    tenant_requirement, tenant_workload, workload,
+    assert_tenant_pods_share_one_labelled_node, claims_of, clean_up, running, tenant_requirement,
+    tenant_workload, workload,
 };
 use crate::env::Env;
 use crate::rig::rig;
@@ -70,17 +70,10 @@ async fn start_with(env: &Env, queue: Option<String>, settings: Settings) -> Age
     controllers::aws::start(&mut running)
         .await
         .expect("the EC2 loops start");
-    let mut tasks = vec![tokio::spawn(kubelet(
+    let mut tasks = vec![tokio::spawn(crate::kubelet::ec2_kubelet(
         client.clone(),
         env.cluster.clone(),
-        aws_node_name,
-        {
-            let ec2 = env.ec2.clone();
-            move |id| {
-                let ec2 = ec2.clone();
-                async move { node_labels_sent(&ec2, &id).await }
-            }
-        },
+        env.ec2.clone(),
     ))];
     if std::env::var_os("KARPENTER_TEST_LOG").is_some() {
         tasks.push(tokio::spawn(dump_state()));
@@ -142,46 +135,6 @@ fn instance_id(claim: &NodeClaim) -> String {
             "claim {} has no AWS provider id: {other:?}",
             claim.name_any()
         ),
-    }
-}
-
-/// The `--node-labels` the instance's user data passes its kubelet, read back from EC2 as the
-/// instance would (`DescribeInstanceAttribute userData`).
-async fn node_labels_sent(
-    ec2: &aws_sdk_ec2::Client,
-    id: &ProviderId,
-) -> Option<std::collections::BTreeMap<String, String>> {
-    use base64::Engine;
-    let ProviderId::Aws { instance_id, .. } = id else {
-        return None;
-    };
-    let out = ec2
-        .describe_instance_attribute()
-        .instance_id(instance_id)
-        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
-        .send()
-        .await
-        .ok()?;
-    let encoded = out.user_data()?.value()?;
-    let engine = base64::engine::general_purpose::STANDARD;
-    let mut text = String::from_utf8(engine.decode(encoded).ok()?).ok()?;
-    // moto keeps the launch template's (already encoded) user data as the instance's.
-    if !text.contains("--node-labels")
-        && let Some(again) = engine
-            .decode(text.trim())
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-    {
-        text = again;
-    }
-    Some(crate::cloud_agent::node_labels_flag(&text))
-}
-
-/// The Node name EKS gives an instance (`ip-<instance id>` stands in for its private DNS name).
-fn aws_node_name(id: &ProviderId) -> Option<String> {
-    match id {
-        ProviderId::Aws { instance_id, .. } => Some(format!("ip-{instance_id}")),
-        _ => None,
     }
 }
 

@@ -14,6 +14,7 @@
 mod agent;
 mod contract;
 mod env;
+mod kubelet;
 mod moto;
 mod permissions;
 mod provider;

@@ -7,6 +7,9 @@
 //!   launches the first override, so this is also how "the next type" gets picked.)
 //! * **Permission errors.** Actions marked with [`Proxy::deny`] answer AccessDenied in the
 //!   protocol's own error format.
+//! * **Slow calls.** Actions marked with [`Proxy::slow`] reach moto at once but their answer
+//!   waits, as a real CreateFleet takes seconds: a client that dies meanwhile leaves behind what
+//!   the call made.
 //! * **AWS public parameters.** moto ships no `/aws/service/eks/...` SSM parameters and refuses
 //!   PutParameter under `/aws/`; [`Proxy::public_parameter`] serves them.
 //!
@@ -22,6 +25,7 @@ struct Faults {
     insufficient: HashSet<String>,
     denied: HashSet<String>,
     parameters: HashMap<String, String>,
+    slow: HashMap<String, std::time::Duration>,
     actions: Vec<String>,
     fleet_requests: Vec<String>,
     sent: Vec<Sent>,
@@ -94,6 +98,15 @@ impl Proxy {
     /// Every action is allowed again.
     pub fn allow_all(&self) {
         self.faults().denied.clear();
+    }
+
+    /// `action` is done by moto at once, but answered only `delay` later.
+    #[allow(
+        dead_code,
+        reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
+    )]
+    pub fn slow(&self, action: &str, delay: std::time::Duration) {
+        self.faults().slow.insert(action.to_owned(), delay);
     }
 
     /// SSM GetParameter of `name` returns `value`.
@@ -569,6 +582,10 @@ async fn serve(
         }
     }
     let (status, headers, body) = forward(upstream, &request, &request.body).await?;
+    let delay = lock().slow.get(&action).copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     stream
         .write_all(&reply_from(&status, &headers, &body))
         .await

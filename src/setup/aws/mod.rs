@@ -42,7 +42,7 @@ pub use node_access::{
 };
 pub use policy::CONTROLLER_POLICY_NAME;
 
-use super::manifests::{ApplyManifests, Unrenderable};
+use super::manifests::{ApplyManifests, agent_step};
 use super::{Plan, SetupError, step};
 use crate::apis::labels;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
@@ -351,33 +351,21 @@ impl Plan {
         } else {
             Vec::new()
         };
-        let description = format!(
-            "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
-            o.namespace
-        );
-        match (&agent, &o.kube) {
-            (Err(error), _) => steps.push(Box::new(Unrenderable {
-                name: "kubernetes-agent".to_owned(),
-                description,
-                error: error.clone(),
-            })),
-            (Ok(agent), Some(client)) if o.apply_manifests => {
-                steps.push(Box::new(ApplyManifests {
-                    name: "kubernetes-agent".to_owned(),
-                    description,
-                    client: client.clone(),
-                    manifests: agent.clone(),
-                }));
-                if !pool.is_empty() {
-                    steps.push(Box::new(ApplyManifests {
-                        name: "default-nodepool".to_owned(),
-                        description: "NodePool default and EC2NodeClass default (al2023, discovery-tagged subnets and security groups)".to_owned(),
-                        client: client.clone(),
-                        manifests: pool.clone(),
-                    }));
-                }
-            }
-            (Ok(_), _) => {}
+        steps.extend(agent_step(
+            &agent,
+            &o.namespace,
+            o.kube.as_ref(),
+            o.apply_manifests,
+        ));
+        if let (Ok(_), Some(client), true) =
+            (&agent, &o.kube, o.apply_manifests && !pool.is_empty())
+        {
+            steps.push(Box::new(ApplyManifests {
+                name: "default-nodepool".to_owned(),
+                description: "NodePool default and EC2NodeClass default (al2023, discovery-tagged subnets and security groups)".to_owned(),
+                client: client.clone(),
+                manifests: pool.clone(),
+            }));
         }
         Plan::new(steps).with_manifests(agent.unwrap_or_default().into_iter().chain(pool).collect())
     }

@@ -262,15 +262,9 @@ fn to_yaml(value: &Value) -> Result<String, serde_saphyr::SerializeError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::template::Templates;
+    use super::super::template::render;
     use super::*;
     use serde_json::json;
-
-    fn render(text: &str, root: Value) -> Result<String, TemplateError> {
-        let mut templates = Templates::default();
-        templates.add("t.yaml", text)?;
-        templates.render("t.yaml", &root)
-    }
 
     #[test]
     fn sprig_functions_take_the_piped_value_last() {

@@ -792,16 +792,18 @@ impl Scope<'_> {
     }
 }
 
+/// Renders one template text (the tests of this module and of the functions).
+#[cfg(test)]
+pub(super) fn render(text: &str, root: Value) -> Result<String, TemplateError> {
+    let mut templates = Templates::default();
+    templates.add("t.yaml", text)?;
+    templates.render("t.yaml", &root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn render(text: &str, root: Value) -> Result<String, TemplateError> {
-        let mut templates = Templates::default();
-        templates.add("t.yaml", text)?;
-        templates.render("t.yaml", &root)
-    }
 
     #[test]
     fn trim_markers_remove_the_whitespace_beside_an_action_and_comments_vanish() {

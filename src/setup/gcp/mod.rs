@@ -42,7 +42,7 @@ pub use key::KEY_NAME_ANNOTATION;
 pub use role::{AGENT_PERMISSIONS, CUSTOM_ROLE_ID};
 pub use serviceusage::APIS;
 
-use super::manifests::{ApplyManifests, Unrenderable};
+use super::manifests::agent_step;
 use super::{Plan, SetupError, step};
 use gke::{apply_nothing, check_cluster};
 use google_cloud_api_serviceusage_v1::client::ServiceUsage;
@@ -367,31 +367,19 @@ impl Plan {
             ));
         }
         let agent = agent_manifests(o);
-        let description = format!(
-            "CRDs, namespace {}, service account, RBAC and the agent's Deployment",
-            o.namespace
-        );
-        match (&agent, &o.kube) {
-            (Err(error), _) => steps.push(Box::new(Unrenderable {
-                name: "kubernetes-agent".to_owned(),
-                description,
-                error: error.clone(),
-            })),
-            (Ok(agent), Some(client)) if o.apply_manifests => {
-                steps.push(Box::new(ApplyManifests {
-                    name: "kubernetes-agent".to_owned(),
-                    description,
-                    client: client.clone(),
-                    manifests: agent.clone(),
-                }));
-                if o.auth == GcpAuth::Key {
-                    steps.push(Box::new(KeyStep {
-                        ctx: ctx.clone(),
-                        client: client.clone(),
-                    }));
-                }
-            }
-            (Ok(_), _) => {}
+        steps.extend(agent_step(
+            &agent,
+            &o.namespace,
+            o.kube.as_ref(),
+            o.apply_manifests,
+        ));
+        if let (Ok(_), Some(client), true) =
+            (&agent, &o.kube, o.apply_manifests && o.auth == GcpAuth::Key)
+        {
+            steps.push(Box::new(KeyStep {
+                ctx: ctx.clone(),
+                client: client.clone(),
+            }));
         }
         Ok(Plan::new(steps).with_manifests(agent.unwrap_or_default()))
     }
