@@ -52,9 +52,9 @@ pub struct CommonArgs {
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Write the agent's Kubernetes objects (CRDs, namespace, service account, RBAC, the
-    /// Deployment rendered from the agent's Helm chart) to --output-dir with the NodePool,
-    /// for a GitOps repository, instead of applying them. The cloud steps still run.
-    #[arg(long, requires = "output_dir")]
+    /// Deployment rendered from the agent's Helm chart) with the NodePool, to --output-dir or
+    /// stdout, for a GitOps repository, instead of applying them. The cloud steps still run.
+    #[arg(long)]
     pub gitops: bool,
     /// The namespace the agent runs in.
     #[arg(
@@ -92,7 +92,11 @@ pub fn next_step(common: &CommonArgs) -> String {
             "Next: review and apply the NodePool: kubectl apply -f {}",
             dir.display()
         ),
-        (None, _) => {
+        (None, true) => {
+            "Next: save the objects printed above where your GitOps tool applies them (or kubectl apply --server-side -f FILE)"
+                .to_owned()
+        }
+        (None, false) => {
             "Next: apply the NodePool printed above (save it, review it, kubectl apply -f FILE)"
                 .to_owned()
         }

@@ -387,6 +387,26 @@ async fn init_aws_asks_for_nothing_off_a_terminal_dry_runs_fails_naming_the_perm
     ] {
         assert!(gitops.join(name).exists(), "{name} not written");
     }
+    // Without a directory, --gitops prints the same objects as one YAML stream on stdout.
+    let out = init_aws(proxy, &["--cluster", CLUSTER, "--dry-run", "--gitops"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let objects: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&stdout).expect("a YAML stream on stdout");
+    let kinds: std::collections::BTreeSet<&str> =
+        objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Deployment",
+        "NodePool",
+        "EC2NodeClass",
+    ] {
+        assert!(kinds.contains(kind), "no {kind} in {kinds:?}");
+    }
+
     rig().kubectl_ok(&["delete", "namespace", NAMESPACE, "--wait=false"]);
 }
 

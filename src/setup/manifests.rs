@@ -95,20 +95,36 @@ impl Manifest {
         }))
     }
 
-    /// Server-side applies the object.
+    /// Server-side applies the object. A Deployment whose `spec.selector` differs from the one
+    /// in the cluster (immutable: versions of `init` before the chart selected the agent's pods
+    /// by name only) is deleted and created again, as `kubectl apply --force` does; the agent is
+    /// down for as long as its new pods take to start, and nothing else is lost.
     pub async fn apply(&self, client: &kube::Client) -> Result<(), SetupError> {
-        self.api(client)
-            .patch(
-                &self.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&self.applied_object()),
-            )
-            .await
-            .map_err(|source| SetupError::Kube {
-                action: format!("applying {}", self.id()),
-                source,
-            })?;
-        Ok(())
+        let error = |source| SetupError::Kube {
+            action: format!("applying {}", self.id()),
+            source,
+        };
+        let api = self.api(client);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let object = self.applied_object();
+        match api.patch(&self.name, &params, &Patch::Apply(&object)).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status))
+                if self.resource.kind == "Deployment"
+                    && status.code == 422
+                    && status.message.contains("spec.selector") =>
+            {
+                tracing::info!(object = %self.id(), "replacing a Deployment whose selector changed");
+                api.delete(&self.name, &kube::api::DeleteParams::background())
+                    .await
+                    .map_err(error)?;
+                api.patch(&self.name, &params, &Patch::Apply(&object))
+                    .await
+                    .map_err(error)?;
+                Ok(())
+            }
+            Err(source) => Err(error(source)),
+        }
     }
 }
 

@@ -26,6 +26,26 @@ async fn init_aws_dry_runs_then_fails_half_way_naming_the_permission_then_comple
     let _guard = exclusive();
     let env = Env::new("init-demo", false).await;
     let client = rig().client().await;
+    // What init made before it rendered the chart: the agent's pods selected by name only (a
+    // Deployment's selector cannot change in place).
+    crate::apply(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: init-demo-system}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: karpenter-agent, namespace: init-demo-system}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app.kubernetes.io/name: karpenter-agent}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: karpenter-agent}}
+    spec:
+      containers: [{name: agent, image: karpenter-agent:old}]
+"#,
+    );
     let plan = Plan::for_aws_with(options(&env, Some(client.clone())), &env.sdk).await;
     let names: Vec<String> = plan.steps.iter().map(|s| s.name().to_owned()).collect();
     assert_eq!(
@@ -235,9 +255,19 @@ async fn init_aws_dry_runs_then_fails_half_way_naming_the_permission_then_comple
         .get("karpenter-agent")
         .await
         .expect("deployment");
-    // The chart's Deployment, as `helm install` makes it: two leader-electing replicas, JSON logs.
+    // The chart's Deployment, as `helm install` makes it: two leader-electing replicas, JSON logs,
+    // in place of the old one with its old selector.
     let spec = deployment.spec.expect("spec");
     assert_eq!(spec.replicas, Some(2));
+    assert_eq!(
+        spec.selector
+            .match_labels
+            .clone()
+            .unwrap_or_default()
+            .get("app.kubernetes.io/instance")
+            .map(String::as_str),
+        Some("karpenter-agent")
+    );
     let container = &spec.template.spec.expect("pod spec").containers[0];
     assert_eq!(
         container.args.clone().unwrap_or_default(),

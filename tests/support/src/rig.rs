@@ -210,9 +210,9 @@ impl Rig {
     /// Applies the Namespace, ServiceAccount and RBAC of the agent as `init` renders them from
     /// the chart (not its Deployment: the tests run the agent in-process); with `csr_approver`,
     /// rendered for GKE, with the CSR approval `init gcp` adds.
+    /// Applied on every call: a test of `init` in the same binary may have pointed the
+    /// cluster-wide bindings (named as init names them) at its own namespace.
     fn install_agent_rbac(&self, csr_approver: bool) {
-        static AGENT: std::sync::Once = std::sync::Once::new();
-        static CSR_APPROVER: std::sync::Once = std::sync::Once::new();
         let settings =
             |values: serde_json::Value| karpenter_core::setup::manifests::AgentSettings {
                 namespace: AGENT_NAMESPACE.to_owned(),
@@ -249,15 +249,14 @@ impl Rig {
                 String::from_utf8_lossy(&applied.stderr)
             );
         };
-        AGENT.call_once(|| apply(settings(serde_json::json!({"provider": "kwok"}))));
         if csr_approver {
-            CSR_APPROVER.call_once(|| {
-                apply(settings(serde_json::json!({
-                    "provider": "gcp",
-                    "settings": {"clusterName": "rig"},
-                    "gcp": {"project": "rig", "region": "us-central1"},
-                })))
-            });
+            apply(settings(serde_json::json!({
+                "provider": "gcp",
+                "settings": {"clusterName": "rig"},
+                "gcp": {"project": "rig", "region": "us-central1"},
+            })));
+        } else {
+            apply(settings(serde_json::json!({"provider": "kwok"})));
         }
     }
 
