@@ -1,8 +1,8 @@
 //! The layer rule, checked by reading the source: every `crate::…` path in library code must
 //! point down. From the bottom: `resources`, `metrics` and `proxy`; `apis`; `scheduling` (pure: no client,
-//! no cloud SDK, no async); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
+//! no cloud SDK, no async) and `convert` (manifests of retired API versions to v1, pure); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
 //! `state` (watched stores and the pure step from them to the scheduler's input); `disruption`
-//! (the pure decisions of which nodes to give back); `explain` (pure facts); `controllers` and `setup` on top, side by side, neither importing the other.
+//! (the pure decisions of which nodes to give back); `explain` (pure facts) and `simulate` (a plan and its price for manifests, pure); `controllers` and `setup` on top, side by side, neither importing the other.
 //!
 //! Test code is exempt (a scheduler test may borrow a provider's catalogue as a fixture): files
 //! named `tests.rs` and `#[cfg(test)] mod …` blocks are not read. A module may import its own
@@ -18,10 +18,12 @@ const LAYERS: &[(&str, u8)] = &[
     ("proxy", 0),
     ("apis", 1),
     ("scheduling", 2),
+    ("convert", 2),
     ("cloud", 3),
     ("state", 4),
     ("disruption", 5),
     ("explain", 6),
+    ("simulate", 6),
     ("controllers", 7),
     ("setup", 7),
 ];

@@ -8,6 +8,7 @@
 pub mod apis;
 pub mod cloud;
 pub mod controllers;
+pub mod convert;
 pub mod disruption;
 pub mod explain;
 #[cfg(test)]
@@ -17,6 +18,7 @@ pub mod proxy;
 pub mod resources;
 pub mod scheduling;
 pub mod setup;
+pub mod simulate;
 pub mod state;
 
 #[cfg(test)]

@@ -3,13 +3,16 @@
 
 mod cluster;
 mod complete;
+mod convert;
 mod explain;
 #[cfg(test)]
 mod fixtures;
 mod init;
 mod init_aws;
 mod init_gcp;
+mod manifests;
 mod output;
+mod simulate;
 mod status;
 mod table;
 mod watch;
@@ -48,6 +51,12 @@ enum Command {
     /// Set a cluster up for the agent: cloud identity and permissions, the agent itself, and a
     /// starter NodePool (printed, or written to --output-dir). Prints the plan first.
     Init(init::InitArgs),
+    /// Rewrite Karpenter manifests of retired API versions (v1alpha5 Provisioner and
+    /// AWSNodeTemplate, v1beta1 NodePool, NodeClaim and EC2NodeClass) for v1, offline.
+    Convert(convert::ConvertArgs),
+    /// The NodeClaims the agent would create for manifests, and their price, with what-ifs;
+    /// offline, with the agent's own scheduler and the shipped catalogue.
+    Simulate(simulate::SimulateArgs),
     /// Print a shell completion script (bash, zsh or fish).
     Completion {
         /// The shell to complete for.
@@ -144,6 +153,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 env!("CARGO_PKG_VERSION")
             ));
         }
+        Command::Convert(args) => return convert::run(args),
+        Command::Simulate(args) => return simulate::run(args),
         Command::Status(_) | Command::Explain(_) | Command::Init(_) | Command::Complete { .. } => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -160,7 +171,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             Command::Status(args) => status::run(&cluster, args).await,
             Command::Explain(args) => explain::run(&cluster, args).await,
             Command::Init(args) => init::run(&cluster, args, cli.verbose).await,
-            Command::Completion { .. } | Command::Version | Command::Complete { .. } => Ok(()),
+            Command::Completion { .. }
+            | Command::Version
+            | Command::Convert(_)
+            | Command::Simulate(_)
+            | Command::Complete { .. } => Ok(()),
         };
         if cli.verbose > 0 {
             let calls = cluster.calls();

@@ -231,6 +231,24 @@ pub fn catalogue() -> Vec<InstanceType> {
     SHAPES.iter().map(Shape::instance_type).collect()
 }
 
+/// The AWS shapes of the catalogue (us-west-2 list prices).
+pub fn aws_catalogue() -> Vec<InstanceType> {
+    of(Cloud::Aws)
+}
+
+/// The Google Cloud shapes of the catalogue (us-central1 list prices).
+pub fn gcp_catalogue() -> Vec<InstanceType> {
+    of(Cloud::Gcp)
+}
+
+fn of(cloud: Cloud) -> Vec<InstanceType> {
+    SHAPES
+        .iter()
+        .filter(|s| s.cloud == cloud)
+        .map(Shape::instance_type)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,144 @@
+//! `kubectl karpenter simulate`: what the agent would launch for a set of workloads, and what it
+//! would cost, before anything runs. The plan comes from the agent's own scheduler
+//! ([`crate::scheduling::schedule`]) over a catalogue the caller gives (the plugin passes the
+//! shipped one of the provider asked for), so a simulation and the agent agree: same bin
+//! packing, same constraints, same prices.
+//!
+//! [`workloads::read`] turns manifests into pods; [`plan`] places them and prices the result as
+//! a [`Report`]: the claims to launch, the pods no NodePool can take with the scheduler's reason,
+//! and the total per hour and per month (730 hours, as cloud price pages count a month).
+
+pub mod workloads;
+
+pub use workloads::{WorkloadError, Workloads, read};
+
+use crate::scheduling::{Input, InstanceType, PoolInput, schedule};
+use serde::Serialize;
+
+/// Hours in the month cloud price pages use.
+pub const HOURS_PER_MONTH: f64 = 730.0;
+
+/// One node the agent would launch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedClaim {
+    pub node_pool: String,
+    pub instance_type: String,
+    pub capacity_type: String,
+    pub zone: String,
+    /// `namespace/name` of its pods.
+    pub pods: Vec<String>,
+    pub price_per_hour: f64,
+}
+
+/// A pod no NodePool can take, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unplaced {
+    pub pod: String,
+    pub reason: String,
+}
+
+/// The result of a simulation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub claims: Vec<PlannedClaim>,
+    pub unplaced: Vec<Unplaced>,
+    pub pods: usize,
+    pub price_per_hour: f64,
+    pub price_per_month: f64,
+}
+
+/// Places the workloads' pods on new nodes of their NodePools, each pool choosing from
+/// `catalogue`.
+pub fn plan(workloads: &Workloads, catalogue: &[InstanceType]) -> Report {
+    let input = Input {
+        pods: workloads.pods.iter().collect(),
+        node_pools: workloads
+            .node_pools
+            .iter()
+            .map(|pool| PoolInput::new(pool, catalogue))
+            .collect(),
+        daemon_set_pods: workloads.daemon_set_pods.iter().collect(),
+        ..Input::default()
+    };
+    let result = schedule(&input);
+    let name = |index: usize| {
+        let pod = &workloads.pods[index];
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let claims: Vec<PlannedClaim> = result
+        .new_claims
+        .iter()
+        .filter_map(|claim| {
+            let cheapest = claim.instance_types.first()?;
+            Some(PlannedClaim {
+                node_pool: claim.node_pool.clone(),
+                instance_type: cheapest.name.clone(),
+                capacity_type: cheapest.capacity_type.clone(),
+                zone: cheapest.zone.clone(),
+                pods: claim.pods.iter().map(|&i| name(i)).collect(),
+                price_per_hour: cheapest.price,
+            })
+        })
+        .collect();
+    let unplaced = result
+        .unschedulable
+        .iter()
+        .map(|u| Unplaced {
+            pod: u.pod_name.clone(),
+            reason: u.to_string(),
+        })
+        .collect();
+    let price_per_hour: f64 = claims.iter().map(|c| c.price_per_hour).sum();
+    Report {
+        claims,
+        unplaced,
+        pods: workloads.pods.len(),
+        price_per_hour,
+        price_per_month: price_per_hour * HOURS_PER_MONTH,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_deployment_is_packed_onto_priced_nodes_and_an_impossible_pod_is_named_with_its_reason() {
+        let objects = vec![
+            (
+                "pool.yaml".to_owned(),
+                json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+                    "spec": {"template": {"spec": {"requirements": [],
+                        "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}}),
+            ),
+            (
+                "app.yaml".to_owned(),
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                    "spec": {"replicas": 10, "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}}),
+            ),
+            (
+                "app.yaml".to_owned(),
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge"},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1000"}}}]}}),
+            ),
+        ];
+        let workloads = read(&objects, &BTreeMap::new()).unwrap();
+        let report = plan(&workloads, &crate::cloud::kwok::catalogue::catalogue());
+        let placed: usize = report.claims.iter().map(|c| c.pods.len()).sum();
+        assert_eq!(placed, 10);
+        assert!(report.price_per_hour > 0.0);
+        assert!((report.price_per_month - report.price_per_hour * 730.0).abs() < 1e-9);
+        assert_eq!(report.unplaced.len(), 1);
+        assert_eq!(report.unplaced[0].pod, "default/huge");
+        assert!(!report.unplaced[0].reason.is_empty());
+    }
+}
