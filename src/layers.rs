@@ -2,7 +2,7 @@
 //! point down. From the bottom: `resources`, `metrics` and `proxy`; `apis`; `scheduling` (pure: no client,
 //! no cloud SDK, no async) and `convert` (manifests of retired API versions to v1, pure); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
 //! `state` (watched stores and the pure step from them to the scheduler's input); `disruption`
-//! (the pure decisions of which nodes to give back); `explain` (pure facts) and `simulate` (a plan and its price for manifests, pure); `controllers` and `setup` on top, side by side, neither importing the other.
+//! (the pure decisions of which nodes to give back); `explain` (pure facts) `simulate` (a plan and its price for manifests, pure) and `migrate` (Cluster Autoscaler's node groups as NodePools, pure); `controllers` and `setup` on top, side by side, neither importing the other.
 //!
 //! Test code is exempt (a scheduler test may borrow a provider's catalogue as a fixture): files
 //! named `tests.rs` and `#[cfg(test)] mod …` blocks are not read. A module may import its own
@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("disruption", 5),
     ("explain", 6),
     ("simulate", 6),
+    ("migrate", 6),
     ("controllers", 7),
     ("setup", 7),
 ];

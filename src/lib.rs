@@ -14,6 +14,7 @@ pub mod explain;
 #[cfg(test)]
 mod layers;
 pub mod metrics;
+pub mod migrate;
 pub mod proxy;
 pub mod resources;
 pub mod scheduling;

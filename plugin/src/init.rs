@@ -315,6 +315,12 @@ pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// The objects as YAML on stdout, or one file per object in `dir` (a file that exists and
+/// differs is left alone, as the scaffold's are).
+pub fn write_objects(objects: &[Manifest], dir: Option<&Path>) -> anyhow::Result<()> {
+    scaffold(objects, dir, false)
+}
+
 /// `nodepool-default.yaml`.
 fn file_name(m: &Manifest) -> String {
     format!("{}-{}.yaml", m.resource.kind.to_lowercase(), m.name)

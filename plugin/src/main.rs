@@ -11,6 +11,7 @@ mod init;
 mod init_aws;
 mod init_gcp;
 mod manifests;
+mod migrate;
 mod output;
 mod simulate;
 mod status;
@@ -57,6 +58,9 @@ enum Command {
     /// The NodeClaims the agent would create for manifests, and their price, with what-ifs;
     /// offline, with the agent's own scheduler and the shipped catalogue.
     Simulate(simulate::SimulateArgs),
+    /// Move to Karpenter from another autoscaler: write NodePools for what it scales today,
+    /// print the steps (and with --yes take the safe ones) and the price before and after.
+    Migrate(migrate::MigrateArgs),
     /// Print a shell completion script (bash, zsh or fish).
     Completion {
         /// The shell to complete for.
@@ -155,7 +159,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         }
         Command::Convert(args) => return convert::run(args),
         Command::Simulate(args) => return simulate::run(args),
-        Command::Status(_) | Command::Explain(_) | Command::Init(_) | Command::Complete { .. } => {}
+        Command::Status(_)
+        | Command::Explain(_)
+        | Command::Init(_)
+        | Command::Migrate(_)
+        | Command::Complete { .. } => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -171,6 +179,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             Command::Status(args) => status::run(&cluster, args).await,
             Command::Explain(args) => explain::run(&cluster, args).await,
             Command::Init(args) => init::run(&cluster, args, cli.verbose).await,
+            Command::Migrate(args) => migrate::run(&cluster, args).await,
             Command::Completion { .. }
             | Command::Version
             | Command::Convert(_)

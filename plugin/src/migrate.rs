@@ -1,0 +1,421 @@
+//! `kubectl karpenter migrate cluster-autoscaler`: reads the node groups Cluster Autoscaler
+//! scales from the cluster's Nodes (`karpenter_core::migrate`), writes a NodePool per group and
+//! the node class `init` makes (YAML on stdout, or files in `--output-dir`), and says on stderr
+//! what it found, what it guessed, what the nodes cost today against what the NodePools would
+//! launch for the same pods (`karpenter_core::simulate` with the shipped catalogue), and the
+//! steps to finish. `--yes` also does the steps that are safe to automate: apply the objects,
+//! scale Cluster Autoscaler to zero, cordon the groups' nodes. Draining stays the user's.
+
+use crate::cluster::Cluster;
+use crate::init;
+use crate::table::{self, Cell, Table};
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_core::cloud::kwok::catalogue;
+use karpenter_core::migrate::{self, Cloud, NodeGroup};
+use karpenter_core::scheduling::InstanceType;
+use karpenter_core::setup::manifests::Manifest;
+use karpenter_core::simulate::{self, Workloads};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+use std::path::PathBuf;
+
+/// Flags of `migrate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MigrateArgs {
+    #[command(subcommand)]
+    pub from: From,
+}
+
+/// What to migrate from.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum From {
+    /// Write NodePools that keep what Cluster Autoscaler's node groups give pods (labels, taints,
+    /// zones, architectures, capacity type) with a wider choice of instance types.
+    #[command(
+        after_help = "Examples:\n  kubectl karpenter migrate cluster-autoscaler --cluster demo > karpenter.yaml\n  kubectl karpenter migrate cluster-autoscaler --cluster demo --output-dir ./karpenter --yes"
+    )]
+    ClusterAutoscaler(CasArgs),
+}
+
+/// Flags of `migrate cluster-autoscaler`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CasArgs {
+    /// The cluster's name (the node class's role and discovery tags on AWS, its network tags on
+    /// GKE), as given to `init`.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// The cloud (default: the one the node groups' labels name).
+    #[arg(long, value_enum)]
+    pub provider: Option<ProviderFlag>,
+    /// GCP: the project (for the node class's service account).
+    #[arg(long, value_name = "PROJECT")]
+    pub project: Option<String>,
+    /// GCP: the cluster's location.
+    #[arg(long, value_name = "LOCATION")]
+    pub location: Option<String>,
+    /// Write the NodePools and node class here (one file each) instead of stdout.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Also apply them, scale Cluster Autoscaler to zero and cordon the groups' nodes.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+/// The clouds migrate knows.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderFlag {
+    Aws,
+    Gcp,
+}
+
+/// Runs `migrate`.
+pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
+    let From::ClusterAutoscaler(args) = &args.from;
+    let client = cluster.client();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing nodes")?
+        .items;
+    let (groups, outside) = migrate::node_groups(&nodes);
+    if groups.is_empty() {
+        bail!(
+            "none of the {} nodes is in a node group Cluster Autoscaler scales (labels eks.amazonaws.com/nodegroup, alpha.eksctl.io/nodegroup-name, cloud.google.com/gke-nodepool)",
+            nodes.len()
+        );
+    }
+    let cloud = match args.provider {
+        Some(ProviderFlag::Aws) => Cloud::Aws,
+        Some(ProviderFlag::Gcp) => Cloud::Gcp,
+        None => groups.iter().find_map(|g| g.cloud).unwrap_or(Cloud::Aws),
+    };
+    let node_class = node_class(cloud, args)?;
+    let class_ref = json!({
+        "group": node_class.object["apiVersion"].as_str().unwrap_or_default().split('/').next(),
+        "kind": node_class.object["kind"],
+        "name": node_class.name,
+    });
+    let mut notes = Vec::new();
+    let pools: Vec<Manifest> = groups
+        .iter()
+        .map(|g| Manifest::new(migrate::node_pool(g, &class_ref, &mut notes), "nodepools"))
+        .collect();
+
+    eprintln!(
+        "Found {} node groups on {} nodes ({outside} nodes in none, left alone):",
+        groups.len(),
+        nodes.len() - outside
+    );
+    eprintln!("{}", groups_table(&groups));
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let catalogue = match cloud {
+        Cloud::Aws => catalogue::aws_catalogue(),
+        Cloud::Gcp => catalogue::gcp_catalogue(),
+    };
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing pods")?
+        .items;
+    for note in migrate::pods_selecting_groups(&pods) {
+        eprintln!("note: {note}");
+    }
+    eprintln!("{}", prices(&groups, &nodes, &pods, &pools, &catalogue)?);
+
+    let mut objects = vec![node_class];
+    objects.extend(pools);
+    init::write_objects(&objects, args.output_dir.as_deref())?;
+    if args.yes {
+        automate(&client, &objects, &groups).await?;
+    }
+    for line in steps(cloud, args, &groups) {
+        eprintln!("{line}");
+    }
+    Ok(())
+}
+
+/// The node class `init` scaffolds for the cloud.
+fn node_class(cloud: Cloud, args: &CasArgs) -> anyhow::Result<Manifest> {
+    let scaffold = match cloud {
+        Cloud::Aws => karpenter_core::setup::aws::node_pool_manifests(
+            &karpenter_core::setup::aws::AwsOptions::new(args.cluster.clone(), ""),
+        ),
+        Cloud::Gcp => {
+            let (Some(project), Some(location)) = (&args.project, &args.location) else {
+                bail!(
+                    "--project and --location are required for GKE (the node class's service account and zones)"
+                );
+            };
+            karpenter_core::setup::gcp::node_pool_manifests(
+                &karpenter_core::setup::gcp::GcpOptions::new(
+                    project.clone(),
+                    args.cluster.clone(),
+                    location.clone(),
+                ),
+                None,
+            )
+        }
+    };
+    scaffold
+        .into_iter()
+        .find(|m| m.resource.kind != "NodePool")
+        .context("init scaffolds a node class")
+}
+
+fn groups_table(groups: &[NodeGroup]) -> String {
+    let mut t = Table::new(&[
+        "GROUP",
+        "KIND",
+        "NODES",
+        "INSTANCE TYPES",
+        "ZONES",
+        "CAPACITY",
+        "NODEPOOL",
+    ]);
+    let join = |set: &std::collections::BTreeSet<String>| {
+        set.iter().cloned().collect::<Vec<_>>().join(",")
+    };
+    for g in groups {
+        t.row(vec![
+            Cell::from(g.name.as_str()),
+            Cell::from(g.kind.as_str()),
+            Cell::from(g.nodes.len().to_string()),
+            Cell::from(join(&g.instance_types)),
+            Cell::from(join(&g.zones)),
+            Cell::from(join(&g.capacity_types)),
+            Cell::from(migrate::pool_name(&g.name)),
+        ]);
+    }
+    t.render(table::color_enabled())
+}
+
+/// What the groups' nodes cost today (their types' list prices) against what the NodePools
+/// would launch for the pods on them.
+fn prices(
+    groups: &[NodeGroup],
+    nodes: &[Node],
+    pods: &[Pod],
+    pools: &[Manifest],
+    catalogue: &[InstanceType],
+) -> anyhow::Result<String> {
+    let in_groups: std::collections::BTreeSet<&str> = groups
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(String::as_str))
+        .collect();
+    let mut now = 0.0;
+    let mut unpriced = 0;
+    for node in nodes
+        .iter()
+        .filter(|n| in_groups.contains(n.metadata.name.as_deref().unwrap_or_default()))
+    {
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        let spot = node_labels
+            .get("eks.amazonaws.com/capacityType")
+            .is_some_and(|v| v == "SPOT")
+            || node_labels
+                .get("cloud.google.com/gke-spot")
+                .is_some_and(|v| v == "true");
+        let capacity = if spot { "spot" } else { "on-demand" };
+        let price = node_labels
+            .get("node.kubernetes.io/instance-type")
+            .and_then(|t| catalogue.iter().find(|it| &it.name == t))
+            .and_then(|it| {
+                it.offerings
+                    .iter()
+                    .filter(|o| o.capacity_type == capacity)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+            });
+        match price {
+            Some(p) => now += p,
+            None => unpriced += 1,
+        }
+    }
+    let mut workloads = Workloads::default();
+    let mut daemon_sets = std::collections::BTreeSet::new();
+    for pod in pods {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if !node.is_some_and(|n| in_groups.contains(n)) {
+            continue;
+        }
+        let owner = pod
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .map(|o| (o.kind.clone(), o.name.clone()));
+        let mut pending = pod.clone();
+        if let Some(spec) = pending.spec.as_mut() {
+            spec.node_name = None;
+        }
+        pending.status = None;
+        match owner {
+            Some((kind, name)) if kind == "DaemonSet" => {
+                if daemon_sets.insert(name) {
+                    workloads.daemon_set_pods.push(pending);
+                }
+            }
+            _ => workloads.pods.push(pending),
+        }
+    }
+    for pool in pools {
+        workloads.node_pools.push(
+            serde_json::from_value(pool.object.clone()).context("reading a written NodePool")?,
+        );
+    }
+    let report = simulate::plan(&workloads, catalogue);
+    let mut text = format!(
+        "Price (list prices of the shipped catalogue): today ${now:.4}/hour for {}",
+        plural(in_groups.len(), "node")
+    );
+    if unpriced > 0 {
+        text.push_str(&format!(" ({unpriced} of unknown price left out)"));
+    }
+    text.push_str(&format!(
+        "; the NodePools would launch {} for their {} at ${:.4}/hour (${:.2}/month)",
+        plural(report.claims.len(), "node"),
+        plural(report.pods, "pod"),
+        report.price_per_hour,
+        report.price_per_month
+    ));
+    for unplaced in &report.unplaced {
+        text.push_str(&format!(
+            "\nnote: {} would not fit: {}",
+            unplaced.pod,
+            table::truncate(&unplaced.reason, 200)
+        ));
+    }
+    Ok(text)
+}
+
+/// `1 node`, `3 nodes`.
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+/// The steps `--yes` may take: apply the objects, scale Cluster Autoscaler to zero, cordon.
+async fn automate(
+    client: &kube::Client,
+    objects: &[Manifest],
+    groups: &[NodeGroup],
+) -> anyhow::Result<()> {
+    for object in objects {
+        object
+            .apply(client)
+            .await
+            .map_err(|e| init::setup_error(e, 0))?;
+        eprintln!("+ applied {}", object.id());
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
+    let all = deployments
+        .list(&ListParams::default())
+        .await
+        .context("listing kube-system's Deployments")?;
+    let autoscalers: Vec<String> = all
+        .items
+        .iter()
+        .filter(|d| {
+            let name = d.metadata.name.as_deref().unwrap_or_default();
+            let labels = d.metadata.labels.clone().unwrap_or_default();
+            name.contains("cluster-autoscaler")
+                || labels
+                    .get("app.kubernetes.io/name")
+                    .is_some_and(|v| v.contains("cluster-autoscaler"))
+        })
+        .filter_map(|d| d.metadata.name.clone())
+        .collect();
+    if autoscalers.is_empty() {
+        eprintln!("~ no Cluster Autoscaler Deployment in kube-system to scale down");
+    }
+    for name in autoscalers {
+        deployments
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await
+            .with_context(|| format!("scaling kube-system/{name} to zero"))?;
+        eprintln!("+ scaled Deployment kube-system/{name} to 0 replicas");
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in groups.iter().flat_map(|g| &g.nodes) {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .with_context(|| format!("cordoning node {name}"))?;
+    }
+    eprintln!(
+        "+ cordoned the {} nodes of the node groups: new pods go to Karpenter's nodes",
+        groups.iter().map(|g| g.nodes.len()).sum::<usize>()
+    );
+    Ok(())
+}
+
+/// What is left to do, in order.
+fn steps(cloud: Cloud, args: &CasArgs, groups: &[NodeGroup]) -> Vec<String> {
+    let cluster = &args.cluster;
+    let mut out = vec!["\nTo finish the migration:".to_owned()];
+    let init = match cloud {
+        Cloud::Aws => format!("kubectl karpenter init aws --cluster {cluster}"),
+        Cloud::Gcp => format!(
+            "kubectl karpenter init gcp --project {} --cluster {cluster} --location {}",
+            args.project.as_deref().unwrap_or("PROJECT"),
+            args.location.as_deref().unwrap_or("LOCATION")
+        ),
+    };
+    out.push(format!(
+        "  1. {init}   (the agent, its cloud identity and the nodes' role; skip if done)"
+    ));
+    if args.yes {
+        out.push("  2. done: the NodePools and node class are applied, Cluster Autoscaler is at zero, the groups' nodes are cordoned".to_owned());
+    } else {
+        let written = match &args.output_dir {
+            Some(dir) => format!("kubectl apply -f {}", dir.display()),
+            None => "kubectl apply -f FILE (the YAML printed above)".to_owned(),
+        };
+        out.push(format!("  2. {written}"));
+        out.push(
+            "  3. kubectl -n kube-system scale deployment cluster-autoscaler --replicas 0"
+                .to_owned(),
+        );
+        for g in groups {
+            out.push(format!("     kubectl cordon -l {}", g.selector));
+        }
+    }
+    out.push("  4. drain the old nodes one at a time, so Karpenter launches for their pods as they move (PodDisruptionBudgets are honoured):".to_owned());
+    for g in groups {
+        out.push(format!(
+            "     kubectl drain -l {} --ignore-daemonsets --delete-emptydir-data",
+            g.selector
+        ));
+    }
+    out.push("  5. scale the groups to zero so they launch nothing more:".to_owned());
+    for g in groups {
+        out.push(match cloud {
+            Cloud::Aws => format!(
+                "     aws eks update-nodegroup-config --cluster-name {cluster} --nodegroup-name {} --scaling-config minSize=0,maxSize=1,desiredSize=0",
+                g.name
+            ),
+            Cloud::Gcp => format!(
+                "     gcloud container clusters resize {cluster} --node-pool {} --num-nodes 0 --location {}",
+                g.name,
+                args.location.as_deref().unwrap_or("LOCATION")
+            ),
+        });
+    }
+    out.push("  Then watch: kubectl karpenter status -w".to_owned());
+    out
+}
