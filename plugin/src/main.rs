@@ -158,11 +158,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             ));
         }
         Command::Convert(args) => return convert::run(args),
-        Command::Simulate(args) => return simulate::run(args),
+        Command::Simulate(args) if !args.from_cluster => return simulate::run(args),
         Command::Status(_)
         | Command::Explain(_)
         | Command::Init(_)
         | Command::Migrate(_)
+        | Command::Simulate(_)
         | Command::Complete { .. } => {}
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -180,10 +181,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             Command::Explain(args) => explain::run(&cluster, args).await,
             Command::Init(args) => init::run(&cluster, args, cli.verbose).await,
             Command::Migrate(args) => migrate::run(&cluster, args).await,
+            Command::Simulate(args) => simulate::run_cluster(&cluster, args).await,
             Command::Completion { .. }
             | Command::Version
             | Command::Convert(_)
-            | Command::Simulate(_)
             | Command::Complete { .. } => Ok(()),
         };
         if cli.verbose > 0 {

@@ -206,35 +206,13 @@ fn prices(
         .iter()
         .flat_map(|g| g.nodes.iter().map(String::as_str))
         .collect();
-    let mut now = 0.0;
-    let mut unpriced = 0;
-    for node in nodes
+    let group_nodes: Vec<std::sync::Arc<Node>> = nodes
         .iter()
         .filter(|n| in_groups.contains(n.metadata.name.as_deref().unwrap_or_default()))
-    {
-        let node_labels = node.metadata.labels.clone().unwrap_or_default();
-        let spot = node_labels
-            .get("eks.amazonaws.com/capacityType")
-            .is_some_and(|v| v == "SPOT")
-            || node_labels
-                .get("cloud.google.com/gke-spot")
-                .is_some_and(|v| v == "true");
-        let capacity = if spot { "spot" } else { "on-demand" };
-        let price = node_labels
-            .get("node.kubernetes.io/instance-type")
-            .and_then(|t| catalogue.iter().find(|it| &it.name == t))
-            .and_then(|it| {
-                it.offerings
-                    .iter()
-                    .filter(|o| o.capacity_type == capacity)
-                    .map(|o| o.price)
-                    .reduce(f64::min)
-            });
-        match price {
-            Some(p) => now += p,
-            None => unpriced += 1,
-        }
-    }
+        .cloned()
+        .map(std::sync::Arc::new)
+        .collect();
+    let today = simulate::fleet(&group_nodes, catalogue);
     let mut workloads = Workloads::default();
     let mut daemon_sets = std::collections::BTreeSet::new();
     for pod in pods {
@@ -269,11 +247,12 @@ fn prices(
     }
     let report = simulate::plan(&workloads, catalogue);
     let mut text = format!(
-        "Price (list prices of the shipped catalogue): today ${now:.4}/hour for {}",
-        plural(in_groups.len(), "node")
+        "Price (list prices of the shipped catalogue): today ${:.4}/hour for {}",
+        today.price_per_hour,
+        plural(today.nodes, "node")
     );
-    if unpriced > 0 {
-        text.push_str(&format!(" ({unpriced} of unknown price left out)"));
+    if today.unpriced > 0 {
+        text.push_str(&format!(" ({} of unknown price left out)", today.unpriced));
     }
     text.push_str(&format!(
         "; the NodePools would launch {} for their {} at ${:.4}/hour (${:.2}/month)",

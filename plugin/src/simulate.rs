@@ -2,22 +2,33 @@
 //! and their price, offline. The manifests are read as `convert` reads them; the plan and the
 //! report come from `karpenter_core::simulate` (the agent's own scheduler) over the shipped
 //! catalogue of `--provider`. Without a NodePool among the manifests, `init`'s starter NodePool
-//! of that provider is used (and said so).
+//! of that provider is used (and said so). With `--from-cluster` the cluster's objects are read
+//! once each (pods, nodes, NodeClaims, NodePools, DaemonSets, namespaces) and go through the
+//! agent's own scheduling input, so the plan is the one its next round would make.
 
+use crate::cluster::Cluster;
 use crate::manifests;
 use crate::output::{self, Format};
 use crate::table::{self, Cell, Table};
 use anyhow::{Context as _, bail};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition, PodStatus};
+use karpenter_core::apis::{NodeClaim, NodePool};
 use karpenter_core::cloud::kwok::catalogue;
+use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
 use karpenter_core::simulate::{self, Report};
-use serde_json::Value;
+use karpenter_core::state::CachedPod;
+use karpenter_core::state::input::{Catalogues, Snapshot};
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Flags of `simulate`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    after_help = "Examples:\n  kubectl karpenter simulate -f ./manifests/ --provider aws\n  kubectl karpenter simulate -f app.yaml --replicas shop/web=50 -o wide\n  kubectl karpenter simulate -f app.yaml --nodepool spot-only.yaml -o json"
+    after_help = "Examples:\n  kubectl karpenter simulate -f ./manifests/ --provider aws\n  kubectl karpenter simulate -f app.yaml --replicas shop/web=50 -o wide\n  kubectl karpenter simulate -f app.yaml --nodepool spot-only.yaml -o json\n  kubectl karpenter simulate --from-cluster --replicas shop/web=30"
 )]
 pub struct SimulateArgs {
     /// Workloads (Deployments, StatefulSets, ReplicaSets, Jobs, CronJobs, DaemonSets, Pods) and
@@ -26,16 +37,20 @@ pub struct SimulateArgs {
         short = 'f',
         long = "filename",
         value_name = "FILE|DIR|-",
-        required = true
+        required_unless_present = "from_cluster"
     )]
     pub files: Vec<PathBuf>,
+    /// Plan the cluster's pending pods (and those of -f) as the agent's next round would: on
+    /// today's nodes first, then on new nodes of its NodePools; and price today's nodes.
+    #[arg(long)]
+    pub from_cluster: bool,
     /// Read directories' subdirectories too.
     #[arg(short = 'R', long)]
     pub recursive: bool,
     /// Whose catalogue and list prices to plan with: aws (us-west-2), gcp (us-central1) or kwok
-    /// (both).
-    #[arg(long, value_enum, default_value_t = Provider::Aws)]
-    pub provider: Provider,
+    /// (both). Default: aws; with --from-cluster, each NodePool's node class's cloud.
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
     /// What if this Deployment, ReplicaSet or StatefulSet had N replicas; repeatable.
     #[arg(long = "replicas", value_name = "NAMESPACE/NAME=N")]
     pub replicas: Vec<String>,
@@ -89,24 +104,197 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     for note in &workloads.notes {
         eprintln!("note: {note}");
     }
+    let provider = args.provider.unwrap_or(Provider::Aws);
     if workloads.node_pools.is_empty() {
-        let (pool, note) = starter_node_pool(args.provider)?;
+        let (pool, note) = starter_node_pool(provider)?;
         eprintln!("note: {note}");
         workloads.node_pools.push(pool);
     }
-    let catalogue = match args.provider {
+    let report = simulate::plan(&workloads, &shipped(provider));
+    print(args, &report)
+}
+
+/// The shipped catalogue of a provider.
+fn shipped(provider: Provider) -> Vec<karpenter_core::scheduling::InstanceType> {
+    match provider {
         Provider::Aws => catalogue::aws_catalogue(),
         Provider::Gcp => catalogue::gcp_catalogue(),
         Provider::Kwok => catalogue::catalogue(),
-    };
-    let report = simulate::plan(&workloads, &catalogue);
+    }
+}
+
+/// Prints a report as `-o` asks.
+fn print(args: &SimulateArgs, report: &Report) -> anyhow::Result<()> {
     let now = k8s_openapi::jiff::Timestamp::now();
     match args.output {
-        SimulateFormat::Json => output::print_data(Format::Json, "Simulation", &report, now),
-        SimulateFormat::Yaml => output::print_data(Format::Yaml, "Simulation", &report, now),
-        SimulateFormat::Wide => output::print_stdout(&render(&report, true)),
-        SimulateFormat::Table => output::print_stdout(&render(&report, false)),
+        SimulateFormat::Json => output::print_data(Format::Json, "Simulation", report, now),
+        SimulateFormat::Yaml => output::print_data(Format::Yaml, "Simulation", report, now),
+        SimulateFormat::Wide => output::print_stdout(&render(report, true)),
+        SimulateFormat::Table => output::print_stdout(&render(report, false)),
     }
+}
+
+/// Runs `simulate --from-cluster`: the cluster's pending pods, plus -f's and the what-ifs,
+/// through the agent's own scheduling input.
+pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Result<()> {
+    let client = cluster.client();
+    let list = ListParams::default();
+    let mut pods: Vec<Arc<CachedPod>> = Api::<Pod>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing pods")?
+        .items
+        .into_iter()
+        .map(|p| Arc::new(CachedPod::from(p)))
+        .collect();
+    let nodes: Vec<Arc<Node>> = Api::<Node>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing nodes")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let claims: Vec<Arc<NodeClaim>> = Api::<NodeClaim>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing NodeClaims")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let mut pools: Vec<NodePool> = Api::<NodePool>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing NodePools")?
+        .items;
+    let daemon_sets = Api::<DaemonSet>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing DaemonSets")?
+        .items;
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&list)
+        .await
+        .context("listing namespaces")?
+        .items;
+
+    // What -f adds, and the what-ifs.
+    let mut replicas = replica_overrides(&args.replicas)?;
+    let mut extra: Vec<Pod> = Vec::new();
+    for (key, wanted) in replicas.clone() {
+        let Some((namespace, name)) = key.split_once('/') else {
+            continue;
+        };
+        let found = workload_template(&client, namespace, name).await?;
+        let Some((current, template)) = found else {
+            continue;
+        };
+        replicas.remove(&key);
+        if wanted < current {
+            bail!(
+                "--replicas {key}={wanted}: {key} runs {current} today; a simulation adds replicas, it does not remove them"
+            );
+        }
+        for i in current..wanted {
+            let mut pod: Value = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-whatif-{i}"), "namespace": namespace,
+                    "labels": template["metadata"]["labels"]},
+                "spec": template["spec"],
+            });
+            pod["metadata"]["labels"] = template["metadata"]["labels"].clone();
+            extra.push(serde_json::from_value(pod).context("reading a pod template")?);
+        }
+    }
+    let objects = manifests::read(&args.files, args.recursive)?;
+    let what_if = manifests::read(&args.node_pools, false)?;
+    let workloads = simulate::read(&objects, &replicas)?;
+    for note in &workloads.notes {
+        eprintln!("note: {note}");
+    }
+    extra.extend(workloads.pods);
+    for pod in extra {
+        pods.push(Arc::new(CachedPod::from(unschedulable(pod))));
+    }
+    let mut added: Vec<NodePool> = workloads.node_pools;
+    for (_, object) in what_if {
+        added.push(serde_json::from_value(object).context("--nodepool takes files of NodePools")?);
+    }
+    pools.retain(|p| !added.iter().any(|a| a.metadata.name == p.metadata.name));
+    pools.extend(added);
+    let pools: Vec<Arc<NodePool>> = pools.into_iter().map(Arc::new).collect();
+
+    let mut catalogues = Catalogues::default();
+    for class in karpenter_core::state::input::node_classes(&pools, &claims) {
+        if catalogues.contains(class) {
+            continue;
+        }
+        let provider = args.provider.unwrap_or(match class.kind.as_str() {
+            "EC2NodeClass" => Provider::Aws,
+            "GCENodeClass" => Provider::Gcp,
+            _ => Provider::Kwok,
+        });
+        catalogues.insert(class, shipped(provider).into());
+    }
+    let daemon_set_pods = karpenter_core::state::input::daemon_set_pods(&daemon_sets);
+    let namespace_labels: NamespaceLabels = namespaces
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect();
+    let volumes = VolumeTopology::default();
+    let snapshot = Snapshot {
+        pods: &pods,
+        nodes: &nodes,
+        claims: &claims,
+        pools: &pools,
+        catalogues: &catalogues,
+        daemon_set_pods: &daemon_set_pods,
+        namespace_labels: &namespace_labels,
+        volumes: &volumes,
+    };
+    let report = simulate::plan_cluster(&snapshot, &shipped(Provider::Kwok));
+    print(args, &report)
+}
+
+/// A Deployment's or StatefulSet's replicas today and its pod template, if it exists.
+async fn workload_template(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<(u32, Value)>> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    if let Some(d) = deployments
+        .get_opt(name)
+        .await
+        .context("reading a Deployment")?
+    {
+        let spec = d.spec.unwrap_or_default();
+        let current = spec.replicas.unwrap_or(1).max(0).unsigned_abs();
+        return Ok(Some((current, serde_json::to_value(spec.template)?)));
+    }
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    if let Some(s) = sets.get_opt(name).await.context("reading a StatefulSet")? {
+        let spec = s.spec.unwrap_or_default();
+        let current = spec.replicas.unwrap_or(1).max(0).unsigned_abs();
+        return Ok(Some((current, serde_json::to_value(spec.template)?)));
+    }
+    Ok(None)
+}
+
+/// A pod as the kube-scheduler leaves one it cannot place: what the agent provisions for.
+fn unschedulable(mut pod: Pod) -> Pod {
+    pod.status = Some(PodStatus {
+        phase: Some("Pending".to_owned()),
+        conditions: Some(vec![PodCondition {
+            type_: "PodScheduled".to_owned(),
+            status: "False".to_owned(),
+            reason: Some("Unschedulable".to_owned()),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    });
+    pod
 }
 
 /// `--replicas ns/name=N` flags as a map.
@@ -251,13 +439,32 @@ fn render(report: &Report, wide: bool) -> String {
         text.push_str(&unplaced.render(color));
     }
     let placed = report.pods - report.unplaced.len();
+    if report.placed_on_existing > 0 {
+        text.push_str(&format!(
+            "\n{} of the pods fit on nodes already there",
+            report.placed_on_existing
+        ));
+    }
     text.push_str(&format!(
-        "\nTOTAL   {} nodes for {placed} of {} pods   {}/hour   ${:.2}/month\n",
+        "\nTOTAL   {} new nodes for {placed} of {} pods   {}/hour   ${:.2}/month\n",
         report.claims.len(),
         report.pods,
         dollars(report.price_per_hour),
         report.price_per_month
     ));
+    if let Some(fleet) = &report.current {
+        let unpriced = if fleet.unpriced > 0 {
+            format!("   ({} of unknown price left out)", fleet.unpriced)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "TODAY   {} nodes   {}/hour   ${:.2}/month{unpriced}\n",
+            fleet.nodes,
+            dollars(fleet.price_per_hour),
+            fleet.price_per_month
+        ));
+    }
     text
 }
 

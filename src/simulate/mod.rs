@@ -7,12 +7,17 @@
 //! [`workloads::read`] turns manifests into pods; [`plan`] places them and prices the result as
 //! a [`Report`]: the claims to launch, the pods no NodePool can take with the scheduler's reason,
 //! and the total per hour and per month (730 hours, as cloud price pages count a month).
+//! [`plan_cluster`] plans a live cluster's pending pods from a [`Snapshot`] of it, exactly as
+//! the agent's next round would, and prices today's nodes ([`fleet`]) next to the plan.
 
 pub mod workloads;
 
 pub use workloads::{WorkloadError, Workloads, read};
 
-use crate::scheduling::{Input, InstanceType, PoolInput, schedule};
+use crate::apis::labels;
+use crate::scheduling::{Input, InstanceType, PodView, PoolInput, schedule};
+use crate::state::input::{Snapshot, scheduling_input};
+use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 /// Hours in the month cloud price pages use.
@@ -38,15 +43,33 @@ pub struct Unplaced {
     pub reason: String,
 }
 
+/// Today's nodes and what they cost at the catalogue's list prices.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fleet {
+    pub nodes: usize,
+    pub price_per_hour: f64,
+    pub price_per_month: f64,
+    /// Nodes whose type the catalogue does not price (left out of the price).
+    pub unpriced: usize,
+}
+
 /// The result of a simulation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     pub claims: Vec<PlannedClaim>,
     pub unplaced: Vec<Unplaced>,
+    /// The pods planned for.
     pub pods: usize,
+    /// Of those, how many fit on nodes already there (a cluster simulation).
+    pub placed_on_existing: usize,
+    /// The new nodes' price.
     pub price_per_hour: f64,
     pub price_per_month: f64,
+    /// Today's nodes (a cluster simulation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current: Option<Fleet>,
 }
 
 /// Places the workloads' pods on new nodes of their NodePools, each pool choosing from
@@ -63,12 +86,28 @@ pub fn plan(workloads: &Workloads, catalogue: &[InstanceType]) -> Report {
         ..Input::default()
     };
     let result = schedule(&input);
+    report(&result, &input.pods)
+}
+
+/// Plans a cluster's pending pods as the agent's next round would (its own
+/// [`scheduling_input`]: the nodes there with their pods, the claims in flight, each NodePool
+/// with its usage and catalogue), and prices today's nodes at `prices`' list prices.
+pub fn plan_cluster(snapshot: &Snapshot<'_>, prices: &[InstanceType]) -> Report {
+    let input = scheduling_input(snapshot);
+    let result = schedule(&input);
+    let mut report = report(&result, &input.pods);
+    report.current = Some(fleet(snapshot.nodes, prices));
+    report
+}
+
+/// The report of a scheduler's plan for `pods`.
+fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
     let name = |index: usize| {
-        let pod = &workloads.pods[index];
+        let meta = pods[index].pod_meta();
         format!(
             "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or_default()
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or_default()
         )
     };
     let claims: Vec<PlannedClaim> = result
@@ -98,9 +137,56 @@ pub fn plan(workloads: &Workloads, catalogue: &[InstanceType]) -> Report {
     Report {
         claims,
         unplaced,
-        pods: workloads.pods.len(),
+        pods: pods.len(),
+        placed_on_existing: result.existing.iter().map(|e| e.pods.len()).sum(),
         price_per_hour,
         price_per_month: price_per_hour * HOURS_PER_MONTH,
+        current: None,
+    }
+}
+
+/// Today's nodes at `prices`' list prices: each node's type (`node.kubernetes.io/instance-type`)
+/// at its capacity type (Karpenter's label, EKS's, GKE's spot label; on-demand otherwise),
+/// the cheapest zone's price.
+pub fn fleet(nodes: &[std::sync::Arc<Node>], prices: &[InstanceType]) -> Fleet {
+    let mut price_per_hour = 0.0;
+    let mut unpriced = 0;
+    for node in nodes {
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        let spot = node_labels
+            .get(labels::CAPACITY_TYPE)
+            .is_some_and(|v| v == labels::CAPACITY_TYPE_SPOT)
+            || node_labels
+                .get("eks.amazonaws.com/capacityType")
+                .is_some_and(|v| v == "SPOT")
+            || node_labels
+                .get("cloud.google.com/gke-spot")
+                .is_some_and(|v| v == "true");
+        let capacity = if spot {
+            labels::CAPACITY_TYPE_SPOT
+        } else {
+            labels::CAPACITY_TYPE_ON_DEMAND
+        };
+        let price = node_labels
+            .get(labels::INSTANCE_TYPE)
+            .and_then(|t| prices.iter().find(|it| &it.name == t))
+            .and_then(|it| {
+                it.offerings
+                    .iter()
+                    .filter(|o| o.capacity_type == capacity)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+            });
+        match price {
+            Some(p) => price_per_hour += p,
+            None => unpriced += 1,
+        }
+    }
+    Fleet {
+        nodes: nodes.len(),
+        price_per_hour,
+        price_per_month: price_per_hour * HOURS_PER_MONTH,
+        unpriced,
     }
 }
 
