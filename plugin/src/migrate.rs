@@ -55,6 +55,16 @@ pub struct CasArgs {
     /// GCP: the cluster's location.
     #[arg(long, value_name = "LOCATION")]
     pub location: Option<String>,
+    /// AWS: the cluster's region, for the EKS API (default: $AWS_REGION).
+    #[arg(long, value_name = "REGION", env = "AWS_REGION")]
+    pub region: Option<String>,
+    /// Read the node groups from the Nodes' labels only, not from the cloud's API (their
+    /// maximum sizes and the groups with no node are then unknown).
+    #[arg(long)]
+    pub from_nodes: bool,
+    /// Send AWS calls to this endpoint (tests: moto).
+    #[arg(long, value_name = "URL", hide = true)]
+    pub endpoint_url: Option<String>,
     /// Write the NodePools and node class here (one file each) instead of stdout.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
@@ -79,7 +89,38 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
         .await
         .context("listing nodes")?
         .items;
-    let (groups, outside) = migrate::node_groups(&nodes);
+    let (mut groups, outside) = migrate::node_groups(&nodes);
+    let mut api_notes = Vec::new();
+    let on_aws = args.provider != Some(ProviderFlag::Gcp)
+        && groups.iter().all(|g| g.cloud != Some(Cloud::Gcp));
+    if on_aws && !args.from_nodes {
+        match &args.region {
+            None => api_notes.push(
+                "no --region (or AWS_REGION): the node groups are read from the Nodes only"
+                    .to_owned(),
+            ),
+            Some(region) => {
+                let mut options = karpenter_core::setup::aws::AwsOptions::new(
+                    args.cluster.clone(),
+                    region.clone(),
+                );
+                options.endpoint_url = args.endpoint_url.clone();
+                match karpenter_core::setup::aws::node_groups(&options).await {
+                    Ok(from_api) => {
+                        api_notes.push(format!(
+                            "read {} managed node groups from the EKS API (maximum sizes, instance types, labels and taints as configured)",
+                            from_api.len()
+                        ));
+                        groups = migrate::merge(groups, from_api);
+                    }
+                    Err(e) => api_notes.push(format!(
+                        "the EKS API could not be read ({}): the node groups are read from the Nodes only (--from-nodes skips the API)",
+                        init::setup_error(e, 0)
+                    )),
+                }
+            }
+        }
+    }
     if groups.is_empty() {
         bail!(
             "none of the {} nodes is in a node group Cluster Autoscaler scales (labels eks.amazonaws.com/nodegroup, alpha.eksctl.io/nodegroup-name, cloud.google.com/gke-nodepool)",
@@ -97,14 +138,30 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
         "kind": node_class.object["kind"],
         "name": node_class.name,
     });
-    let mut notes = Vec::new();
+    let catalogue = match cloud {
+        Cloud::Aws => catalogue::aws_catalogue(),
+        Cloud::Gcp => catalogue::gcp_catalogue(),
+    };
+    // A group with no node today: the size of its largest instance type.
+    for group in &mut groups {
+        if group.node_cpu_millis == 0 {
+            group.node_cpu_millis = group
+                .instance_types
+                .iter()
+                .filter_map(|t| catalogue.iter().find(|it| &it.name == t))
+                .map(|it| it.capacity.get(karpenter_core::resources::CPU))
+                .max()
+                .unwrap_or(0);
+        }
+    }
+    let mut notes = api_notes;
     let pools: Vec<Manifest> = groups
         .iter()
         .map(|g| Manifest::new(migrate::node_pool(g, &class_ref, &mut notes), "nodepools"))
         .collect();
 
     eprintln!(
-        "Found {} node groups on {} nodes ({outside} nodes in none, left alone):",
+        "Found {} node groups, on {} nodes ({outside} nodes in none, left alone):",
         groups.len(),
         nodes.len() - outside
     );
@@ -112,10 +169,6 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
     for note in &notes {
         eprintln!("note: {note}");
     }
-    let catalogue = match cloud {
-        Cloud::Aws => catalogue::aws_catalogue(),
-        Cloud::Gcp => catalogue::gcp_catalogue(),
-    };
     let pods = Api::<Pod>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -171,6 +224,7 @@ fn groups_table(groups: &[NodeGroup]) -> String {
         "GROUP",
         "KIND",
         "NODES",
+        "MAX",
         "INSTANCE TYPES",
         "ZONES",
         "CAPACITY",
@@ -184,6 +238,7 @@ fn groups_table(groups: &[NodeGroup]) -> String {
             Cell::from(g.name.as_str()),
             Cell::from(g.kind.as_str()),
             Cell::from(g.nodes.len().to_string()),
+            Cell::from(g.max_size.map_or("-".to_owned(), |m| m.to_string())),
             Cell::from(join(&g.instance_types)),
             Cell::from(join(&g.zones)),
             Cell::from(join(&g.capacity_types)),

@@ -17,7 +17,13 @@ const NODES: [&str; 3] = ["ng-general-1", "ng-general-2", "ng-batch-1"];
 
 fn migrate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
-        .args(["migrate", "cluster-autoscaler", "--cluster", "demo"])
+        .args([
+            "migrate",
+            "cluster-autoscaler",
+            "--cluster",
+            "demo",
+            "--from-nodes",
+        ])
         .args(args)
         .env("KUBECONFIG", &rig().kubeconfig)
         .env("NO_COLOR", "1")
@@ -241,7 +247,7 @@ spec:
     assert!(out.status.success(), "{stderr}");
     eprintln!("--- migrate's stderr:\n{stderr}");
     assert!(
-        stderr.contains("Found 2 node groups on 3 nodes"),
+        stderr.contains("Found 2 node groups, on 3 nodes"),
         "{stderr}"
     );
     assert!(stderr.contains("today $0.2"), "{stderr}");

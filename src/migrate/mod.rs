@@ -82,6 +82,10 @@ pub struct NodeGroup {
     pub taints: Vec<Taint>,
     /// Its nodes' CPU capacity summed, in millicores.
     pub cpu_millis: u64,
+    /// The CPU of its largest node (or, with none, of its largest instance type), millicores.
+    pub node_cpu_millis: u64,
+    /// The most nodes the group may have, as its cloud API says.
+    pub max_size: Option<u32>,
 }
 
 /// The node groups of `nodes`, by name; nodes in no group are counted in the second value.
@@ -129,15 +133,41 @@ pub fn node_groups(nodes: &[Node]) -> (Vec<NodeGroup>, usize) {
         group.labels.retain(|k, v| mine.get(k) == Some(v));
         let taints = own_taints(node);
         group.taints.retain(|t| taints.contains(t));
-        group.cpu_millis += node
+        let cpu = node
             .status
             .as_ref()
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("cpu"))
             .and_then(|q| crate::resources::parse(crate::resources::CPU, &q.0).ok())
             .unwrap_or(0);
+        group.cpu_millis += cpu;
+        group.node_cpu_millis = group.node_cpu_millis.max(cpu);
     }
     (groups.into_values().collect(), outside)
+}
+
+/// The groups as the nodes show them, completed by what the cloud API says of them: its
+/// instance types, capacity type, labels and taints as configured, its maximum size, and the
+/// groups that have no node today.
+pub fn merge(from_nodes: Vec<NodeGroup>, from_api: Vec<NodeGroup>) -> Vec<NodeGroup> {
+    let mut groups = from_nodes;
+    for api in from_api {
+        match groups.iter_mut().find(|g| g.selector == api.selector) {
+            Some(group) => {
+                if !api.instance_types.is_empty() {
+                    group.instance_types = api.instance_types;
+                }
+                group.capacity_types = api.capacity_types;
+                group.labels.extend(api.labels);
+                if !api.taints.is_empty() {
+                    group.taints = api.taints;
+                }
+                group.max_size = api.max_size;
+            }
+            None => groups.push(api),
+        }
+    }
+    groups
 }
 
 fn own_labels(node_labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -321,12 +351,21 @@ pub fn node_pool(group: &NodeGroup, node_class: &Value, notes: &mut Vec<String>)
     if !group.taints.is_empty() {
         template["spec"]["taints"] = json!(group.taints);
     }
-    // The group's maximum size is the cloud's to say; from its nodes, twice today's CPU.
-    let cores = (group.cpu_millis * 2).div_ceil(1000);
-    notes.push(format!(
-        "{} {}: limits.cpu {cores} is twice its nodes' CPU today; set it from the group's maximum size (max nodes x CPU per node)",
-        group.kind, group.name
-    ));
+    // The group's maximum size (from its cloud API) times its nodes' size; without it, twice
+    // the CPU its nodes have today.
+    let cores = match group.max_size {
+        Some(max) if group.node_cpu_millis > 0 => {
+            (u64::from(max) * group.node_cpu_millis).div_ceil(1000)
+        }
+        _ => {
+            let cores = (group.cpu_millis * 2).div_ceil(1000);
+            notes.push(format!(
+                "{} {}: limits.cpu {cores} is twice its nodes' CPU today; set it from the group's maximum size (max nodes x CPU per node)",
+                group.kind, group.name
+            ));
+            cores
+        }
+    };
     json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": name},

@@ -133,7 +133,11 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
             reason: u.to_string(),
         })
         .collect();
-    let price_per_hour: f64 = claims.iter().map(|c| c.price_per_hour).sum();
+    // A fold from 0.0: an empty f64 sum is -0.0, which prints as "$-0.0000".
+    let price_per_hour = claims
+        .iter()
+        .map(|c| c.price_per_hour)
+        .fold(0.0, |a, b| a + b);
     Report {
         claims,
         unplaced,

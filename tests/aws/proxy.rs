@@ -282,9 +282,54 @@ fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The action of a REST-JSON request (EKS), from its method and path, as IAM names it.
+fn rest_action(method: &str, path: &str) -> Option<String> {
+    let path = path.split('?').next().unwrap_or_default();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let action = match (method, parts.as_slice()) {
+        ("GET", ["clusters"]) => "ListClusters",
+        ("POST", ["clusters"]) => "CreateCluster",
+        ("GET", ["clusters", _]) => "DescribeCluster",
+        ("GET", ["clusters", _, "node-groups"]) => "ListNodegroups",
+        ("POST", ["clusters", _, "node-groups"]) => "CreateNodegroup",
+        ("GET", ["clusters", _, "node-groups", _]) => "DescribeNodegroup",
+        ("POST", ["clusters", _, "node-groups", _, "update-config"]) => "UpdateNodegroupConfig",
+        ("GET", ["clusters", _, "access-entries"]) => "ListAccessEntries",
+        ("POST", ["clusters", _, "access-entries"]) => "CreateAccessEntry",
+        ("GET", ["clusters", _, "access-entries", _]) => "DescribeAccessEntry",
+        ("POST", ["clusters", _, "access-entries", _, "access-policies"]) => {
+            "AssociateAccessPolicy"
+        }
+        ("GET", ["clusters", _, "pod-identity-associations"]) => "ListPodIdentityAssociations",
+        ("POST", ["clusters", _, "pod-identity-associations"]) => "CreatePodIdentityAssociation",
+        ("GET", ["clusters", _, "pod-identity-associations", _]) => {
+            "DescribePodIdentityAssociation"
+        }
+        ("POST", ["tags", ..]) => "TagResource",
+        ("GET", ["tags", ..]) => "ListTagsForResource",
+        ("DELETE", ["tags", ..]) => "UntagResource",
+        _ => return None,
+    };
+    Some(action.to_owned())
+}
+
 fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> Vec<u8> {
     let message =
         format!("User: arn:aws:iam::123456789012:user/test is not authorized to perform: {action}");
+    let is_form = request
+        .header("content-type")
+        .is_some_and(|c| c.contains("x-www-form-urlencoded"));
+    if request.header("x-amz-target").is_none() && !is_form {
+        // REST-JSON (EKS): the error type in a header, the message in a JSON body.
+        let body = serde_json::json!({"message": message}).to_string();
+        let mut out = format!(
+            "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nx-amzn-ErrorType: AccessDeniedException:http://internal.amazon.com/coral/com.amazon.coral.service/\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        return out;
+    }
     if request.header("x-amz-target").is_some() {
         let body =
             serde_json::json!({"__type": "AccessDeniedException", "message": message}).to_string();
@@ -495,12 +540,10 @@ async fn serve(
                 .map(|(_, v)| v.clone())
         })
         .unwrap_or_else(|| {
-            request
-                .head
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or_default()
-                .to_owned()
+            let mut head = request.head.split_whitespace();
+            let method = head.next().unwrap_or_default();
+            let path = head.next().unwrap_or_default();
+            rest_action(method, path).unwrap_or_else(|| path.to_owned())
         });
     lock().actions.push(action.clone());
     // `Credential=AKID/20261203/us-west-2/ec2/aws4_request`

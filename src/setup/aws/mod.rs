@@ -31,6 +31,7 @@ mod eks;
 mod iam;
 mod interruption;
 mod node_access;
+mod node_groups;
 mod policy;
 
 pub use agent::{agent_manifests, node_pool_manifests};
@@ -40,6 +41,7 @@ pub use node_access::{
     AWS_AUTH_NAME, AWS_AUTH_NAMESPACE, MapRolesError, NODE_GROUPS, NODE_USERNAME, NodeAccess,
     map_node_role,
 };
+pub use node_groups::node_groups;
 pub use policy::CONTROLLER_POLICY_NAME;
 
 use super::manifests::{ApplyManifests, agent_step};
