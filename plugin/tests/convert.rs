@@ -157,6 +157,7 @@ fn manifests_of_every_era_convert_to_v1_that_the_api_server_accepts_with_a_warni
     for expected in [
         "warning: Provisioner default: spec.kubeletConfiguration.containerRuntime: dropped",
         "warning: Machine default-abcde: skipped",
+        "warning: NodePool default: spec.template.metadata.labels: k8s.io/cluster-autoscaler/enabled: dropped, the k8s.io domain is restricted in v1",
         "warning: ConfigMap unrelated: skipped: v1 ConfigMap",
         "warning: NodePool beta: spec.template.metadata.annotations: karpenter.sh/do-not-consolidate was removed in v1",
         "warning: NodePool beta: spec.template.spec.kubelet: its kubelet settings differ",

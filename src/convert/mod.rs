@@ -256,6 +256,43 @@ pub(crate) fn quantities(map: &Value) -> Value {
     }
 }
 
+/// Why v1 refuses `key` as a NodePool template's label or requirement key (the CRD's CEL rules,
+/// upstream's `IsRestrictedLabel`), if it does.
+pub(crate) fn restricted_label(key: &str) -> Option<&'static str> {
+    const ALLOWED: &[&str] = &[
+        "beta.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "kubernetes.io/arch",
+        "kubernetes.io/os",
+        "node.kubernetes.io/windows-build",
+    ];
+    let domain = key.split_once('/').map_or("", |(domain, _)| domain);
+    match key {
+        "kubernetes.io/hostname" => Some("Karpenter names each node's host"),
+        "karpenter.sh/nodepool" => Some("Karpenter sets it to the NodePool's name"),
+        "karpenter.sh/capacity-type" => None,
+        _ if ALLOWED.contains(&key) => None,
+        _ if domain.ends_with("karpenter.sh") => Some(
+            "the karpenter.sh domain is Karpenter's (v1alpha5's karpenter.sh/provisioner-name is karpenter.sh/nodepool, which Karpenter sets)",
+        ),
+        _ if domain.ends_with("kubernetes.io")
+            && !domain.ends_with("node.kubernetes.io")
+            && !domain.ends_with("node-restriction.kubernetes.io") =>
+        {
+            Some("the kubernetes.io domain is restricted in v1")
+        }
+        _ if domain.ends_with("k8s.io") && !domain.ends_with("kops.k8s.io") => {
+            Some("the k8s.io domain is restricted in v1")
+        }
+        _ => None,
+    }
+}
+
 /// Whether `value` holds something (not null, not an empty map or list).
 pub(crate) fn present(value: &Value) -> bool {
     match value {

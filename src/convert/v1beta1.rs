@@ -15,7 +15,9 @@
 //!   1, which cuts pods without host networking off from IMDS); the webhook kept it because
 //!   stored objects carry their defaults.
 
-use super::{Notes, Staged, Warning, describe, present, quantities, user_metadata};
+use super::{
+    Notes, Staged, Warning, describe, present, quantities, restricted_label, user_metadata,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -222,6 +224,43 @@ fn node_pool(old: &Value, notes: &mut Notes<'_>) -> (Value, Option<Value>) {
         if present(&template["spec"][field]) {
             new_template["spec"][field] = template["spec"][field].clone();
         }
+    }
+    // What v1's NodePool refuses (restricted label domains) is dropped, and said.
+    // `get_mut`, not indexing: indexing a missing key for writing inserts a null.
+    if let Some(template_labels) = new_template
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("labels"))
+        .and_then(Value::as_object_mut)
+    {
+        template_labels.retain(|key, _| match restricted_label(key) {
+            Some(why) => {
+                notes.warn(
+                    "spec.template.metadata.labels",
+                    format!("{key}: dropped, {why}"),
+                );
+                false
+            }
+            None => true,
+        });
+    }
+    if let Some(requirements) = new_template
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("requirements"))
+        .and_then(Value::as_array_mut)
+    {
+        requirements.retain(|r| {
+            let key = r["key"].as_str().unwrap_or_default();
+            match restricted_label(key) {
+                Some(why) => {
+                    notes.warn(
+                        "spec.template.spec.requirements",
+                        format!("{key}: dropped, {why}"),
+                    );
+                    false
+                }
+                None => true,
+            }
+        });
     }
     if !present(&template["spec"]["requirements"]) {
         new_template["spec"]["requirements"] = json!([]);
@@ -439,6 +478,37 @@ mod tests {
             "{:?}",
             out.warnings
         );
+    }
+
+    #[test]
+    fn labels_and_requirements_in_domains_v1_restricts_are_dropped_with_a_warning() {
+        let provisioner = Input {
+            source: "p.yaml".to_owned(),
+            object: json!({"apiVersion": "karpenter.sh/v1alpha5", "kind": "Provisioner", "metadata": {"name": "p"},
+                "spec": {"providerRef": {"name": "t"},
+                    "labels": {"team": "a", "node.kubernetes.io/lifecycle": "normal", "kubernetes.io/hostname": "x",
+                        "k8s.io/cluster-autoscaler/enabled": "true", "karpenter.sh/provisioner-name": "p"},
+                    "requirements": [{"key": "karpenter.sh/provisioner-name", "operator": "Exists"}]}}),
+        };
+        let out = convert(vec![provisioner]).unwrap();
+        let pool = &out.objects[0];
+        assert_eq!(
+            pool["spec"]["template"]["metadata"]["labels"],
+            json!({"team": "a", "node.kubernetes.io/lifecycle": "normal"})
+        );
+        let keys: Vec<&str> = pool["spec"]["template"]["spec"]["requirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["key"].as_str())
+            .collect();
+        assert!(!keys.contains(&"karpenter.sh/provisioner-name"), "{keys:?}");
+        let dropped = out
+            .warnings
+            .iter()
+            .filter(|w| w.message.contains(": dropped, "))
+            .count();
+        assert_eq!(dropped, 4, "{:?}", out.warnings);
     }
 
     #[test]
