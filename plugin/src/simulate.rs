@@ -197,13 +197,12 @@ pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Resu
             );
         }
         for i in current..wanted {
-            let mut pod: Value = json!({
+            let pod: Value = json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("{name}-whatif-{i}"), "namespace": namespace,
                     "labels": template["metadata"]["labels"]},
                 "spec": template["spec"],
             });
-            pod["metadata"]["labels"] = template["metadata"]["labels"].clone();
             extra.push(serde_json::from_value(pod).context("reading a pod template")?);
         }
     }
