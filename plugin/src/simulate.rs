@@ -13,9 +13,12 @@ use crate::table::{self, Cell, Table};
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_core::apis::{NodeClaim, NodePool};
 use karpenter_core::cloud::kwok::catalogue;
+use karpenter_core::disruption;
 use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
+use karpenter_core::simulate::disruption::DisruptionPlan;
 use karpenter_core::simulate::{self, Report};
 use karpenter_core::state::CachedPod;
 use karpenter_core::state::input::{Catalogues, Snapshot};
@@ -28,7 +31,7 @@ use std::sync::Arc;
 /// Flags of `simulate`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(
-    after_help = "Examples:\n  kubectl karpenter simulate -f ./manifests/ --provider aws\n  kubectl karpenter simulate -f app.yaml --replicas shop/web=50 -o wide\n  kubectl karpenter simulate -f app.yaml --nodepool spot-only.yaml -o json\n  kubectl karpenter simulate --from-cluster --replicas shop/web=30"
+    after_help = "Examples:\n  kubectl karpenter simulate -f ./manifests/ --provider aws\n  kubectl karpenter simulate -f app.yaml --replicas shop/web=50 -o wide\n  kubectl karpenter simulate -f app.yaml --nodepool spot-only.yaml -o json\n  kubectl karpenter simulate --from-cluster --replicas shop/web=30\n  kubectl karpenter simulate --from-cluster --disruption --nodepool consolidate-now.yaml"
 )]
 pub struct SimulateArgs {
     /// Workloads (Deployments, StatefulSets, ReplicaSets, Jobs, CronJobs, DaemonSets, Pods) and
@@ -44,6 +47,14 @@ pub struct SimulateArgs {
     /// today's nodes first, then on new nodes of its NodePools; and price today's nodes.
     #[arg(long)]
     pub from_cluster: bool,
+    /// With --from-cluster: what the agent's disruption loop would do now (emptiness, drift,
+    /// consolidation, one command after another), and what it would save.
+    #[arg(long, requires = "from_cluster")]
+    pub disruption: bool,
+    /// With --disruption: simulate an agent run with --feature-gates
+    /// SpotToSpotConsolidation=true (off by default, as upstream's).
+    #[arg(long, requires = "disruption")]
+    pub spot_to_spot: bool,
     /// Read directories' subdirectories too.
     #[arg(short = 'R', long)]
     pub recursive: bool,
@@ -252,7 +263,24 @@ pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Resu
         namespace_labels: &namespace_labels,
         volumes: &volumes,
     };
-    let report = simulate::plan_cluster(&snapshot, &shipped(Provider::Kwok));
+    let mut report = simulate::plan_cluster(&snapshot, &shipped(Provider::Kwok));
+    if args.disruption {
+        let pdbs = Api::<PodDisruptionBudget>::all(client.clone())
+            .list(&list)
+            .await
+            .context("listing PodDisruptionBudgets")?
+            .items;
+        let options = disruption::Options {
+            spot_to_spot: args.spot_to_spot,
+            ..disruption::Options::default()
+        };
+        report.disruption = Some(simulate::disruption::plan(
+            &snapshot,
+            &pdbs,
+            k8s_openapi::jiff::Timestamp::now(),
+            options,
+        ));
+    }
     print(args, &report)
 }
 
@@ -365,7 +393,9 @@ fn dollars(price: f64) -> String {
 fn render(report: &Report, wide: bool) -> String {
     let color = table::color_enabled();
     let mut text = String::new();
-    if wide {
+    if report.claims.is_empty() {
+        // No table of nothing: the TOTAL line says no new nodes.
+    } else if wide {
         let mut nodes = Table::new(&[
             "NODEPOOL",
             "INSTANCE TYPE",
@@ -463,6 +493,107 @@ fn render(report: &Report, wide: bool) -> String {
             dollars(fleet.price_per_hour),
             fleet.price_per_month
         ));
+    }
+    if let Some(plan) = &report.disruption {
+        text.push_str(&render_disruption(plan, report.current.as_ref(), wide));
+    }
+    text
+}
+
+/// What disruption would do: its commands in order, the saving, and what keeps the rest
+/// (`wide`: per node; otherwise counted by reason).
+fn render_disruption(plan: &DisruptionPlan, today: Option<&simulate::Fleet>, wide: bool) -> String {
+    let color = table::color_enabled();
+    let mut text =
+        String::from("\nDISRUPTION (what the agent would do now, one command after another)\n");
+    if plan.steps.is_empty() {
+        text.push_str("nothing to do now\n");
+    } else {
+        let mut steps = Table::new(&[
+            "STEP",
+            "METHOD",
+            "DECISION",
+            "REMOVES",
+            "LAUNCHES",
+            "SAVES $/HOUR",
+        ]);
+        for (i, step) in plan.steps.iter().enumerate() {
+            let removed: Vec<String> = step
+                .removed
+                .iter()
+                .map(|r| format!("{} ({} {})", r.node_claim, r.instance_type, r.capacity_type))
+                .collect();
+            let launched: Vec<String> = step
+                .launched
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} {} in {} ({} pods)",
+                        l.instance_type, l.capacity_type, l.zone, l.pods
+                    )
+                })
+                .collect();
+            steps.row(vec![
+                Cell::from((i + 1).to_string()),
+                Cell::from(step.method.as_str()),
+                Cell::from(format!("{} ({})", step.decision, step.reason)),
+                Cell::from(output::name_list(&removed)),
+                Cell::from(if launched.is_empty() {
+                    "-".to_owned()
+                } else {
+                    launched.join(", ")
+                }),
+                Cell::from(dollars(step.savings_per_hour)),
+            ]);
+        }
+        text.push_str(&steps.render(color));
+        if plan.truncated {
+            text.push_str(&format!("(stopped after {} commands)\n", plan.steps.len()));
+        }
+    }
+    let removed: usize = plan.steps.iter().map(|s| s.removed.len()).sum();
+    let launched: usize = plan.steps.iter().map(|s| s.launched.len()).sum();
+    text.push_str(&format!(
+        "SAVES   {removed} nodes removed, {launched} launched   {}/hour   ${:.2}/month",
+        dollars(plan.savings_per_hour),
+        plan.savings_per_month
+    ));
+    if let Some(fleet) = today {
+        text.push_str(&format!(
+            "   (today {}/hour, then {}/hour)",
+            dollars(fleet.price_per_hour),
+            dollars(fleet.price_per_hour - plan.savings_per_hour)
+        ));
+    }
+    text.push('\n');
+    if plan.kept.is_empty() {
+        return text;
+    }
+    if wide {
+        let mut kept = Table::new(&["NODECLAIM", "NODEPOOL", "WHY IT STAYS"]);
+        for k in &plan.kept {
+            kept.row(vec![
+                Cell::from(k.node_claim.as_str()),
+                Cell::from(k.node_pool.as_str()),
+                Cell::from(k.why.as_str()),
+            ]);
+        }
+        text.push('\n');
+        text.push_str(&kept.render(color));
+    } else {
+        let mut by_why: BTreeMap<&str, usize> = BTreeMap::new();
+        for k in &plan.kept {
+            *by_why.entry(k.why.as_str()).or_default() += 1;
+        }
+        let mut kept = Table::new(&["NODES", "WHY THEY STAY"]);
+        for (why, count) in by_why {
+            kept.row(vec![
+                Cell::from(count.to_string()),
+                Cell::from(table::truncate(why, 140)),
+            ]);
+        }
+        text.push('\n');
+        text.push_str(&kept.render(color));
     }
     text
 }

@@ -8,8 +8,10 @@
 //! a [`Report`]: the claims to launch, the pods no NodePool can take with the scheduler's reason,
 //! and the total per hour and per month (730 hours, as cloud price pages count a month).
 //! [`plan_cluster`] plans a live cluster's pending pods from a [`Snapshot`] of it, exactly as
-//! the agent's next round would, and prices today's nodes ([`fleet`]) next to the plan.
+//! the agent's next round would, and prices today's nodes ([`fleet`]) next to the plan;
+//! [`disruption::plan`] runs the agent's disruption passes over it and says what they save.
 
+pub mod disruption;
 pub mod workloads;
 
 pub use workloads::{WorkloadError, Workloads, read};
@@ -70,6 +72,9 @@ pub struct Report {
     /// Today's nodes (a cluster simulation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Fleet>,
+    /// What the disruption loop would do now (a cluster simulation asked for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<disruption::DisruptionPlan>,
 }
 
 /// Places the workloads' pods on new nodes of their NodePools, each pool choosing from
@@ -146,6 +151,7 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
         price_per_hour,
         price_per_month: price_per_hour * HOURS_PER_MONTH,
         current: None,
+        disruption: None,
     }
 }
 
