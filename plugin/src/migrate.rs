@@ -58,11 +58,11 @@ pub struct CasArgs {
     /// AWS: the cluster's region, for the EKS API (default: $AWS_REGION).
     #[arg(long, value_name = "REGION", env = "AWS_REGION")]
     pub region: Option<String>,
-    /// Read the node groups from the Nodes' labels only, not from the cloud's API (their
+    /// Read the node groups from the Nodes' labels only, not from the EKS or GKE API (their
     /// maximum sizes and the groups with no node are then unknown).
     #[arg(long)]
     pub from_nodes: bool,
-    /// Send AWS calls to this endpoint (tests: moto).
+    /// Send AWS or GCP calls to this endpoint (tests: moto, the GCP fake).
     #[arg(long, value_name = "URL", hide = true)]
     pub endpoint_url: Option<String>,
     /// Write the NodePools and node class here (one file each) instead of stdout.
@@ -91,8 +91,16 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
         .items;
     let (mut groups, outside) = migrate::node_groups(&nodes);
     let mut api_notes = Vec::new();
-    let on_aws = args.provider != Some(ProviderFlag::Gcp)
-        && groups.iter().all(|g| g.cloud != Some(Cloud::Gcp));
+    // GKE when asked, else when a node says so, or when nothing says and a GCP project is given.
+    let on_gcp = match args.provider {
+        Some(ProviderFlag::Gcp) => true,
+        Some(ProviderFlag::Aws) => false,
+        None => {
+            groups.iter().any(|g| g.cloud == Some(Cloud::Gcp))
+                || (groups.is_empty() && args.project.is_some())
+        }
+    };
+    let on_aws = !on_gcp;
     if on_aws && !args.from_nodes {
         match &args.region {
             None => api_notes.push(
@@ -120,6 +128,29 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
                 }
             }
         }
+    } else if on_gcp && !args.from_nodes {
+        // Without both, the node class cannot be written either, and the error below says so.
+        if let (Some(project), Some(location)) = (&args.project, &args.location) {
+            let mut options = karpenter_core::setup::gcp::GcpOptions::new(
+                project.clone(),
+                args.cluster.clone(),
+                location.clone(),
+            );
+            options.endpoint = args.endpoint_url.clone();
+            match karpenter_core::setup::gcp::node_pools(&options).await {
+                    Ok(from_api) => {
+                        api_notes.push(format!(
+                            "read {} node pools from the GKE API (autoscaling limits, machine types, zones, labels and taints as configured)",
+                            from_api.len()
+                        ));
+                        groups = migrate::merge(groups, from_api);
+                    }
+                    Err(e) => api_notes.push(format!(
+                        "the GKE API could not be read ({}): the node pools are read from the Nodes only (--from-nodes skips the API)",
+                        init::setup_error(e, 0)
+                    )),
+                }
+        }
     }
     if groups.is_empty() {
         bail!(
@@ -127,11 +158,7 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
             nodes.len()
         );
     }
-    let cloud = match args.provider {
-        Some(ProviderFlag::Aws) => Cloud::Aws,
-        Some(ProviderFlag::Gcp) => Cloud::Gcp,
-        None => groups.iter().find_map(|g| g.cloud).unwrap_or(Cloud::Aws),
-    };
+    let cloud = if on_gcp { Cloud::Gcp } else { Cloud::Aws };
     let node_class = node_class(cloud, args)?;
     let class_ref = json!({
         "group": node_class.object["apiVersion"].as_str().unwrap_or_default().split('/').next(),
@@ -367,7 +394,9 @@ async fn automate(
         .filter_map(|d| d.metadata.name.clone())
         .collect();
     if autoscalers.is_empty() {
-        eprintln!("~ no Cluster Autoscaler Deployment in kube-system to scale down");
+        eprintln!(
+            "~ no Cluster Autoscaler Deployment in kube-system to scale down (GKE runs its own: see step 3)"
+        );
     }
     for name in autoscalers {
         deployments
@@ -413,18 +442,40 @@ fn steps(cloud: Cloud, args: &CasArgs, groups: &[NodeGroup]) -> Vec<String> {
     out.push(format!(
         "  1. {init}   (the agent, its cloud identity and the nodes' role; skip if done)"
     ));
+    // GKE runs Cluster Autoscaler in its control plane: it is turned off pool by pool, in the
+    // GKE API, which --yes does not write to.
+    let gke_autoscaling_off = |out: &mut Vec<String>| {
+        out.push("  3. turn GKE's own Cluster Autoscaler off for the pools it scales:".to_owned());
+        for g in groups.iter().filter(|g| g.autoscaled != Some(false)) {
+            out.push(format!(
+                "     gcloud container node-pools update {} --cluster {cluster} --location {} --no-enable-autoscaling",
+                g.name,
+                args.location.as_deref().unwrap_or("LOCATION")
+            ));
+        }
+    };
     if args.yes {
-        out.push("  2. done: the NodePools and node class are applied, Cluster Autoscaler is at zero, the groups' nodes are cordoned".to_owned());
+        out.push(match cloud {
+            Cloud::Aws => "  2. done: the NodePools and node class are applied, Cluster Autoscaler is at zero, the groups' nodes are cordoned",
+            Cloud::Gcp => "  2. done: the NodePools and node class are applied, the groups' nodes are cordoned",
+        }.to_owned());
+        if cloud == Cloud::Gcp {
+            gke_autoscaling_off(&mut out);
+        }
     } else {
         let written = match &args.output_dir {
             Some(dir) => format!("kubectl apply -f {}", dir.display()),
             None => "kubectl apply -f FILE (the YAML printed above)".to_owned(),
         };
         out.push(format!("  2. {written}"));
-        out.push(
-            "  3. kubectl -n kube-system scale deployment cluster-autoscaler --replicas 0"
-                .to_owned(),
-        );
+        match cloud {
+            Cloud::Aws => out.push(
+                "  3. kubectl -n kube-system scale deployment cluster-autoscaler --replicas 0"
+                    .to_owned(),
+            ),
+            Cloud::Gcp => gke_autoscaling_off(&mut out),
+        }
+        out.push("     then cordon the groups' nodes, so new pods go to Karpenter's:".to_owned());
         for g in groups {
             out.push(format!("     kubectl cordon -l {}", g.selector));
         }

@@ -86,6 +86,9 @@ pub struct NodeGroup {
     pub node_cpu_millis: u64,
     /// The most nodes the group may have, as its cloud API says.
     pub max_size: Option<u32>,
+    /// Whether Cluster Autoscaler may resize it, as its cloud API says (GKE node pools have
+    /// autoscaling on or off; EKS groups are always within their sizes).
+    pub autoscaled: Option<bool>,
 }
 
 /// The node groups of `nodes`, by name; nodes in no group are counted in the second value.
@@ -163,6 +166,10 @@ pub fn merge(from_nodes: Vec<NodeGroup>, from_api: Vec<NodeGroup>) -> Vec<NodeGr
                     group.taints = api.taints;
                 }
                 group.max_size = api.max_size;
+                group.autoscaled = api.autoscaled;
+                if !api.zones.is_empty() {
+                    group.zones = api.zones;
+                }
             }
             None => groups.push(api),
         }
@@ -366,6 +373,12 @@ pub fn node_pool(group: &NodeGroup, node_class: &Value, notes: &mut Vec<String>)
             cores
         }
     };
+    if group.autoscaled == Some(false) {
+        notes.push(format!(
+            "{} {}: autoscaling is off, so Cluster Autoscaler never resized it; limits.cpu {cores} keeps it at its size today, and unlike the group its NodePool scales within that (raise the limit to let it grow)",
+            group.kind, group.name
+        ));
+    }
     json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": name},

@@ -55,10 +55,21 @@ const CONTAINER_ENDPOINT: &str = "https://container.googleapis.com";
 
 /// Reads the cluster with GKE `clusters.get` (at `options.endpoint` without credentials, else
 /// Google with Application Default Credentials).
+pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError> {
+    let body = container_get(options, "", "container.clusters.get").await?;
+    Ok(GkeCluster::from_json(&body, &options.project))
+}
+
+/// GETs `{cluster}{suffix}` from the GKE API, `action` naming the call in errors (every GKE read
+/// needs `container.clusters.get`).
 ///
 /// Plain REST over reqwest: the official google-cloud-container-v1 crate is not in this build's
 /// registry, and reqwest is already compiled for google-cloud-auth.
-pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError> {
+pub(super) async fn container_get(
+    options: &GcpOptions,
+    suffix: &str,
+    action: &str,
+) -> Result<serde_json::Value, SetupError> {
     let o = options;
     let resource = format!(
         "projects/{}/locations/{}/clusters/{}",
@@ -66,7 +77,7 @@ pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError
     );
     let cloud =
         |detail: String, source: Box<dyn std::error::Error + Send + Sync>| SetupError::Cloud {
-            action: format!("container.clusters.get on {resource}"),
+            action: format!("{action} on {resource}"),
             detail,
             source,
         };
@@ -75,7 +86,10 @@ pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError
         .as_deref()
         .unwrap_or(CONTAINER_ENDPOINT)
         .trim_end_matches('/');
-    let mut request = reqwest::Client::new().get(format!("{base}/v1/{resource}"));
+    let mut request = reqwest::Client::new()
+        .get(format!("{base}/v1/{resource}{suffix}"))
+        // A machine without network answers within this, not after minutes.
+        .timeout(std::time::Duration::from_secs(20));
     if o.endpoint.is_none() {
         let credentials = google_cloud_auth::credentials::Builder::default()
             .build_access_token_credentials()
@@ -93,7 +107,7 @@ pub async fn read_cluster(options: &GcpOptions) -> Result<GkeCluster, SetupError
     let status = response.status();
     let body: serde_json::Value = response.json().await.unwrap_or_default();
     match status.as_u16() {
-        200 => Ok(GkeCluster::from_json(&body, &o.project)),
+        200 => Ok(body),
         404 => Err(SetupError::Missing {
             resource: format!(
                 "GKE cluster {} in {} (project {})",

@@ -31,6 +31,7 @@ mod agent;
 mod gke;
 mod iam;
 mod key;
+mod node_pools;
 mod project;
 mod role;
 mod serviceusage;
@@ -39,6 +40,7 @@ pub use agent::{agent_manifests, node_pool_manifests};
 pub use gke::{GkeCluster, read_cluster};
 pub use iam::{NODE_ROLES, SERVICE_ACCOUNT_USER, WORKLOAD_IDENTITY_USER};
 pub use key::KEY_NAME_ANNOTATION;
+pub use node_pools::node_pools;
 pub use role::{AGENT_PERMISSIONS, CUSTOM_ROLE_ID};
 pub use serviceusage::APIS;
 
