@@ -182,9 +182,34 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
         }
     }
     let mut notes = api_notes;
+    notes.extend(groups.iter().flat_map(|g| g.notes.iter().cloned()));
+    // An EKS group that boots otherwise than init's node class (another AMI, disk, launch
+    // template) gets a class of its own.
+    let mut own_classes = Vec::new();
+    let mut shared_used = false;
     let pools: Vec<Manifest> = groups
         .iter()
-        .map(|g| Manifest::new(migrate::node_pool(g, &class_ref, &mut notes), "nodepools"))
+        .map(|g| {
+            let own = match cloud {
+                Cloud::Aws => {
+                    migrate::launch_template::node_class(g, &node_class.object, &mut notes)
+                }
+                Cloud::Gcp => None,
+            };
+            let reference = match &own {
+                Some(class) => {
+                    let mut reference = class_ref.clone();
+                    reference["name"] = class["metadata"]["name"].clone();
+                    reference
+                }
+                None => {
+                    shared_used = true;
+                    class_ref.clone()
+                }
+            };
+            own_classes.extend(own.map(|c| Manifest::new(c, "ec2nodeclasses")));
+            Manifest::new(migrate::node_pool(g, &reference, &mut notes), "nodepools")
+        })
         .collect();
 
     eprintln!(
@@ -206,7 +231,11 @@ pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
     }
     eprintln!("{}", prices(&groups, &nodes, &pods, &pools, &catalogue)?);
 
-    let mut objects = vec![node_class];
+    let mut objects = Vec::new();
+    if shared_used {
+        objects.push(node_class);
+    }
+    objects.extend(own_classes);
     objects.extend(pools);
     init::write_objects(&objects, args.output_dir.as_deref())?;
     if args.yes {

@@ -1,8 +1,11 @@
 //! `kubectl karpenter migrate cluster-autoscaler` reading EKS managed node groups from the EKS
 //! API (moto, behind the project's proxy) as well as from the rig's Nodes: a group's maximum size
 //! becomes its NodePool's CPU limit, its configured labels and taints carry over, a group scaled
-//! to zero (no node to read) still gets its NodePool, and an API the caller may not read falls
-//! back to the Nodes with a note naming the missing permission.
+//! to zero (no node to read) still gets its NodePool, a group's subnets give its zones, a group
+//! on a launch template gets an EC2NodeClass with the template's volumes, metadata options,
+//! security groups, user data and tags, and an API the caller may not read falls back to the
+//! Nodes (or, for a launch template, to init's node class) with a note naming the missing
+//! permission.
 
 #![cfg(not(target_os = "windows"))]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, dead_code)]
@@ -55,6 +58,13 @@ impl Drop for CleanUp {
             .args(["delete", "node", NODE, "--ignore-not-found"])
             .output();
     }
+}
+
+fn class<'a>(objects: &'a [Value], name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == "EC2NodeClass" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no EC2NodeClass {name}"))
 }
 
 fn pool<'a>(objects: &'a [Value], name: &str) -> &'a Value {
@@ -115,6 +125,90 @@ async fn managed_node_groups_from_the_eks_api_give_limits_from_their_maximum_siz
         .send()
         .await
         .expect("create node group spot-arm");
+    // A group on a launch template, as platform teams run them: its own type, a bigger root
+    // volume, IMDS reachable from pods, a security group of its own, user data, tags, a key.
+    let user_data = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: text/x-shellscript\n\n#!/bin/bash\necho tuned\n--//--\n";
+    use aws_sdk_ec2::types::{
+        LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+        LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
+        RequestLaunchTemplateData, ResourceType, VolumeType,
+    };
+    use base64::Engine;
+    env.ec2
+        .create_launch_template()
+        .launch_template_name("tuned-nodes")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder()
+                .instance_type(aws_sdk_ec2::types::InstanceType::M52xlarge)
+                .block_device_mappings(
+                    LaunchTemplateBlockDeviceMappingRequest::builder()
+                        .device_name("/dev/xvda")
+                        .ebs(
+                            LaunchTemplateEbsBlockDeviceRequest::builder()
+                                .volume_size(100)
+                                .volume_type(VolumeType::Gp3)
+                                .encrypted(true)
+                                .build(),
+                        )
+                        .build(),
+                )
+                .metadata_options(
+                    LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                        .http_put_response_hop_limit(2)
+                        .build(),
+                )
+                .security_group_ids(&env.security_group_id)
+                .user_data(base64::engine::general_purpose::STANDARD.encode(user_data))
+                .tag_specifications(
+                    LaunchTemplateTagSpecificationRequest::builder()
+                        .resource_type(ResourceType::Instance)
+                        .tags(
+                            aws_sdk_ec2::types::Tag::builder()
+                                .key("team")
+                                .value("batch")
+                                .build(),
+                        )
+                        .build(),
+                )
+                .key_name("ops")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("create launch template");
+    eks.create_nodegroup()
+        .cluster_name(CLUSTER)
+        .nodegroup_name("tuned")
+        .node_role(role)
+        .subnets(&env.subnet_ids[0])
+        .scaling_config(
+            NodegroupScalingConfig::builder()
+                .min_size(0)
+                .max_size(4)
+                .desired_size(0)
+                .build(),
+        )
+        .launch_template(
+            aws_sdk_eks::types::LaunchTemplateSpecification::builder()
+                .name("tuned-nodes")
+                .version("1")
+                .build(),
+        )
+        .ami_type(AmiTypes::Al2023X8664Standard)
+        .send()
+        .await
+        .expect("create node group tuned");
+    let tuned_zone = env
+        .ec2
+        .describe_subnets()
+        .subnet_ids(&env.subnet_ids[0])
+        .send()
+        .await
+        .expect("describe subnet")
+        .subnets()[0]
+        .availability_zone()
+        .unwrap()
+        .to_owned();
     // The one node of "general" today, as its kubelet and EKS label it.
     let node = format!(
         r#"
@@ -145,11 +239,11 @@ status:
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("read 2 managed node groups from the EKS API"),
+        stderr.contains("read 3 managed node groups from the EKS API"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("Found 2 node groups, on 1 nodes"),
+        stderr.contains("Found 3 node groups, on 1 nodes"),
         "{stderr}"
     );
     let objects: Vec<Value> = serde_saphyr::from_multiple(&stdout).expect("YAML");
@@ -177,8 +271,63 @@ status:
     assert!(requirements.contains(
         &json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]})
     ));
+    // AL2 groups boot AL2, as EKS booted them.
+    let general_class = class(&objects, "general");
+    assert_eq!(
+        general_class["spec"]["amiSelectorTerms"],
+        json!([{"alias": "al2@latest"}])
+    );
+    assert_eq!(
+        general["spec"]["template"]["spec"]["nodeClassRef"]["name"],
+        "general"
+    );
+    let tuned = pool(&objects, "tuned");
+    // 4 m5.2xlarge (the template's type) at most, in its one subnet's zone.
+    assert_eq!(tuned["spec"]["limits"]["cpu"], "32");
+    let zone = tuned["spec"]["template"]["spec"]["requirements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "topology.kubernetes.io/zone")
+        .expect("a zone requirement");
+    assert_eq!(zone["values"], json!([tuned_zone]));
+    let tuned_class = class(&objects, "tuned");
+    let spec = &tuned_class["spec"];
+    assert_eq!(
+        spec["blockDeviceMappings"],
+        json!([{"deviceName": "/dev/xvda", "rootVolume": true,
+                "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "encrypted": true}}])
+    );
+    assert_eq!(spec["metadataOptions"]["httpPutResponseHopLimit"], 2);
+    assert_eq!(
+        spec["securityGroupSelectorTerms"],
+        json!([{"id": env.security_group_id}])
+    );
+    assert_eq!(spec["userData"], user_data);
+    assert_eq!(spec["tags"], json!({"team": "batch"}));
+    assert_eq!(
+        spec["amiSelectorTerms"],
+        json!([{"alias": "al2023@latest"}])
+    );
+    assert!(stderr.contains("key pair ops"), "{stderr}");
     let dry = rig().kubectl_with_input(&["apply", "--dry-run=server", "-f", "-"], &stdout);
     assert!(dry.status.success(), "{}", text(&dry.stderr));
+
+    // Without ec2:DescribeLaunchTemplateVersions the group gets init's node class, and the
+    // note says why.
+    env.proxy.deny("DescribeLaunchTemplateVersions");
+    let out = migrate(&env.proxy);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tuned: its launch template could not be read (permission denied: ec2:DescribeLaunchTemplateVersions"),
+        "{stderr}"
+    );
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&text(&out.stdout)).expect("YAML");
+    assert_eq!(
+        pool(&objects, "tuned")["spec"]["template"]["spec"]["nodeClassRef"]["name"],
+        "default"
+    );
 
     // Without eks:ListNodegroups the Nodes are read alone, and the note says why.
     env.proxy.deny("ListNodegroups");

@@ -7,7 +7,13 @@
 //! This module reads the groups from the Nodes' labels (EKS managed node groups, eksctl node
 //! groups, GKE node pools), which works without cloud credentials; what a group's cloud API says
 //! (its maximum size, launch template) can only be guessed from its nodes, and the guesses are
-//! notes. Nodes Karpenter made, and control-plane nodes, are not in any group.
+//! notes; [`merge`] completes them with what the setup layer read from the cloud API.
+//! [`launch_template`] turns an EKS group's AMI type, disk size and launch template into its
+//! EC2NodeClass. Nodes Karpenter made, and control-plane nodes, are not in any group.
+
+pub mod launch_template;
+
+pub use launch_template::LaunchTemplate;
 
 use crate::apis::labels;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -89,6 +95,14 @@ pub struct NodeGroup {
     /// Whether Cluster Autoscaler may resize it, as its cloud API says (GKE node pools have
     /// autoscaling on or off; EKS groups are always within their sizes).
     pub autoscaled: Option<bool>,
+    /// EKS: the group's `amiType` (`AL2023_x86_64_STANDARD`, `CUSTOM`…).
+    pub ami_type: Option<String>,
+    /// EKS: the group's `diskSize`, GiB (groups without a launch template).
+    pub disk_size_gib: Option<u32>,
+    /// EKS: the launch template its nodes boot from.
+    pub launch_template: Option<LaunchTemplate>,
+    /// What reading it from its cloud API could not do.
+    pub notes: Vec<String>,
 }
 
 /// The node groups of `nodes`, by name; nodes in no group are counted in the second value.
@@ -170,6 +184,10 @@ pub fn merge(from_nodes: Vec<NodeGroup>, from_api: Vec<NodeGroup>) -> Vec<NodeGr
                 if !api.zones.is_empty() {
                     group.zones = api.zones;
                 }
+                group.ami_type = api.ami_type;
+                group.disk_size_gib = api.disk_size_gib;
+                group.launch_template = api.launch_template;
+                group.notes = api.notes;
             }
             None => groups.push(api),
         }
