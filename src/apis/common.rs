@@ -125,6 +125,7 @@ pub(crate) fn requirement_list_rules(schema: &mut schemars::Schema) {
         ],
     );
     schema.insert("maxItems".to_owned(), 100.into());
+    schema.insert("x-kubernetes-list-type".to_owned(), "atomic".into());
 }
 
 /// Appends CEL rules (`rule`, `message`) to a schema's `x-kubernetes-validations`.
@@ -149,13 +150,20 @@ pub(crate) fn add_rules(schema: &mut schemars::Schema, rules: &[(&str, &str)]) {
 #[serde(rename_all = "camelCase")]
 pub struct NodeClassReference {
     /// API group of the node class, e.g. `karpenter.k8s.aws`.
-    #[schemars(extend("pattern" = r"^[^/]*$", "maxLength" = 253))]
+    #[schemars(extend(
+        "pattern" = r"^[^/]*$",
+        "x-kubernetes-validations" = [{"message": "group may not be empty", "rule": "self != ''"}]
+    ))]
     pub group: String,
     /// Kind of the node class, e.g. `EC2NodeClass`.
-    #[schemars(extend("minLength" = 1, "maxLength" = 63))]
+    #[schemars(extend(
+        "x-kubernetes-validations" = [{"message": "kind may not be empty", "rule": "self != ''"}]
+    ))]
     pub kind: String,
     /// Name of the node class.
-    #[schemars(extend("minLength" = 1, "maxLength" = 253))]
+    #[schemars(extend(
+        "x-kubernetes-validations" = [{"message": "name may not be empty", "rule": "self != ''"}]
+    ))]
     pub name: String,
 }
 
@@ -316,6 +324,20 @@ pub struct KubeletConfiguration {
         rename = "cpuCFSQuota"
     )]
     pub cpu_cfs_quota: Option<bool>,
+    /// Any other `KubeletConfiguration` field, kept as written: upstream's EC2NodeClass
+    /// `kubelet` is an open map whose other fields go to the node's kubelet configuration.
+    #[serde(flatten)]
+    #[schemars(skip)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// EC2NodeClass `spec.kubelet` is open as upstream's (v1.15) is: fields beyond the typed ones
+/// are kept, not pruned, and reach the kubelet's configuration.
+pub(crate) fn open_kubelet(schema: &mut schemars::Schema) {
+    schema.insert(
+        "x-kubernetes-preserve-unknown-fields".to_owned(),
+        true.into(),
+    );
 }
 
 fn kubelet_rules(schema: &mut schemars::Schema) {
@@ -366,9 +388,9 @@ fn eviction_signal_rules(schema: &mut schemars::Schema) {
     );
 }
 
-/// Rules for a cloud tag map: no empty keys or values, at most 50 entries.
+/// Rules for the tags of a selector term (upstream's): no empty keys or values, at most 20.
 pub(crate) fn tag_map_rules(schema: &mut schemars::Schema) {
-    schema.insert("maxProperties".to_owned(), 50.into());
+    schema.insert("maxProperties".to_owned(), 20.into());
     add_rules(
         schema,
         &[(

@@ -1,7 +1,7 @@
 //! `karpenter.k8s.aws/v1` EC2NodeClass: where and how AWS instances launch (subnets, security
 //! groups, AMIs, IAM role, disks, metadata options, kubelet). Field for field as upstream.
 
-use super::common::{KubeletConfiguration, add_rules, tag_map_rules};
+use super::common::{KubeletConfiguration, add_rules, open_kubelet, tag_map_rules};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -58,18 +58,25 @@ pub struct EC2NodeClassSpec {
     /// The IAM role for the nodes; Karpenter manages the instance profile. Exclusive with
     /// `instanceProfile`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxLength" = 64))]
+    #[schemars(extend(
+        "maxLength" = 64,
+        "x-kubernetes-validations" = [{"message": "role cannot be empty", "rule": "self != ''"}]
+    ))]
     pub role: Option<String>,
     /// An existing instance profile for the nodes. Exclusive with `role`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxLength" = 128))]
+    #[schemars(extend(
+        "maxLength" = 128,
+        "x-kubernetes-validations" = [{"message": "instanceProfile cannot be empty", "rule": "self != ''"}]
+    ))]
     pub instance_profile: Option<String>,
     /// Tags for every resource launched (instances, volumes, launch templates).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = ec2_tag_rules)]
     pub tags: BTreeMap<String, String>,
-    /// Kubelet overrides.
+    /// Kubelet overrides: the typed fields, and any other `KubeletConfiguration` field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = open_kubelet)]
     pub kubelet: Option<KubeletConfiguration>,
     /// Volumes attached at launch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -93,21 +100,42 @@ pub struct EC2NodeClassSpec {
 fn ec2_spec_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
-        &[
-            (
-                "(has(self.role) && !has(self.instanceProfile)) || (!has(self.role) && has(self.instanceProfile))",
-                "must specify exactly one of ['role', 'instanceProfile']",
-            ),
-            (
-                "has(self.amiFamily) || self.amiSelectorTerms.exists(x, has(x.alias))",
-                "must specify amiFamily if amiSelectorTerms does not contain an alias",
-            ),
-        ],
+        &[(
+            "(has(self.role) && !has(self.instanceProfile)) || (!has(self.role) && has(self.instanceProfile))",
+            "must specify exactly one of ['role', 'instanceProfile']",
+        )],
+    );
+    // Upstream's rules verbatim: an amiFamily set beside an alias must match it (or be Custom).
+    for (alias, family, article) in [
+        ("al2", "AL2", "an"),
+        ("al2023", "AL2023", "an"),
+        ("bottlerocket", "Bottlerocket", "a"),
+        ("windows2019", "Windows2019", "a"),
+        ("windows2022", "Windows2022", "a"),
+        ("windows2025", "Windows2025", "a"),
+    ] {
+        add_rules(
+            schema,
+            &[(
+                &format!(
+                    "!has(self.amiFamily) || (self.amiSelectorTerms.exists(x, has(x.alias) && x.alias.find('^[^@]+') == '{alias}') ? (self.amiFamily == 'Custom' || self.amiFamily == '{family}') : true)"
+                ),
+                &format!(
+                    "if set, amiFamily must be '{family}' or 'Custom' when using {article} {family} alias"
+                ),
+            )],
+        );
+    }
+    add_rules(
+        schema,
+        &[(
+            "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)",
+            "must specify amiFamily if amiSelectorTerms does not contain an alias",
+        )],
     );
 }
 
 fn subnet_term_rules(schema: &mut schemars::Schema) {
-    schema.insert("minItems".to_owned(), 1.into());
     schema.insert("maxItems".to_owned(), 30.into());
     add_rules(
         schema,
@@ -126,7 +154,6 @@ fn subnet_term_rules(schema: &mut schemars::Schema) {
 }
 
 fn security_group_term_rules(schema: &mut schemars::Schema) {
-    schema.insert("minItems".to_owned(), 1.into());
     schema.insert("maxItems".to_owned(), 30.into());
     add_rules(
         schema,
@@ -157,7 +184,6 @@ fn ami_term_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[
-            ("self.size() != 0", "amiSelectorTerms cannot be empty"),
             (
                 "self.all(x, has(x.tags) || has(x.id) || has(x.name) || has(x.alias) || has(x.ssmParameter))",
                 "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']",
@@ -178,17 +204,19 @@ fn ami_term_rules(schema: &mut schemars::Schema) {
     );
 }
 
+/// Upstream's rules for `spec.tags`, verbatim: no empty key, none of the tags Karpenter and EKS
+/// set themselves.
 fn ec2_tag_rules(schema: &mut schemars::Schema) {
-    tag_map_rules(schema);
     add_rules(
         schema,
         &[
+            ("self.all(k, k != '')", "empty tag keys aren't supported"),
             (
-                "self.all(k, k != 'eks:eks-cluster-name')",
+                "self.all(k, k !='eks:eks-cluster-name')",
                 "tag contains a restricted tag matching eks:eks-cluster-name",
             ),
             (
-                "self.all(k, !k.startsWith('kubernetes.io/cluster'))",
+                "self.all(k, !k.startsWith('kubernetes.io/cluster') )",
                 "tag contains a restricted tag matching kubernetes.io/cluster/",
             ),
             (
@@ -196,12 +224,29 @@ fn ec2_tag_rules(schema: &mut schemars::Schema) {
                 "tag contains a restricted tag matching karpenter.sh/nodepool",
             ),
             (
-                "self.all(k, k != 'karpenter.sh/nodeclaim')",
+                "self.all(k, k !='karpenter.sh/nodeclaim')",
                 "tag contains a restricted tag matching karpenter.sh/nodeclaim",
             ),
             (
-                "self.all(k, k != 'karpenter.k8s.aws/ec2nodeclass')",
+                "self.all(k, k !='karpenter.k8s.aws/ec2nodeclass')",
                 "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass",
+            ),
+        ],
+    );
+}
+
+/// Upstream's rules for an EBS volume, verbatim.
+fn ebs_rules(schema: &mut schemars::Schema) {
+    add_rules(
+        schema,
+        &[
+            (
+                "has(self.snapshotID) || has(self.volumeSize)",
+                "snapshotID or volumeSize must be defined",
+            ),
+            (
+                "!has(self.volumeInitializationRate) || (has(self.snapshotID) && self.snapshotID != '')",
+                "snapshotID must be set when volumeInitializationRate is set",
             ),
         ],
     );
@@ -212,7 +257,7 @@ fn block_device_rules(schema: &mut schemars::Schema) {
     add_rules(
         schema,
         &[(
-            "self.filter(x, has(x.rootVolume) ? x.rootVolume == true : false).size() <= 1",
+            "self.filter(x, has(x.rootVolume)?x.rootVolume==true:false).size() <= 1",
             "must have only one blockDeviceMappings with rootVolume",
         )],
     );
@@ -290,8 +335,12 @@ fn ami_alias_rules(schema: &mut schemars::Schema) {
                 "'alias' is improperly formatted, must match the format 'family@version'",
             ),
             (
-                "self.find('^[^@]+') in ['al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025']",
+                "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022','windows2025']",
                 "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
+            ),
+            (
+                "self.split('@')[0] in ['windows2019','windows2022','windows2025'] ? self.split('@')[1] == 'latest' : true",
+                "windows families may only specify version 'latest'",
             ),
         ],
     );
@@ -314,6 +363,7 @@ pub struct BlockDeviceMapping {
 /// An EBS volume.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = ebs_rules)]
 pub struct BlockDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_on_termination: Option<bool>,

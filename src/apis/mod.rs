@@ -21,6 +21,7 @@ pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
 mod nodepool_hash;
+mod upstream_schema;
 
 pub use common::{
     InvalidDuration, KubeletConfiguration, LabelValue, NillableDuration, NodeClassReference,
@@ -67,6 +68,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// k8s-openapi documents every `Quantity` with a page-long essay on its wire format. Repeated
 /// under every resource map it drowns the fields users read in `kubectl explain`, so it goes.
+/// Then the schema gets what upstream's markers give k8s-openapi's types ([`upstream_schema`]).
 fn without_quantity_essays(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn strip(value: &mut serde_json::Value) {
         match value {
@@ -85,6 +87,7 @@ fn without_quantity_essays(crd: CustomResourceDefinition) -> CustomResourceDefin
         return crd;
     };
     strip(&mut value);
+    upstream_schema::apply(&mut value);
     serde_json::from_value(value).unwrap_or(crd)
 }
 

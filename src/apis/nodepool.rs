@@ -45,6 +45,9 @@ pub struct NodePoolSpec {
     pub template: NodeClaimTemplate,
     /// How Karpenter may disrupt this pool's nodes.
     #[serde(default = "Disruption::upstream_default")]
+    // Upstream's default names only consolidateAfter; the API server fills the rest from the
+    // fields' own defaults, so both give the same object.
+    #[schemars(extend("default" = {"consolidateAfter": "0s"}))]
     pub disruption: Disruption,
     /// Upper bounds on what the pool may launch in total (cpu, memory, nodes, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -116,6 +119,7 @@ pub struct TemplateMetadata {
     pub labels: BTreeMap<String, String>,
     /// Annotations for the nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-map-type" = "granular"))]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -127,6 +131,11 @@ impl TemplateMetadata {
 
 fn template_label_rules(schema: &mut schemars::Schema) {
     schema.insert("maxProperties".to_owned(), 100.into());
+    schema.insert("x-kubernetes-map-type".to_owned(), "atomic".into());
+    schema.insert(
+        "additionalProperties".to_owned(),
+        serde_json::json!({"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"}),
+    );
     add_rules(
         schema,
         &[
@@ -246,6 +255,7 @@ pub enum DisruptionReason {
 pub struct Disruption {
     /// How long a node must have had no pod scheduled or removed before consolidation considers
     /// it, or `Never`.
+    #[serde(default = "Disruption::default_consolidate_after")]
     pub consolidate_after: NillableDuration,
     /// Which nodes consolidation may remove.
     #[serde(default)]
@@ -274,6 +284,14 @@ fn disruption_rules(schema: &mut schemars::Schema) {
 
 fn budget_list_rules(schema: &mut schemars::Schema) {
     schema.insert("maxItems".to_owned(), 50.into());
+    schema.insert("x-kubernetes-list-type".to_owned(), "atomic".into());
+    // `nodes` has a default, so it is always there; upstream names it required all the same.
+    if let Some(items) = schema
+        .get_mut("items")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        items.insert("required".to_owned(), serde_json::json!(["nodes"]));
+    }
     add_rules(
         schema,
         &[(
@@ -284,6 +302,11 @@ fn budget_list_rules(schema: &mut schemars::Schema) {
 }
 
 impl Disruption {
+    /// Upstream's `consolidateAfter` default: at once.
+    fn default_consolidate_after() -> NillableDuration {
+        NillableDuration("0s".to_owned())
+    }
+
     /// What upstream fills in when `disruption` is left out.
     pub fn upstream_default() -> Self {
         Self {
@@ -302,7 +325,7 @@ impl Disruption {
 pub struct Budget {
     /// Which disruption reasons the budget applies to; all when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxItems" = 50))]
+    #[schemars(extend("maxItems" = 50, "x-kubernetes-list-type" = "set"))]
     pub reasons: Option<Vec<DisruptionReason>>,
     /// A node count (`5`) or a percentage of the pool (`10%`, rounded up).
     #[serde(default = "Budget::default_nodes")]
@@ -345,6 +368,7 @@ pub struct NodePoolStatus {
     pub resources: BTreeMap<String, Quantity>,
     /// How many nodes the pool has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub nodes: Option<i64>,
     /// The generation of the node class last seen by the controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]

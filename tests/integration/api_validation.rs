@@ -313,3 +313,96 @@ spec:
     assert!(!changed.status.success(), "a NodeClaim's spec was changed");
     assert!(message.contains("spec is immutable"), "{message}");
 }
+
+/// An EC2NodeClass with `extra` spliced into its spec.
+fn ec2_node_class(name: &str, ami: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: {name}
+spec:
+  role: KarpenterNodeRole-demo
+  amiSelectorTerms: [{ami}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
+{extra}
+"#
+    )
+}
+
+#[test]
+fn a_taint_with_an_effect_the_kubelet_does_not_know_is_rejected() {
+    let manifest = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: bad-taint
+spec:
+  template:
+    spec:
+      taints: [{key: dedicated, value: gpu, effect: NoSchedul}]
+      requirements: []
+      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
+"#;
+    assert_rejected(
+        manifest,
+        "spec.template.spec.taints[0].effect",
+        "Unsupported value",
+    );
+}
+
+#[test]
+fn an_ami_family_that_contradicts_the_alias_and_a_windows_version_pin_are_rejected() {
+    assert_rejected(
+        &ec2_node_class(
+            "family-clash",
+            "{alias: al2023@latest}",
+            "  amiFamily: Bottlerocket",
+        ),
+        "spec",
+        "if set, amiFamily must be 'AL2023' or 'Custom' when using an AL2023 alias",
+    );
+    assert_rejected(
+        &ec2_node_class("windows-pin", "{alias: windows2022@v20240101}", ""),
+        "alias",
+        "windows families may only specify version 'latest'",
+    );
+}
+
+#[test]
+fn a_volume_without_size_or_snapshot_is_rejected() {
+    assert_rejected(
+        &ec2_node_class(
+            "no-size",
+            "{alias: al2023@latest}",
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeType: gp3}}]",
+        ),
+        "ebs",
+        "snapshotID or volumeSize must be defined",
+    );
+}
+
+#[test]
+fn kubelet_settings_without_a_typed_field_are_kept_not_pruned() {
+    let manifest = ec2_node_class(
+        "open-kubelet",
+        "{alias: al2023@latest}",
+        "  kubelet: {maxPods: 58, registryPullQPS: 10, containerLogMaxSize: 50Mi}",
+    );
+    let out = rig().kubectl_with_input(
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        &manifest,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        created["spec"]["kubelet"],
+        serde_json::json!({"maxPods": 58, "registryPullQPS": 10, "containerLogMaxSize": "50Mi"})
+    );
+}

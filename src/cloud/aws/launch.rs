@@ -173,7 +173,7 @@ async fn ensure_launch_template(
             cluster: bootstrap,
             labels: kubelet_labels(claim),
             taints,
-            max_pods: spec.kubelet.as_ref().and_then(|k| k.max_pods),
+            kubelet: spec.kubelet.as_ref(),
             custom: spec.user_data.as_deref(),
         },
     );

@@ -106,11 +106,14 @@ pub mod conditions {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     pub const AMIS_READY: &str = "AMIsReady";
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
-    pub const ALL: [&str; 4] = [
+    /// Upstream's condition for a class whose settings cannot be carried out as written.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    pub const ALL: [&str; 5] = [
         SUBNETS_READY,
         SECURITY_GROUPS_READY,
         AMIS_READY,
         INSTANCE_PROFILE_READY,
+        VALIDATION_SUCCEEDED,
     ];
 }
 
@@ -240,6 +243,19 @@ pub async fn resolve(
     let subnets = resolve_subnets(clients, spec).await?;
     let security_groups = resolve_security_groups(clients, spec).await?;
     let (family, amis) = resolve_amis(clients, spec, k8s_version).await?;
+    // A kubelet field the family's bootstrap cannot apply is refused, not silently dropped.
+    if let Some(kubelet) = &spec.kubelet {
+        let unsupported = super::userdata::unsupported(family, kubelet);
+        if !unsupported.is_empty() {
+            return Err(ResolveError::not_ready(
+                conditions::VALIDATION_SUCCEEDED,
+                format!(
+                    "kubelet {} cannot be applied on Bottlerocket (it has no setting for them): remove them, or boot AL2023 (amiSelectorTerms alias al2023@latest), which takes every KubeletConfiguration field",
+                    unsupported.join(", ")
+                ),
+            ));
+        }
+    }
     let instance_profile = resolve_instance_profile(clients, spec, &name).await?;
     Ok(ResolvedNodeClass {
         name,

@@ -3,8 +3,17 @@
 //! Bottlerocket, and the node class's own user data as is for Custom. The node class's
 //! `userData` is merged in as upstream merges it (another MIME part for AL2023, prepended script
 //! for AL2, ignored for Bottlerocket where it must be TOML the agent does not parse).
+//!
+//! The node class's `kubelet` reaches the kubelet as upstream's bootstrappers send it
+//! (`pkg/providers/amifamily/bootstrap`): on AL2023 the whole map is nodeadm's
+//! `spec.kubelet.config` (a `KubeletConfiguration`, so every field applies); on AL2 the typed
+//! fields are `bootstrap.sh` flags (`--dns-cluster-ip`, `--kubelet-extra-args`) and any other
+//! field is merged into `/etc/kubernetes/kubelet/kubelet-config.json` first; on Bottlerocket
+//! each typed field is its `settings.kubernetes` key (Bottlerocket has none for `podsPerCore`
+//! and fields beyond the typed ones, which [`unsupported`] names).
 
 use super::nodeclass::AmiFamily;
+use crate::apis::KubeletConfiguration;
 use k8s_openapi::api::core::v1::Taint;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -27,8 +36,82 @@ pub struct NodeBootstrap<'a> {
     pub cluster: &'a ClusterBootstrap,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
-    pub max_pods: Option<i32>,
+    /// The node class's `kubelet`.
+    pub kubelet: Option<&'a KubeletConfiguration>,
     pub custom: Option<&'a str>,
+}
+
+/// The kubelet fields a family's bootstrap cannot apply (Bottlerocket: `podsPerCore` and any
+/// field beyond the typed ones); empty for the others.
+pub fn unsupported(family: AmiFamily, kubelet: &KubeletConfiguration) -> Vec<String> {
+    if family != AmiFamily::Bottlerocket {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = kubelet.other.keys().cloned().collect();
+    if kubelet.pods_per_core.is_some() {
+        out.insert(0, "podsPerCore".to_owned());
+    }
+    out
+}
+
+/// `k=v,k=v` of a map, as the kubelet's map flags take it.
+fn pairs(map: &BTreeMap<String, String>, separator: &str) -> String {
+    map.iter()
+        .map(|(k, v)| format!("{k}{separator}{v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// AL2's `--kubelet-extra-args` for the typed kubelet fields (upstream's `eksbootstrap.go`).
+fn kubelet_flags(k: &KubeletConfiguration) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(n) = k.max_pods {
+        flags.push(format!("--max-pods={n}"));
+    }
+    if let Some(n) = k.pods_per_core {
+        flags.push(format!("--pods-per-core={n}"));
+    }
+    for (flag, map, separator) in [
+        ("--system-reserved", &k.system_reserved, "="),
+        ("--kube-reserved", &k.kube_reserved, "="),
+        ("--eviction-hard", &k.eviction_hard, "<"),
+        ("--eviction-soft", &k.eviction_soft, "<"),
+        (
+            "--eviction-soft-grace-period",
+            &k.eviction_soft_grace_period,
+            "=",
+        ),
+    ] {
+        if !map.is_empty() {
+            flags.push(format!("{flag}={}", pairs(map, separator)));
+        }
+    }
+    if let Some(n) = k.eviction_max_pod_grace_period {
+        flags.push(format!("--eviction-max-pod-grace-period={n}"));
+    }
+    if let Some(n) = k.image_gc_high_threshold_percent {
+        flags.push(format!("--image-gc-high-threshold={n}"));
+    }
+    if let Some(n) = k.image_gc_low_threshold_percent {
+        flags.push(format!("--image-gc-low-threshold={n}"));
+    }
+    if let Some(b) = k.cpu_cfs_quota {
+        flags.push(format!("--cpu-cfs-quota={b}"));
+    }
+    flags
+}
+
+/// The kubelet map as nodeadm's `config`, indented under `kubelet:`.
+fn node_config_kubelet(k: &KubeletConfiguration) -> String {
+    let Ok(value) = serde_json::to_value(k) else {
+        return String::new();
+    };
+    if value.as_object().is_none_or(serde_json::Map::is_empty) {
+        return String::new();
+    }
+    // A JSON object is valid YAML (flow style), which nodeadm reads; one line keeps the
+    // indentation trivially right.
+    format!("    config: {value}\n")
 }
 
 fn taint_flag(taints: &[Taint]) -> String {
@@ -83,8 +166,8 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
                 "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n  kubelet:\n",
                 c.name, c.endpoint, c.ca_bundle, c.service_cidr
             );
-            if let Some(max_pods) = node.max_pods {
-                let _ = write!(out, "    config:\n      maxPods: {max_pods}\n");
+            if let Some(kubelet) = node.kubelet {
+                out.push_str(&node_config_kubelet(kubelet));
             }
             if !flags.is_empty() {
                 out.push_str("    flags:\n");
@@ -102,17 +185,35 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             if let Some(custom) = node.custom {
                 let _ = writeln!(out, "{custom}");
             }
-            let mut kubelet_args = flags.join(" ");
-            if let Some(max_pods) = node.max_pods {
-                kubelet_args.push_str(&format!(" --max-pods={max_pods}"));
+            let mut extra = String::new();
+            if let Some(kubelet) = node.kubelet {
+                flags.extend(kubelet_flags(kubelet));
+                if let Some(dns) = kubelet.cluster_dns.first() {
+                    let _ = write!(extra, " --dns-cluster-ip '{dns}'");
+                }
+                if !kubelet.other.is_empty() {
+                    // The fields without a flag go into the kubelet's config file, which
+                    // bootstrap.sh then completes; jq ships on the EKS AL2 AMI.
+                    let other = serde_json::Value::from(
+                        kubelet
+                            .other
+                            .clone()
+                            .into_iter()
+                            .collect::<serde_json::Map<_, _>>(),
+                    );
+                    let _ = writeln!(
+                        out,
+                        "echo \"$(jq '. + {other}' /etc/kubernetes/kubelet/kubelet-config.json)\" > /etc/kubernetes/kubelet/kubelet-config.json"
+                    );
+                }
             }
             let _ = writeln!(
                 out,
-                "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}' --b64-cluster-ca '{}' --use-max-pods false --kubelet-extra-args '{}'",
+                "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}' --b64-cluster-ca '{}' --use-max-pods false{extra} --kubelet-extra-args '{}'",
                 c.name,
                 c.endpoint,
                 c.ca_bundle,
-                kubelet_args.trim()
+                flags.join(" ")
             );
             out
         }
@@ -121,8 +222,8 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
                 "[settings.kubernetes]\ncluster-name = {:?}\napi-server = {:?}\ncluster-certificate = {:?}\n",
                 c.name, c.endpoint, c.ca_bundle
             );
-            if let Some(max_pods) = node.max_pods {
-                let _ = writeln!(out, "max-pods = {max_pods}");
+            if let Some(kubelet) = node.kubelet {
+                out.push_str(&bottlerocket_kubelet(kubelet));
             }
             if !node.labels.is_empty() {
                 out.push_str("\n[settings.kubernetes.node-labels]\n");
@@ -150,6 +251,46 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
     }
 }
 
+/// Bottlerocket's `settings.kubernetes` keys for the typed kubelet fields (upstream's
+/// `bottlerocketsettings.go`); the tables come after the plain keys, as TOML requires.
+fn bottlerocket_kubelet(k: &KubeletConfiguration) -> String {
+    let mut out = String::new();
+    if let Some(n) = k.max_pods {
+        let _ = writeln!(out, "max-pods = {n}");
+    }
+    if !k.cluster_dns.is_empty() {
+        let _ = writeln!(out, "cluster-dns-ip = {:?}", k.cluster_dns);
+    }
+    if let Some(n) = k.eviction_max_pod_grace_period {
+        let _ = writeln!(out, "eviction-max-pod-grace-period = {n}");
+    }
+    if let Some(n) = k.image_gc_high_threshold_percent {
+        let _ = writeln!(out, "image-gc-high-threshold-percent = {n}");
+    }
+    if let Some(n) = k.image_gc_low_threshold_percent {
+        let _ = writeln!(out, "image-gc-low-threshold-percent = {n}");
+    }
+    if let Some(b) = k.cpu_cfs_quota {
+        let _ = writeln!(out, "cpu-cfs-quota-enforced = {b}");
+    }
+    for (table, map) in [
+        ("system-reserved", &k.system_reserved),
+        ("kube-reserved", &k.kube_reserved),
+        ("eviction-hard", &k.eviction_hard),
+        ("eviction-soft", &k.eviction_soft),
+        ("eviction-soft-grace-period", &k.eviction_soft_grace_period),
+    ] {
+        if map.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n[settings.kubernetes.{table}]");
+        for (key, value) in map {
+            let _ = writeln!(out, "{key:?} = {value:?}");
+        }
+    }
+    out
+}
+
 /// Standard base64 with padding (what EC2 expects for `UserData`).
 pub fn base64(bytes: &[u8]) -> String {
     use base64::Engine;
@@ -172,6 +313,10 @@ mod tests {
     #[test]
     fn al2023_user_data_is_a_nodeadm_node_config_with_labels_and_taints() {
         let cluster = cluster();
+        let kubelet = KubeletConfiguration {
+            max_pods: Some(110),
+            ..KubeletConfiguration::default()
+        };
         let node = NodeBootstrap {
             cluster: &cluster,
             labels: [("karpenter.sh/nodepool".to_owned(), "default".to_owned())]
@@ -182,13 +327,13 @@ mod tests {
                 effect: "NoExecute".into(),
                 ..Taint::default()
             }],
-            max_pods: Some(110),
+            kubelet: Some(&kubelet),
             custom: None,
         };
         let text = render(AmiFamily::AL2023, &node);
         assert!(text.contains("kind: NodeConfig"));
         assert!(text.contains("apiServerEndpoint: https://ABC.eks.amazonaws.com"));
-        assert!(text.contains("maxPods: 110"));
+        assert!(text.contains("config: {\"maxPods\":110}"), "{text}");
         assert!(text.contains("--register-with-taints=karpenter.sh/unregistered=:NoExecute"));
         assert!(text.contains("--node-labels=karpenter.sh/nodepool=default"));
         let al2 = render(AmiFamily::AL2, &node);
@@ -204,5 +349,101 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+}
+
+#[cfg(test)]
+mod kubelet_tests {
+    use super::*;
+
+    fn kubelet() -> KubeletConfiguration {
+        serde_json::from_value(serde_json::json!({
+            "maxPods": 58, "podsPerCore": 4, "clusterDNS": ["10.0.0.10"],
+            "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+            "evictionHard": {"memory.available": "5%"},
+            "imageGCHighThresholdPercent": 85, "cpuCFSQuota": false,
+            "registryPullQPS": 10, "containerLogMaxSize": "50Mi",
+        }))
+        .unwrap()
+    }
+
+    fn node<'a>(
+        cluster: &'a ClusterBootstrap,
+        kubelet: &'a KubeletConfiguration,
+    ) -> NodeBootstrap<'a> {
+        NodeBootstrap {
+            cluster,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            kubelet: Some(kubelet),
+            custom: None,
+        }
+    }
+
+    fn cluster() -> ClusterBootstrap {
+        ClusterBootstrap {
+            name: "demo".into(),
+            endpoint: "https://ABC.eks.amazonaws.com".into(),
+            ca_bundle: "Q0E=".into(),
+            service_cidr: "10.100.0.0/16".into(),
+        }
+    }
+
+    #[test]
+    fn every_kubelet_field_reaches_an_al2023_node_including_those_without_a_typed_field() {
+        let (cluster, kubelet) = (cluster(), kubelet());
+        let text = render(AmiFamily::AL2023, &node(&cluster, &kubelet));
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("config: "))
+            .expect("a config line");
+        let config: serde_json::Value =
+            serde_json::from_str(line.trim_start().trim_start_matches("config: ")).unwrap();
+        assert_eq!(config["maxPods"], 58);
+        assert_eq!(config["clusterDNS"], serde_json::json!(["10.0.0.10"]));
+        assert_eq!(config["evictionHard"]["memory.available"], "5%");
+        assert_eq!(config["registryPullQPS"], 10);
+        assert_eq!(config["containerLogMaxSize"], "50Mi");
+    }
+
+    #[test]
+    fn an_al2_node_gets_flags_for_the_typed_fields_and_the_config_file_for_the_rest() {
+        let (cluster, kubelet) = (cluster(), kubelet());
+        let text = render(AmiFamily::AL2, &node(&cluster, &kubelet));
+        assert!(text.contains("--dns-cluster-ip '10.0.0.10'"), "{text}");
+        for flag in [
+            "--max-pods=58",
+            "--pods-per-core=4",
+            "--system-reserved=cpu=100m,memory=100Mi",
+            "--eviction-hard=memory.available<5%",
+            "--image-gc-high-threshold=85",
+            "--cpu-cfs-quota=false",
+        ] {
+            assert!(text.contains(flag), "{flag} in {text}");
+        }
+        assert!(
+            text.contains(r#"jq '. + {"containerLogMaxSize":"50Mi","registryPullQPS":10}'"#),
+            "{text}"
+        );
+        // The merge comes before bootstrap.sh reads the file.
+        assert!(text.find("jq ").unwrap() < text.find("bootstrap.sh").unwrap());
+    }
+
+    #[test]
+    fn a_bottlerocket_node_gets_its_settings_and_what_bottlerocket_cannot_take_is_named() {
+        let (cluster, kubelet) = (cluster(), kubelet());
+        let text = render(AmiFamily::Bottlerocket, &node(&cluster, &kubelet));
+        assert!(text.contains("max-pods = 58"), "{text}");
+        assert!(text.contains("cluster-dns-ip = [\"10.0.0.10\"]"), "{text}");
+        assert!(
+            text.contains("[settings.kubernetes.system-reserved]\n\"cpu\" = \"100m\""),
+            "{text}"
+        );
+        assert!(text.contains("cpu-cfs-quota-enforced = false"), "{text}");
+        assert_eq!(
+            unsupported(AmiFamily::Bottlerocket, &kubelet),
+            ["podsPerCore", "containerLogMaxSize", "registryPullQPS"]
+        );
+        assert!(unsupported(AmiFamily::AL2023, &kubelet).is_empty());
     }
 }
