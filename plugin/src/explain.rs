@@ -250,6 +250,12 @@ pub async fn fetch(
         pods.extend(found?);
     }
 
+    let list_prices = crate::prices::list_prices(
+        node_claims
+            .iter()
+            .map(|c| &c.metadata)
+            .chain(node.iter().map(|n| &n.metadata)),
+    );
     Ok((
         name,
         explain::Cluster {
@@ -259,6 +265,7 @@ pub async fn fetch(
             pods,
             events,
             pod_disruption_budgets: pdbs,
+            list_prices,
         },
     ))
 }
@@ -341,6 +348,8 @@ pub fn render(e: &ClaimExplanation, now: Timestamp, color: bool) -> String {
                     format!("the node's {} label", labels::INSTANCE_PRICE),
                 explain::PriceSource::InstanceTypeOptions =>
                     "the recorded instance type options".to_owned(),
+                explain::PriceSource::ListPrice =>
+                    "the shipped list prices (nothing recorded one)".to_owned(),
             }
         ),
         None => "unknown".to_owned(),

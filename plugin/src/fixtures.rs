@@ -130,6 +130,7 @@ pub fn cluster() -> Cluster {
             "message": "no NodePool can launch a node for batch/huge-0: default: requests cpu=200 but the largest allowed type has 96",
         }))],
         pod_disruption_budgets: Vec::new(),
+        list_prices: Default::default(),
     }
     .with_pending_claim_for("shop/cart-0")
 }
@@ -197,5 +198,6 @@ pub fn upstream_cluster() -> Cluster {
         )],
         events: Vec::new(),
         pod_disruption_budgets: vec![pdb],
+        list_prices: Default::default(),
     }
 }

@@ -13,6 +13,7 @@ mod init_gcp;
 mod manifests;
 mod migrate;
 mod output;
+mod prices;
 mod simulate;
 mod status;
 mod table;

@@ -107,6 +107,12 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
         cluster.list_nodes(nodes, any()),
         pods_and_events,
     )?;
+    let list_prices = crate::prices::list_prices(
+        node_claims
+            .iter()
+            .map(|c| &c.metadata)
+            .chain(nodes.iter().map(|n| &n.metadata)),
+    );
     Ok(explain::Cluster {
         node_pools,
         node_claims,
@@ -114,6 +120,7 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
         pods,
         events,
         pod_disruption_budgets: Vec::new(),
+        list_prices,
     })
 }
 

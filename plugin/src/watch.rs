@@ -174,7 +174,11 @@ impl Follow {
 
     fn summarize(&self, name: &str) -> Option<ClaimSummary> {
         let claim = self.claims.get(name)?;
-        Some(explain::claim_summary(claim, self.node_of(claim)))
+        let node = self.node_of(claim);
+        let list = crate::prices::list_prices(
+            std::iter::once(&claim.metadata).chain(node.map(|n| &n.metadata)),
+        );
+        Some(explain::claim_summary(claim, node, &list))
     }
 
     /// Re-reads a claim's row; returns it when it differs from the one shown.
@@ -203,7 +207,13 @@ impl Follow {
         let claim = self.claims.remove(name);
         let last = self.shown.remove(name);
         match (claim, last) {
-            (Some(claim), _) => Some(explain::claim_summary(&claim, self.node_of(&claim))),
+            (Some(claim), _) => {
+                let node = self.node_of(&claim);
+                let list = crate::prices::list_prices(
+                    std::iter::once(&claim.metadata).chain(node.map(|n| &n.metadata)),
+                );
+                Some(explain::claim_summary(&claim, node, &list))
+            }
             (None, last) => last,
         }
     }

@@ -217,6 +217,44 @@ async fn status_shows_an_upstream_claim_priced_by_its_node_label() {
 }
 
 #[tokio::test]
+async fn status_prices_an_upstream_claim_that_recorded_no_price_from_the_shipped_list_prices() {
+    upstream_claim("up-list", "up-list-x1", "up-list-node", "{}").await;
+    // Upstream Karpenter records no price anywhere: no label on the node, no options on the claim.
+    let unlabelled = rig()
+        .kubectl()
+        .args([
+            "label",
+            "node",
+            "up-list-node",
+            "eks-node-viewer/instance-price-",
+        ])
+        .output()
+        .expect("kubectl label");
+    assert!(unlabelled.status.success());
+    let json: Value = serde_json::from_str(&stdout_ok(&[
+        "status",
+        "-o",
+        "json",
+        "--nodepool",
+        "up-list",
+    ]))
+    .expect("JSON");
+    let claim = json["nodeClaims"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "up-list-x1"))
+        .expect("claim in JSON");
+    assert_eq!(claim["price"]["source"], "listPrice", "{claim}");
+    // An m5.large at spot: priced, and below its on-demand $0.096.
+    let per_hour = claim["price"]["perHour"].as_f64().unwrap();
+    assert!(per_hour > 0.0 && per_hour < 0.096, "{per_hour}");
+    let table = stdout_ok(&["explain", "nodeclaim", "up-list-x1"]);
+    assert!(
+        table.contains("from the shipped list prices (nothing recorded one)"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
 async fn explain_says_what_upstream_did_not_record_and_what_blocks_disruption() {
     upstream_claim(
         "up-explain",

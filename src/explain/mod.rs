@@ -47,7 +47,9 @@ pub use choice::{ChoiceOption, InstanceChoice};
 pub use claim_state::{ClaimPhase, ClaimState, claim_state, claim_state_at};
 pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
 pub use pending::{PendingPod, is_pending, pending_pods};
-pub use price::{HOURS_PER_MONTH, Price, PriceSource, claim_price, node_price};
+pub use price::{
+    HOURS_PER_MONTH, ListPrices, Price, PriceSource, claim_price, node_price, node_price_or_list,
+};
 pub use recorded::{InstanceTypeOption, instance_type_options, provisioned_for};
 pub use status::{
     ClaimSummary, LimitUsage, NodeUsage, PoolSummary, StatusOptions, StatusReport, Totals,
@@ -66,6 +68,8 @@ pub struct Cluster {
     pub pods: Vec<Pod>,
     pub events: Vec<Event>,
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// Shipped list prices for the types the cluster runs (see [`ListPrices`]).
+    pub list_prices: ListPrices,
 }
 
 fn label<'a>(

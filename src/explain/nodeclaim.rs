@@ -157,7 +157,7 @@ pub fn explain_node_claim(
         node_name: node_name.clone(),
         provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
         created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        price: claim_price(claim, node),
+        price: claim_price(claim, node, &cluster.list_prices),
         recorded_by_agent: recorded,
         why: why_it_exists(claim, cluster, node_name.as_deref(), &pods_on_node),
         choice: instance_choice(claim, &cluster.events, now),

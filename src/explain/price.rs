@@ -1,11 +1,17 @@
 //! What a node or a NodeClaim costs per hour, and where that price came from: the node's
 //! `eks-node-viewer/instance-price` label (as eks-node-viewer reads it), else the claim's recorded
-//! instance type options.
+//! instance type options, else the shipped list price of its instance type and capacity type
+//! ([`ListPrices`]): the agent records a price, upstream Karpenter does not, so a cluster it runs
+//! is priced from the same tables.
 
 use super::{instance_type_options, label};
 use crate::apis::{NodeClaim, labels};
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Shipped list prices per hour by (instance type, capacity type), for what the cluster runs.
+pub type ListPrices = BTreeMap<(String, String), f64>;
 
 /// Hours in an average month (8,760 / 12), the factor from $/hour to $/month, as eks-node-viewer uses.
 pub const HOURS_PER_MONTH: f64 = 730.0;
@@ -18,6 +24,8 @@ pub enum PriceSource {
     NodeLabel,
     /// The matching entry of the claim's recorded instance type options.
     InstanceTypeOptions,
+    /// The shipped list price of its instance type and capacity type.
+    ListPrice,
 }
 
 /// An hourly price and where it came from.
@@ -37,15 +45,51 @@ pub fn node_price(node: &Node) -> Option<f64> {
         .filter(|p| p.is_finite() && *p >= 0.0)
 }
 
+/// The list price of what an object's labels say it runs (its instance type, and capacity type,
+/// on-demand when unlabelled).
+fn list_price(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    list: &ListPrices,
+) -> Option<Price> {
+    let instance_type = label(meta, labels::INSTANCE_TYPE)?;
+    let capacity_type =
+        label(meta, labels::CAPACITY_TYPE).unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
+    let per_hour = *list.get(&(instance_type.to_owned(), capacity_type.to_owned()))?;
+    Some(Price {
+        per_hour,
+        source: PriceSource::ListPrice,
+    })
+}
+
+/// What a node outside any claim costs per hour: its price label, else its list price.
+pub fn node_price_or_list(node: &Node, list: &ListPrices) -> Option<Price> {
+    match node_price(node) {
+        Some(per_hour) => Some(Price {
+            per_hour,
+            source: PriceSource::NodeLabel,
+        }),
+        None => list_price(&node.metadata, list),
+    }
+}
+
 /// What a claim costs per hour: its node's price label if present, else the price of its
-/// launched instance type among the recorded options, else unknown.
-pub fn claim_price(claim: &NodeClaim, node: Option<&Node>) -> Option<Price> {
+/// launched instance type among the recorded options, else its (or its node's) list price,
+/// else unknown.
+pub fn claim_price(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) -> Option<Price> {
     if let Some(per_hour) = node.and_then(node_price) {
         return Some(Price {
             per_hour,
             source: PriceSource::NodeLabel,
         });
     }
+    recorded_price(claim).or_else(|| {
+        list_price(&claim.metadata, list)
+            .or_else(|| node.and_then(|n| list_price(&n.metadata, list)))
+    })
+}
+
+/// The price of the claim's launched instance type among its recorded options.
+fn recorded_price(claim: &NodeClaim) -> Option<Price> {
     let launched = label(&claim.metadata, labels::INSTANCE_TYPE)?;
     let zone = label(&claim.metadata, labels::ZONE);
     let capacity_type = label(&claim.metadata, labels::CAPACITY_TYPE);
@@ -73,21 +117,31 @@ mod tests {
     fn a_claim_costs_its_node_label_else_its_recorded_option_else_unknown() {
         let c = ours("m.large");
         assert_eq!(
-            claim_price(&c, Some(&node("n1", Some("0.25")))),
+            claim_price(&c, Some(&node("n1", Some("0.25"))), &ListPrices::new()),
             Some(Price {
                 per_hour: 0.25,
                 source: PriceSource::NodeLabel
             })
         );
         assert_eq!(
-            claim_price(&c, Some(&node("n1", None))),
+            claim_price(&c, Some(&node("n1", None)), &ListPrices::new()),
             Some(Price {
                 per_hour: 0.2,
                 source: PriceSource::InstanceTypeOptions
             })
         );
-        let upstream =
-            claim(json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}}}));
-        assert_eq!(claim_price(&upstream, None), None);
+        let upstream = claim(
+            json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large", "karpenter.sh/capacity-type": "spot"}}}),
+        );
+        assert_eq!(claim_price(&upstream, None, &ListPrices::new()), None);
+        // Upstream records no price: the shipped list price of its type and capacity type.
+        let list: ListPrices = [(("m.large".to_owned(), "spot".to_owned()), 0.031)].into();
+        assert_eq!(
+            claim_price(&upstream, None, &list),
+            Some(Price {
+                per_hour: 0.031,
+                source: PriceSource::ListPrice
+            })
+        );
     }
 }

@@ -3,8 +3,8 @@
 //! its node, the pending pods, and cluster-wide totals.
 
 use super::{
-    ClaimState, Cluster, HOURS_PER_MONTH, NodeIndex, PendingPod, Price, claim_price, claim_state,
-    is_terminal, label, name_of, node_name_of, node_price, pending_pods,
+    ClaimState, Cluster, HOURS_PER_MONTH, ListPrices, NodeIndex, PendingPod, Price, claim_price,
+    claim_state, is_terminal, label, name_of, node_name_of, node_price_or_list, pending_pods,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::resources::{self, ResourceList};
@@ -163,8 +163,9 @@ fn requests_of_claim(claim: &NodeClaim) -> ResourceList {
         .unwrap_or_default()
 }
 
-/// One claim's row in `status`, given its Node if known (usage left out).
-pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>) -> ClaimSummary {
+/// One claim's row in `status`, given its Node if known (usage left out), priced from `list`
+/// when nothing recorded a price.
+pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) -> ClaimSummary {
     let capacity = claim
         .status
         .as_ref()
@@ -188,7 +189,7 @@ pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>) -> ClaimSummary {
             .or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone())),
         provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
         created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        price: claim_price(claim, node),
+        price: claim_price(claim, node, list),
         capacity,
         usage: None,
     }
@@ -218,7 +219,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
         if let Some(node) = node {
             claimed_nodes.insert(name_of(&node.metadata));
         }
-        let price = claim_price(claim, node);
+        let price = claim_price(claim, node, &cluster.list_prices);
         match price {
             Some(p) => price_total += p.per_hour,
             None => unpriced_total += 1,
@@ -231,7 +232,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
         {
             continue;
         }
-        let mut summary = claim_summary(claim, node);
+        let mut summary = claim_summary(claim, node, &cluster.list_prices);
         if let Some(now) = options.now {
             summary.state.expiring = crate::disruption::is_expired(claim, now);
         }
@@ -289,7 +290,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
             let has = |r: &str| pool.spec.limits.contains_key(r);
             let (mut price, mut unpriced) = (0.0, 0);
             for claim in &members {
-                match claim_price(claim, nodes.of(claim)) {
+                match claim_price(claim, nodes.of(claim), &cluster.list_prices) {
                     Some(p) => price += p.per_hour,
                     None => unpriced += 1,
                 }
@@ -322,8 +323,8 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
             continue;
         }
         other_nodes += 1;
-        match node_price(node) {
-            Some(p) => price_total += p,
+        match node_price_or_list(node, &cluster.list_prices) {
+            Some(p) => price_total += p.per_hour,
             None => unpriced_total += 1,
         }
     }
