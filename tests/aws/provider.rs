@@ -569,3 +569,96 @@ async fn a_deleted_node_class_stays_while_a_node_claim_uses_it_then_its_launch_t
     );
     assert_eq!(templates().await, 0, "its launch templates are deleted");
 }
+
+/// A price list product as the Price List API gives it: Linux, shared tenancy, on-demand.
+fn product(region: &str, instance_type: &str, usd: &str, os: &str) -> serde_json::Value {
+    serde_json::json!({
+        "serviceCode": "AmazonEC2",
+        "product": {
+            "productFamily": "Compute Instance",
+            "sku": format!("SKU{instance_type}{region}{os}"),
+            "attributes": {
+                "servicecode": "AmazonEC2", "regionCode": region, "instanceType": instance_type,
+                "operatingSystem": os, "tenancy": "Shared", "preInstalledSw": "NA",
+                "capacitystatus": "Used", "marketoption": "OnDemand", "licenseModel": "No License required",
+            },
+        },
+        "terms": {"OnDemand": {"SKU.JRTCKXETXF": {"priceDimensions": {"SKU.JRTCKXETXF.6YS6EN2CT7": {
+            "unit": "Hrs", "description": "per On Demand Linux instance hour", "pricePerUnit": {"USD": usd},
+        }}}}},
+    })
+}
+
+fn on_demand_price(types: &[karpenter_core::scheduling::InstanceType], name: &str) -> Option<f64> {
+    types
+        .iter()
+        .find(|t| t.name == name)?
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == "on-demand")
+        .map(|o| o.price)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipped_table_fills_the_rest()
+ {
+    let _guard = crate::exclusive();
+    let env = Env::new("pricing-demo", true).await;
+    let role = env.node_role().await;
+    apply(&node_class("pricing-demo", &env.cluster, &role));
+    // The region's prices, another region's, a Windows price, a product whose price is not a
+    // number, and enough other products that the answer takes two pages.
+    let mut products = vec![
+        product(crate::env::REGION, "m5.large", "0.1070000000", "Linux"),
+        product(crate::env::REGION, "c5.large", "0.0900000000", "Linux"),
+        product("eu-west-1", "c5.xlarge", "0.2000000000", "Linux"),
+        product(crate::env::REGION, "m5.xlarge", "0.5000000000", "Windows"),
+        product(crate::env::REGION, "r5.large", "n/a", "Linux"),
+    ];
+    products.extend((0..120).map(|i| {
+        product(
+            crate::env::REGION,
+            &format!("zz{i}.large"),
+            "1.0000000000",
+            "Linux",
+        )
+    }));
+    env.proxy.price_list(products);
+
+    let types = provider(&env)
+        .await
+        .instance_types(&reference("pricing-demo"))
+        .await
+        .expect("instance types");
+    assert_eq!(on_demand_price(&types, "m5.large"), Some(0.107));
+    assert_eq!(on_demand_price(&types, "c5.large"), Some(0.09));
+    // No Linux price for the region: the shipped table's.
+    assert_eq!(on_demand_price(&types, "c5.xlarge"), Some(0.17));
+    assert_eq!(on_demand_price(&types, "m5.xlarge"), Some(0.192));
+    assert_eq!(on_demand_price(&types, "r5.large"), Some(0.126));
+    let asked: Vec<serde_json::Value> = env
+        .proxy
+        .sent()
+        .into_iter()
+        .filter(|s| s.action == "GetProducts")
+        .filter_map(|s| s.json)
+        .collect();
+    assert_eq!(asked.len(), 2, "two pages of at most 100");
+    let filters = asked[0]["Filters"].to_string();
+    for want in [
+        r#""Field":"regionCode","Type":"TERM_MATCH","Value":"us-west-2""#,
+        r#""Field":"operatingSystem","Type":"TERM_MATCH","Value":"Linux""#,
+        r#""Field":"tenancy","Type":"TERM_MATCH","Value":"Shared""#,
+    ] {
+        assert!(filters.contains(want), "{want} in {filters}");
+    }
+
+    // Without pricing:GetProducts, the shipped table prices everything.
+    env.proxy.deny("GetProducts");
+    let types = provider(&env)
+        .await
+        .instance_types(&reference("pricing-demo"))
+        .await
+        .expect("instance types without the Pricing API");
+    assert_eq!(on_demand_price(&types, "m5.large"), Some(0.096));
+}

@@ -12,6 +12,10 @@
 //!   the call made.
 //! * **AWS public parameters.** moto ships no `/aws/service/eks/...` SSM parameters and refuses
 //!   PutParameter under `/aws/`; [`Proxy::public_parameter`] serves them.
+//! * **The Price List Query API.** moto has no Pricing service (it answers 500). The proxy
+//!   answers GetProducts from the products given to [`Proxy::price_list`] (none by default), as
+//!   AWS does: `ServiceCode` must be `AmazonEC2`, each `TERM_MATCH` filter must match the
+//!   product's field, at most `MaxResults` (1 to 100, default 100) a page with a `NextToken`.
 //!
 //! HTTP/1.1, one request per connection (`Connection: close`), which the SDK's client handles.
 
@@ -26,6 +30,7 @@ struct Faults {
     denied: HashSet<String>,
     parameters: HashMap<String, String>,
     slow: HashMap<String, std::time::Duration>,
+    products: Vec<serde_json::Value>,
     actions: Vec<String>,
     fleet_requests: Vec<String>,
     sent: Vec<Sent>,
@@ -114,6 +119,16 @@ impl Proxy {
         self.faults()
             .parameters
             .insert(name.to_owned(), value.to_owned());
+    }
+
+    /// GetProducts answers with these price list products (documents as the Price List API
+    /// gives them), filtered and paged as AWS does.
+    #[allow(
+        dead_code,
+        reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
+    )]
+    pub fn price_list(&self, products: Vec<serde_json::Value>) {
+        self.faults().products = products;
     }
 
     /// Every action seen, in order.
@@ -311,6 +326,68 @@ fn rest_action(method: &str, path: &str) -> Option<String> {
         _ => return None,
     };
     Some(action.to_owned())
+}
+
+/// The value of a price list filter's field in a product: `serviceCode` and `productFamily` are
+/// the product's own, the rest its attributes, matched without regard to case as AWS does.
+fn product_field<'a>(product: &'a serde_json::Value, field: &str) -> Option<&'a str> {
+    match field.to_ascii_lowercase().as_str() {
+        "servicecode" => product["serviceCode"].as_str(),
+        "productfamily" => product["product"]["productFamily"].as_str(),
+        lower => product["product"]["attributes"]
+            .as_object()?
+            .iter()
+            .find(|(k, _)| k.to_ascii_lowercase() == lower)
+            .and_then(|(_, v)| v.as_str()),
+    }
+}
+
+/// GetProducts over `products`, or the error AWS gives for the request.
+fn get_products(
+    body: &serde_json::Value,
+    products: &[serde_json::Value],
+) -> (&'static str, serde_json::Value) {
+    let invalid = |message: &str| {
+        (
+            "400 Bad Request",
+            serde_json::json!({"__type": "InvalidParameterException", "Message": message}),
+        )
+    };
+    if body["ServiceCode"] != "AmazonEC2" {
+        return invalid("Input validation failed: ServiceCode is not valid");
+    }
+    let max = body["MaxResults"].as_u64().unwrap_or(100);
+    if !(1..=100).contains(&max) {
+        return invalid("Input validation failed: MaxResults must be between 1 and 100");
+    }
+    let filters = body["Filters"].as_array().cloned().unwrap_or_default();
+    if filters.iter().any(|f| f["Type"] != "TERM_MATCH") {
+        return invalid("Input validation failed: Filter type must be TERM_MATCH");
+    }
+    let matching: Vec<&serde_json::Value> = products
+        .iter()
+        .filter(|p| {
+            filters.iter().all(|f| {
+                product_field(p, f["Field"].as_str().unwrap_or_default()) == f["Value"].as_str()
+            })
+        })
+        .collect();
+    let start: usize = match body["NextToken"].as_str() {
+        None => 0,
+        Some(token) => match token.parse() {
+            Ok(n) if n <= matching.len() => n,
+            _ => return invalid("Input validation failed: NextToken is not valid"),
+        },
+    };
+    let end = (start + usize::try_from(max).unwrap_or(100)).min(matching.len());
+    let mut answer = serde_json::json!({
+        "FormatVersion": "aws_v1",
+        "PriceList": matching[start..end].iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+    });
+    if end < matching.len() {
+        answer["NextToken"] = end.to_string().into();
+    }
+    ("200 OK", answer)
 }
 
 fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> Vec<u8> {
@@ -585,6 +662,18 @@ async fn serve(
                 ))
                 .await;
         }
+    }
+    if action == "GetProducts" {
+        let body = serde_json::from_slice::<serde_json::Value>(&request.body).unwrap_or_default();
+        let products = lock().products.clone();
+        let (status, answer) = get_products(&body, &products);
+        return stream
+            .write_all(&response(
+                status,
+                "application/x-amz-json-1.1",
+                answer.to_string().as_bytes(),
+            ))
+            .await;
     }
     if action == "CreateFleet" {
         lock()

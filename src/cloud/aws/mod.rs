@@ -21,6 +21,7 @@ pub mod drift;
 pub mod interruption;
 mod launch;
 pub mod nodeclass;
+pub mod price_feed;
 pub mod pricing;
 pub mod userdata;
 
@@ -121,6 +122,8 @@ pub struct Clients {
     pub iam: aws_sdk_iam::Client,
     pub eks: aws_sdk_eks::Client,
     pub sqs: aws_sdk_sqs::Client,
+    /// The Price List Query API, at the endpoint that serves `region`.
+    pub pricing: aws_sdk_pricing::Client,
     pub region: String,
     pub cluster_name: String,
 }
@@ -134,6 +137,15 @@ impl Clients {
             iam: aws_sdk_iam::Client::new(sdk),
             eks: aws_sdk_eks::Client::new(sdk),
             sqs: aws_sdk_sqs::Client::new(sdk),
+            pricing: aws_sdk_pricing::Client::from_conf(
+                aws_sdk_pricing::config::Builder::from(sdk)
+                    .region(aws_sdk_pricing::config::Region::new(
+                        price_feed::pricing_region(region),
+                    ))
+                    // A failed refresh is retried with the next catalogue, not hammered now.
+                    .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
+                    .build(),
+            ),
             region: region.to_owned(),
             cluster_name: cluster_name.to_owned(),
         }
@@ -197,6 +209,8 @@ pub struct CatalogueSnapshot {
     pub zones: HashMap<String, Vec<String>>,
     /// Latest spot price per (type, zone).
     pub spot: HashMap<(String, String), f64>,
+    /// The region's on-demand prices from the Pricing API, when it answered.
+    pub on_demand: Arc<HashMap<String, f64>>,
 }
 
 struct CachedNodeClass {
@@ -216,6 +230,7 @@ pub struct AwsProvider {
     launch_templates: Mutex<HashSet<String>>,
     k8s_version: tokio::sync::OnceCell<String>,
     bootstrap: tokio::sync::OnceCell<ClusterBootstrap>,
+    price_feed: price_feed::PriceFeed,
 }
 
 impl AwsProvider {
@@ -242,6 +257,7 @@ impl AwsProvider {
             launch_templates: Mutex::new(HashSet::new()),
             k8s_version: tokio::sync::OnceCell::new(),
             bootstrap: tokio::sync::OnceCell::new(),
+            price_feed: price_feed::PriceFeed::default(),
         }
     }
 
@@ -545,6 +561,10 @@ impl AwsProvider {
                 break;
             }
         }
+        // Every 12 hours, the region's exact on-demand prices; a failure keeps the last good.
+        self.price_feed
+            .refresh_if_due(&self.clients.pricing, &self.config.region)
+            .await;
         tracing::info!(
             types = types.len(),
             elapsed_ms = started.elapsed().as_millis(),
@@ -555,6 +575,7 @@ impl AwsProvider {
             types,
             zones,
             spot: spot.into_iter().map(|(k, (price, _))| (k, price)).collect(),
+            on_demand: self.price_feed.prices(),
         })
     }
 
@@ -598,7 +619,9 @@ impl AwsProvider {
                 it.offerings = catalogue::offerings(
                     info,
                     &offered,
-                    self.config.prices.on_demand(&info.name),
+                    self.config
+                        .prices
+                        .on_demand_with(&snapshot.on_demand, &info.name),
                     |zone| {
                         snapshot
                             .spot
@@ -675,7 +698,9 @@ impl AwsProvider {
                 .get(&(instance_type.clone(), zone.clone()))
                 .copied()
         } else {
-            self.config.prices.on_demand(&instance_type)
+            self.config
+                .prices
+                .on_demand_with(&snapshot.on_demand, &instance_type)
         };
         Some(Instance {
             provider_id: ProviderId::Aws {

@@ -8,7 +8,10 @@
 //! so the table stores one price per family (for `large`) and derives the rest; GPU families,
 //! whose sizes do not scale linearly, are listed type by type.
 //!
-//! Exact prices for another region, or types missing here, come from a JSON file
+//! The agent asks the Pricing API for the region's exact prices ([`super::price_feed`]); this
+//! table is what it uses until that succeeds, or where it cannot (an isolated VPC, no
+//! pricing:GetProducts permission). Exact prices for another region, or types missing here,
+//! also come from a JSON file
 //! (`{"m5.large": 0.096, ...}`) passed to [`PriceTable::with_overrides`]; the agent reads it from
 //! `--aws-price-file`. Types with no price get no offerings, as upstream drops unpriced types.
 //! Spot prices are not here: they come from DescribeSpotPriceHistory.
@@ -138,6 +141,17 @@ impl PriceTable {
         let overrides: HashMap<String, f64> =
             serde_json::from_str(json).map_err(InvalidPriceFile)?;
         Ok(Self { overrides })
+    }
+
+    /// The on-demand price of `instance_type`, if known: the price file's, else the region's
+    /// live price (the Pricing API's, [`super::price_feed`]), else the shipped table's.
+    pub fn on_demand_with(&self, live: &HashMap<String, f64>, instance_type: &str) -> Option<f64> {
+        if let Some(price) = self.overrides.get(instance_type) {
+            return Some(*price);
+        }
+        live.get(instance_type)
+            .copied()
+            .or_else(|| self.on_demand(instance_type))
     }
 
     /// The on-demand price of `instance_type`, if known.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 pub const CONTROLLER_POLICY_NAME: &str = "KarpenterControllerPolicy";
 
 impl Ctx {
-    /// The controller's least-privilege policy (upstream's, less pricing and zonal shift).
+    /// The controller's least-privilege policy (upstream's, less zonal shift).
     pub(super) async fn controller_policy(&self) -> Result<Value, SetupError> {
         let (p, r, a, c) = (
             self.partition(),
