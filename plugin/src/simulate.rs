@@ -62,6 +62,13 @@ pub struct SimulateArgs {
     /// (both). Default: aws; with --from-cluster, each NodePool's node class's cloud.
     #[arg(long, value_enum)]
     pub provider: Option<Provider>,
+    /// Plan in this region: its zones, and (aws) its on-demand prices from the AWS Pricing API
+    /// when it can be read; otherwise the shipped region's prices, and a note says so.
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// Send AWS calls to this endpoint (tests).
+    #[arg(long, value_name = "URL", hide = true)]
+    pub endpoint_url: Option<String>,
     /// What if this Deployment, ReplicaSet or StatefulSet had N replicas; repeatable.
     #[arg(long = "replicas", value_name = "NAMESPACE/NAME=N")]
     pub replicas: Vec<String>,
@@ -121,8 +128,82 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
         eprintln!("note: {note}");
         workloads.node_pools.push(pool);
     }
-    let report = simulate::plan(&workloads, &shipped(provider));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let catalogue = runtime.block_on(catalogue_for(provider, args))?;
+    let report = simulate::plan(&workloads, &catalogue);
     print(args, &report)
+}
+
+/// The shipped catalogue of `provider`, moved to `--region` if given.
+async fn catalogue_for(
+    provider: Provider,
+    args: &SimulateArgs,
+) -> anyhow::Result<Vec<karpenter_core::scheduling::InstanceType>> {
+    use karpenter_core::simulate::region::{self, ZoneStyle};
+    let mut catalogue = shipped(provider);
+    let Some(target) = &args.region else {
+        return Ok(catalogue);
+    };
+    let style = match provider {
+        Provider::Aws => ZoneStyle::Aws,
+        Provider::Gcp => ZoneStyle::Gcp,
+        Provider::Kwok => {
+            bail!("--region: the kwok catalogue has no regions; pick --provider aws or gcp")
+        }
+    };
+    let prices = match provider {
+        Provider::Aws => match aws_prices(target, args.endpoint_url.as_deref()).await {
+            Ok(prices) if !prices.is_empty() => prices,
+            Ok(_) => {
+                eprintln!(
+                    "note: the AWS Pricing API has no on-demand price for {target}: prices are us-west-2's"
+                );
+                Default::default()
+            }
+            Err(e) => {
+                eprintln!(
+                    "note: the AWS Pricing API could not be read ({e:#}): prices are us-west-2's"
+                );
+                Default::default()
+            }
+        },
+        _ => {
+            eprintln!("note: no Google Cloud price source is read yet: prices are us-central1's");
+            Default::default()
+        }
+    };
+    let zones = region::zones(target, style);
+    let repriced = region::in_region(&mut catalogue, target, &zones, &prices);
+    if repriced > 0 {
+        eprintln!(
+            "note: on-demand prices of {repriced} of {} types are {target}'s (AWS Pricing API); spot prices keep their shipped discount",
+            catalogue.len()
+        );
+    }
+    Ok(catalogue)
+}
+
+/// The on-demand prices of `region` from the AWS Pricing API (credentials from the default
+/// chain), within 30 seconds.
+async fn aws_prices(
+    region: &str,
+    endpoint_url: Option<&str>,
+) -> anyhow::Result<std::collections::HashMap<String, f64>> {
+    use karpenter_core::cloud::aws::{AwsConfig, Clients, price_feed};
+    let mut config = AwsConfig::new(region, "simulate");
+    config.endpoint_url = endpoint_url.map(str::to_owned);
+    let fetch = async {
+        let sdk = config.sdk_config().await;
+        let clients = Clients::new(&sdk, region, "simulate");
+        price_feed::fetch(&clients.pricing, region).await
+    };
+    let parsed = tokio::time::timeout(std::time::Duration::from_secs(30), fetch)
+        .await
+        .context("no answer within 30 s")??;
+    Ok(parsed.prices)
 }
 
 /// The shipped catalogue of a provider.
@@ -245,7 +326,7 @@ pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Resu
             "GCENodeClass" => Provider::Gcp,
             _ => Provider::Kwok,
         });
-        catalogues.insert(class, shipped(provider).into());
+        catalogues.insert(class, catalogue_for(provider, args).await?.into());
     }
     let daemon_set_pods = karpenter_core::state::input::daemon_set_pods(&daemon_sets);
     let namespace_labels: NamespaceLabels = namespaces

@@ -12,6 +12,7 @@
 //! [`disruption::plan`] runs the agent's disruption passes over it and says what they save.
 
 pub mod disruption;
+pub mod region;
 pub mod workloads;
 
 pub use workloads::{WorkloadError, Workloads, read};
