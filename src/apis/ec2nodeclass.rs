@@ -34,9 +34,16 @@ pub struct EC2NodeClassSpec {
     /// Security groups for the instances, by tags, id or name.
     #[schemars(transform = security_group_term_rules)]
     pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
-    /// Capacity reservations the instances may use.
+    /// Capacity reservations the instances may use. Not implemented yet: refused at apply, so
+    /// no one relies on a reservation that is never used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("maxItems" = 30))]
+    #[schemars(extend(
+        "maxItems" = 30,
+        "x-kubernetes-validations" = [{
+            "rule": "self.size() == 0",
+            "message": "capacityReservationSelectorTerms is not supported by kubectl-karpenter yet: remove it (instances launch as on-demand or spot, outside any reservation)"
+        }]
+    ))]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     /// Whether instances get a public IP address (default: the subnet's setting).
     #[serde(

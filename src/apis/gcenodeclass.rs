@@ -184,7 +184,12 @@ pub struct Disk {
     /// Whether this is the boot disk.
     #[serde(default)]
     pub boot: bool,
+    /// Not implemented yet: refused at apply, so no one counts on images it would preload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == ''",
+        "message": "secondaryBootImage is not supported by kubectl-karpenter yet: remove it (images are pulled as usual)"
+    }]))]
     pub secondary_boot_image: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms_key_name: Option<String>,

@@ -15,6 +15,7 @@ pub mod gcp;
 pub mod gcp_prices;
 pub mod unavailable;
 
+pub mod kubelet_flags;
 pub mod kubelet_labels;
 pub mod kwok;
 pub mod metered;

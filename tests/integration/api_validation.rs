@@ -406,3 +406,30 @@ fn kubelet_settings_without_a_typed_field_are_kept_not_pruned() {
         serde_json::json!({"maxPods": 58, "registryPullQPS": 10, "containerLogMaxSize": "50Mi"})
     );
 }
+
+#[test]
+fn settings_not_supported_yet_are_refused_with_a_message_saying_so() {
+    assert_rejected(
+        &ec2_node_class(
+            "reservations",
+            "{alias: al2023@latest}",
+            "  capacityReservationSelectorTerms: [{id: cr-0123456789abcdef0}]",
+        ),
+        "capacityReservationSelectorTerms",
+        "capacityReservationSelectorTerms is not supported by kubectl-karpenter yet",
+    );
+    let gce = r#"
+apiVersion: karpenter.k8s.gcp/v1alpha1
+kind: GCENodeClass
+metadata:
+  name: secondary-boot
+spec:
+  imageSelectorTerms: [{alias: ContainerOptimizedOS@latest}]
+  disks: [{category: pd-balanced, sizeGiB: 100, boot: true}, {category: pd-balanced, sizeGiB: 50, secondaryBootImage: projects/p/global/images/preload}]
+"#;
+    assert_rejected(
+        gce,
+        "secondaryBootImage",
+        "secondaryBootImage is not supported by kubectl-karpenter yet",
+    );
+}

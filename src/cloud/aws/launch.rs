@@ -174,6 +174,7 @@ async fn ensure_launch_template(
             labels: kubelet_labels(claim),
             taints,
             kubelet: spec.kubelet.as_ref(),
+            raid0: spec.instance_store_policy.as_deref() == Some("RAID0"),
             custom: spec.user_data.as_deref(),
         },
     );

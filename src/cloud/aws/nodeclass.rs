@@ -243,6 +243,13 @@ pub async fn resolve(
     let subnets = resolve_subnets(clients, spec).await?;
     let security_groups = resolve_security_groups(clients, spec).await?;
     let (family, amis) = resolve_amis(clients, spec, k8s_version).await?;
+    // RAID0 is nodeadm's and bootstrap.sh's; Bottlerocket's bootstrap has no such setting.
+    if spec.instance_store_policy.is_some() && family == AmiFamily::Bottlerocket {
+        return Err(ResolveError::not_ready(
+            conditions::VALIDATION_SUCCEEDED,
+            "instanceStorePolicy cannot be applied on Bottlerocket: remove it, or boot AL2023 (amiSelectorTerms alias al2023@latest)",
+        ));
+    }
     // A kubelet field the family's bootstrap cannot apply is refused, not silently dropped.
     if let Some(kubelet) = &spec.kubelet {
         let unsupported = super::userdata::unsupported(family, kubelet);

@@ -38,6 +38,9 @@ pub struct NodeBootstrap<'a> {
     pub taints: Vec<Taint>,
     /// The node class's `kubelet`.
     pub kubelet: Option<&'a KubeletConfiguration>,
+    /// `instanceStorePolicy: RAID0`: the instance store volumes become one RAID0 array for the
+    /// kubelet and containerd (nodeadm's `localStorage.strategy`, bootstrap.sh's `--local-disks`).
+    pub raid0: bool,
     pub custom: Option<&'a str>,
 }
 
@@ -52,53 +55,6 @@ pub fn unsupported(family: AmiFamily, kubelet: &KubeletConfiguration) -> Vec<Str
         out.insert(0, "podsPerCore".to_owned());
     }
     out
-}
-
-/// `k=v,k=v` of a map, as the kubelet's map flags take it.
-fn pairs(map: &BTreeMap<String, String>, separator: &str) -> String {
-    map.iter()
-        .map(|(k, v)| format!("{k}{separator}{v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// AL2's `--kubelet-extra-args` for the typed kubelet fields (upstream's `eksbootstrap.go`).
-fn kubelet_flags(k: &KubeletConfiguration) -> Vec<String> {
-    let mut flags = Vec::new();
-    if let Some(n) = k.max_pods {
-        flags.push(format!("--max-pods={n}"));
-    }
-    if let Some(n) = k.pods_per_core {
-        flags.push(format!("--pods-per-core={n}"));
-    }
-    for (flag, map, separator) in [
-        ("--system-reserved", &k.system_reserved, "="),
-        ("--kube-reserved", &k.kube_reserved, "="),
-        ("--eviction-hard", &k.eviction_hard, "<"),
-        ("--eviction-soft", &k.eviction_soft, "<"),
-        (
-            "--eviction-soft-grace-period",
-            &k.eviction_soft_grace_period,
-            "=",
-        ),
-    ] {
-        if !map.is_empty() {
-            flags.push(format!("{flag}={}", pairs(map, separator)));
-        }
-    }
-    if let Some(n) = k.eviction_max_pod_grace_period {
-        flags.push(format!("--eviction-max-pod-grace-period={n}"));
-    }
-    if let Some(n) = k.image_gc_high_threshold_percent {
-        flags.push(format!("--image-gc-high-threshold={n}"));
-    }
-    if let Some(n) = k.image_gc_low_threshold_percent {
-        flags.push(format!("--image-gc-low-threshold={n}"));
-    }
-    if let Some(b) = k.cpu_cfs_quota {
-        flags.push(format!("--cpu-cfs-quota={b}"));
-    }
-    flags
 }
 
 /// The kubelet map as nodeadm's `config`, indented under `kubelet:`.
@@ -163,9 +119,13 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             }
             let _ = write!(
                 out,
-                "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n  kubelet:\n",
+                "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n",
                 c.name, c.endpoint, c.ca_bundle, c.service_cidr
             );
+            if node.raid0 {
+                out.push_str("  instance:\n    localStorage:\n      strategy: RAID0\n");
+            }
+            out.push_str("  kubelet:\n");
             if let Some(kubelet) = node.kubelet {
                 out.push_str(&node_config_kubelet(kubelet));
             }
@@ -187,7 +147,7 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             }
             let mut extra = String::new();
             if let Some(kubelet) = node.kubelet {
-                flags.extend(kubelet_flags(kubelet));
+                flags.extend(crate::cloud::kubelet_flags::flags(kubelet));
                 if let Some(dns) = kubelet.cluster_dns.first() {
                     let _ = write!(extra, " --dns-cluster-ip '{dns}'");
                 }
@@ -209,10 +169,15 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             }
             let _ = writeln!(
                 out,
-                "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}' --b64-cluster-ca '{}' --use-max-pods false{extra} --kubelet-extra-args '{}'",
+                "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}' --b64-cluster-ca '{}' --use-max-pods false{extra}{} --kubelet-extra-args '{}'",
                 c.name,
                 c.endpoint,
                 c.ca_bundle,
+                if node.raid0 {
+                    " --local-disks raid0"
+                } else {
+                    ""
+                },
                 flags.join(" ")
             );
             out
@@ -328,6 +293,7 @@ mod tests {
                 ..Taint::default()
             }],
             kubelet: Some(&kubelet),
+            raid0: false,
             custom: None,
         };
         let text = render(AmiFamily::AL2023, &node);
@@ -376,6 +342,7 @@ mod kubelet_tests {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             kubelet: Some(kubelet),
+            raid0: false,
             custom: None,
         }
     }
@@ -445,5 +412,18 @@ mod kubelet_tests {
             ["podsPerCore", "containerLogMaxSize", "registryPullQPS"]
         );
         assert!(unsupported(AmiFamily::AL2023, &kubelet).is_empty());
+    }
+
+    #[test]
+    fn raid0_joins_the_instance_store_on_al2023_and_al2() {
+        let (cluster, kubelet) = (cluster(), kubelet());
+        let mut bootstrap = node(&cluster, &kubelet);
+        bootstrap.raid0 = true;
+        let al2023 = render(AmiFamily::AL2023, &bootstrap);
+        assert!(
+            al2023.contains("  instance:\n    localStorage:\n      strategy: RAID0\n  kubelet:\n"),
+            "{al2023}"
+        );
+        assert!(render(AmiFamily::AL2, &bootstrap).contains(" --local-disks raid0 "));
     }
 }

@@ -322,7 +322,19 @@ pub fn instance_body(
             .iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
+    // GKE's GPU driver installer picks the nodes to install on by this label.
+    if accelerated && let Some(version) = &spec.gpu_driver_version {
+        let version = match version.as_str() {
+            "INSTALLATION_DISABLED" => "disabled".to_owned(),
+            other => other.to_ascii_lowercase(),
+        };
+        kube_labels.push(format!("cloud.google.com/gke-gpu-driver-version={version}"));
+    }
     metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
+    if let (Some(kubelet), Some(env)) = (&spec.kubelet_configuration, metadata.get_mut("kube-env"))
+    {
+        *env = with_kubelet_args(env, kubelet);
+    }
     let mut taints: Vec<String> = claim
         .spec
         .taints
@@ -337,6 +349,10 @@ pub fn instance_body(
             )
         })
         .collect();
+    // GKE's own taint on GPU nodes, which GPU pods' tolerations expect.
+    if accelerated && spec.auto_gpu_taint == Some(true) {
+        taints.push("nvidia.com/gpu=present:NoSchedule".to_owned());
+    }
     taints.push(format!("{}=:NoExecute", labels::UNREGISTERED_TAINT_KEY));
     metadata.insert("kube-node-taints".to_owned(), taints.join(","));
 
@@ -370,6 +386,44 @@ pub fn instance_body(
         body["confidentialInstanceConfig"] = json!({"confidentialInstanceType": kind});
     }
     body
+}
+
+/// GKE's `kube-env` with the node class's kubelet settings added to `KUBELET_ARGS` (GKE's node
+/// bootstrap starts the kubelet with those flags; later flags win).
+pub fn with_kubelet_args(kube_env: &str, kubelet: &crate::apis::KubeletConfiguration) -> String {
+    let mut flags = crate::cloud::kubelet_flags::flags(kubelet);
+    if !kubelet.cluster_dns.is_empty() {
+        flags.push(format!("--cluster-dns={}", kubelet.cluster_dns.join(",")));
+    }
+    if flags.is_empty() {
+        return kube_env.to_owned();
+    }
+    let extra = flags.join(" ");
+    let mut found = false;
+    let mut lines: Vec<String> = kube_env
+        .lines()
+        .map(|line| {
+            let Some(value) = line.strip_prefix("KUBELET_ARGS: ") else {
+                return line.to_owned();
+            };
+            found = true;
+            // A quoted value keeps its quotes around the added flags.
+            match value.chars().last() {
+                Some(q @ ('\'' | '"')) if value.len() > 1 && value.starts_with(q) => {
+                    format!("KUBELET_ARGS: {} {extra}{q}", &value[..value.len() - 1])
+                }
+                _ => format!("KUBELET_ARGS: {value} {extra}"),
+            }
+        })
+        .collect();
+    if !found {
+        lines.push(format!("KUBELET_ARGS: {extra}"));
+    }
+    let mut out = lines.join("\n");
+    if kube_env.ends_with('\n') {
+        out.push('\n');
+    }
+    out
 }
 
 /// What a finished operation's `error` means.
@@ -577,6 +631,26 @@ pub(super) async fn launch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubelet_settings_join_the_kubelet_args_gke_starts_the_kubelet_with() {
+        let kubelet: crate::apis::KubeletConfiguration = serde_json::from_value(serde_json::json!({
+            "maxPods": 64, "clusterDNS": ["10.8.0.10"], "evictionHard": {"memory.available": "200Mi"},
+        }))
+        .unwrap();
+        let env =
+            "CLUSTER_NAME: demo\nKUBELET_ARGS: --v=2 --cloud-provider=external\nNODE_LABELS: a=b\n";
+        assert_eq!(
+            with_kubelet_args(env, &kubelet),
+            "CLUSTER_NAME: demo\nKUBELET_ARGS: --v=2 --cloud-provider=external --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10\nNODE_LABELS: a=b\n"
+        );
+        let quoted = "KUBELET_ARGS: '--v=2'";
+        assert_eq!(
+            with_kubelet_args(quoted, &kubelet),
+            "KUBELET_ARGS: '--v=2 --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10'"
+        );
+        assert!(with_kubelet_args("A: b", &kubelet).ends_with("\nKUBELET_ARGS: --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10"));
+    }
 
     #[test]
     fn a_long_instance_name_keeps_the_hash_suffix_it_had() {
