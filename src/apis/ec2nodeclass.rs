@@ -102,6 +102,61 @@ pub struct EC2NodeClassSpec {
     /// Outpost/ODCR context id passed to CreateFleet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Upstream's `cpuOptions`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_object")]
+    pub cpu_options: Option<serde_json::Value>,
+    /// Upstream's `enclaveOptions`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_object")]
+    pub enclave_options: Option<serde_json::Value>,
+    /// Upstream's `connectionTracking`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_object")]
+    pub connection_tracking: Option<serde_json::Value>,
+    /// Upstream's `networkInterfaces`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_array")]
+    pub network_interfaces: Option<serde_json::Value>,
+    /// Upstream's `placementGroupSelector`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_object")]
+    pub placement_group_selector: Option<serde_json::Value>,
+    /// Upstream's `ipPrefixCount`, not supported yet: refused at apply with a message saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "unsupported_integer")]
+    pub ip_prefix_count: Option<serde_json::Value>,
+}
+
+/// The message refusing an upstream field this project does not implement yet.
+fn not_supported(field: &str) -> serde_json::Value {
+    serde_json::json!([{
+        "rule": "false",
+        "message": format!("{field} is not supported by kubectl-karpenter yet: remove it"),
+    }])
+}
+
+fn unsupported_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "x-kubernetes-validations": not_supported("this field"),
+    })
+}
+
+fn unsupported_array(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "x-kubernetes-validations": not_supported("this field"),
+    })
+}
+
+fn unsupported_integer(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "x-kubernetes-validations": not_supported("this field"),
+    })
 }
 
 fn ec2_spec_rules(schema: &mut schemars::Schema) {

@@ -418,6 +418,22 @@ fn settings_not_supported_yet_are_refused_with_a_message_saying_so() {
         "capacityReservationSelectorTerms",
         "capacityReservationSelectorTerms is not supported by kubectl-karpenter yet",
     );
+    for field in [
+        "cpuOptions: {nestedVirtualization: enabled}",
+        "networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}]",
+        "ipPrefixCount: 2",
+    ] {
+        let name = field.split(':').next().unwrap();
+        assert_rejected(
+            &ec2_node_class(
+                &name.to_lowercase(),
+                "{alias: al2023@latest}",
+                &format!("  {field}"),
+            ),
+            &format!("spec.{name}"),
+            "this field is not supported by kubectl-karpenter yet: remove it",
+        );
+    }
     let gce = r#"
 apiVersion: karpenter.k8s.gcp/v1alpha1
 kind: GCENodeClass
