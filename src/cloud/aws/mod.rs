@@ -142,8 +142,15 @@ impl Clients {
                     .region(aws_sdk_pricing::config::Region::new(
                         price_feed::pricing_region(region),
                     ))
-                    // A failed refresh is retried with the next catalogue, not hammered now.
+                    // A failed refresh is retried with the next catalogue, not hammered now;
+                    // and launches wait on the catalogue, so an unreachable Pricing endpoint
+                    // (an isolated VPC) costs them at most this long per page.
                     .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
+                    .timeout_config(
+                        aws_config::timeout::TimeoutConfig::builder()
+                            .operation_timeout(Duration::from_secs(20))
+                            .build(),
+                    )
                     .build(),
             ),
             region: region.to_owned(),

@@ -266,7 +266,7 @@ pub fn base64(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn cluster() -> ClusterBootstrap {
+    pub(super) fn cluster() -> ClusterBootstrap {
         ClusterBootstrap {
             name: "demo".into(),
             endpoint: "https://ABC.eks.amazonaws.com".into(),
@@ -320,6 +320,7 @@ mod tests {
 
 #[cfg(test)]
 mod kubelet_tests {
+    use super::tests::cluster;
     use super::*;
 
     fn kubelet() -> KubeletConfiguration {
@@ -344,15 +345,6 @@ mod kubelet_tests {
             kubelet: Some(kubelet),
             raid0: false,
             custom: None,
-        }
-    }
-
-    fn cluster() -> ClusterBootstrap {
-        ClusterBootstrap {
-            name: "demo".into(),
-            endpoint: "https://ABC.eks.amazonaws.com".into(),
-            ca_bundle: "Q0E=".into(),
-            service_cidr: "10.100.0.0/16".into(),
         }
     }
 
