@@ -12,7 +12,31 @@ pub fn set(
     message: &str,
     generation: Option<i64>,
 ) {
-    let status = if status { "True" } else { "False" }.to_owned();
+    let status = if status { "True" } else { "False" };
+    put(conditions, type_, status, reason, message, generation);
+}
+
+/// Sets a condition to Unknown: the outcome is not known yet (upstream marks a launch that
+/// failed for a reason other than capacity so, and tries again).
+pub fn set_unknown(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    put(conditions, type_, "Unknown", reason, message, generation);
+}
+
+fn put(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = status.to_owned();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(existing) => {

@@ -27,6 +27,8 @@ pub struct Context<P> {
     pub own_writes: OwnWrites,
     /// Events that loops re-evaluate every pass, published once per state.
     pub notices: Notices,
+    /// How long each NodeClaim whose reconcile failed waits before the next attempt.
+    pub claim_failures: super::backoff::FailureBackoff,
     /// What the probes answer; the loops report their passes here.
     pub health: Arc<super::Health>,
     /// Namespaces (their labels), for pod-affinity terms with a `namespaceSelector`; `None`
@@ -68,6 +70,7 @@ impl<P: CloudProvider> Context<P> {
             metrics,
             own_writes: OwnWrites::default(),
             notices,
+            claim_failures: super::backoff::FailureBackoff::lifecycle(),
             health: Arc::default(),
             namespaces: None,
             volumes: None,

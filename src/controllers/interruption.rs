@@ -160,16 +160,23 @@ impl InterruptionHandler {
     /// Polls until the future is dropped, acting on the claims `claims` holds; errors are logged
     /// and retried after a pause.
     pub async fn run(self, claims: Store<NodeClaim>) {
+        // A queue that cannot be read (deleted, access denied, throttled) is asked again after
+        // 1 s, doubling to 1 minute, not every 5 s for as long as it fails.
+        let failures =
+            super::backoff::FailureBackoff::new(Duration::from_secs(1), Duration::from_secs(60));
         loop {
             match self.poll_once(&claims).await {
                 Ok(handled) => {
+                    failures.succeeded("queue");
                     for h in handled {
                         tracing::debug!(?h, "interruption handled");
                     }
                 }
                 Err(e) => {
-                    warn!(error = %e, cause = ?std::error::Error::source(&e), "reading the interruption queue failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    let wait = failures.failed("queue");
+                    warn!(error = %e, cause = ?std::error::Error::source(&e), retry_in_ms = wait.as_millis(),
+                        "reading the interruption queue failed; retrying");
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

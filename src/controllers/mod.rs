@@ -11,6 +11,7 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod backoff;
 mod claim_metrics;
 pub mod conditions;
 pub mod csr_approval;

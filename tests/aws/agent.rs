@@ -645,3 +645,98 @@ spec:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_launch_backs_off_says_why_on_the_claim_and_succeeds_once_ec2_lets_it_through()
+{
+    let _guard = exclusive();
+    let env = Env::new("throttle-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    // The SDK tries a call 3 times: 7 refusals fail two launches and the first attempt of a
+    // third, so both the SDK's retries and the agent's backoff between launches are needed.
+    env.proxy.throttle("CreateFleet", 7);
+    let metrics = Arc::new(Metrics::new());
+    let agent = start_metered(&env, metrics.clone()).await;
+    apply(&node_class("throttle-demo", &env.cluster, &role));
+    apply(&pool("throttle-demo", &["m5.large"]));
+    apply(&workload("throttle-demo-app", "throttle-demo", 1));
+    wait_for(
+        "the pod to run once EC2 stops throttling",
+        Duration::from_secs(180),
+        || async { (running(&client, "throttle-demo-app").await.len() == 1).then_some(()) },
+    )
+    .await;
+
+    let fleets = env
+        .proxy
+        .actions()
+        .iter()
+        .filter(|a| *a == "CreateFleet")
+        .count();
+    assert!(
+        (8..=9).contains(&fleets),
+        "7 throttled CreateFleet calls and one that launched, not a busy loop: {fleets}"
+    );
+    let claims = claims_of(&client, "throttle-demo").await;
+    assert_eq!(claims.len(), 1, "one claim, launched once it could be");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let said_why = events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("LaunchFailed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                    == claims[0].metadata.name.as_deref()
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("RequestLimitExceeded"))
+        });
+    assert!(said_why, "the claim's Events say the launch was throttled");
+    let text = metrics.encode().expect("metrics encode");
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_errors_total{controller="nodeclaim.lifecycle",method="Create",provider="aws""#),
+        "the failed launches are counted:\n{text}"
+    );
+    clean_up(
+        &client,
+        "throttle-demo-app",
+        "throttle-demo",
+        "ec2nodeclass",
+    )
+    .await;
+    drop(agent);
+}
+
+/// [`start`] with the agent's metrics in the test's hands.
+async fn start_metered(env: &Env, metrics: Arc<Metrics>) -> Agent {
+    karpenter_test_support::logging::init();
+    let client = rig().agent_client().await;
+    let provider = Arc::new(AwsProvider::with_sdk_config(
+        AwsConfig::new(crate::env::REGION, env.cluster.clone()),
+        &env.sdk,
+        client.clone(),
+    ));
+    let mut running = controllers::start(
+        client.clone(),
+        provider.clone(),
+        Settings::default(),
+        metrics,
+    )
+    .await;
+    controllers::aws::start(&mut running)
+        .await
+        .expect("the EC2 loops start");
+    Agent {
+        tasks: vec![tokio::spawn(crate::kubelet::ec2_kubelet(
+            client,
+            env.cluster.clone(),
+            env.ec2.clone(),
+        ))],
+        provider,
+        _running: running,
+    }
+}

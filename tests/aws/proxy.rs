@@ -7,6 +7,9 @@
 //!   launches the first override, so this is also how "the next type" gets picked.)
 //! * **Permission errors.** Actions marked with [`Proxy::deny`] answer AccessDenied in the
 //!   protocol's own error format.
+//! * **Throttling.** The next N requests of an action marked with [`Proxy::throttle`] answer
+//!   the protocol's rate-limit error without reaching moto: EC2's `RequestLimitExceeded` (HTTP
+//!   503), the JSON services' `ThrottlingException`, IAM's and SQS's `Throttling`.
 //! * **Slow calls.** Actions marked with [`Proxy::slow`] reach moto at once but their answer
 //!   waits, as a real CreateFleet takes seconds: a client that dies meanwhile leaves behind what
 //!   the call made.
@@ -28,6 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 struct Faults {
     insufficient: HashSet<String>,
     denied: HashSet<String>,
+    throttled: HashMap<String, u32>,
     parameters: HashMap<String, String>,
     slow: HashMap<String, std::time::Duration>,
     products: Vec<serde_json::Value>,
@@ -98,6 +102,15 @@ impl Proxy {
     /// `action` (e.g. `PutRolePolicy`, `CreateQueue`) answers AccessDenied.
     pub fn deny(&self, action: &str) {
         self.faults().denied.insert(action.to_owned());
+    }
+
+    /// The next `times` requests of `action` are refused as throttled.
+    #[allow(
+        dead_code,
+        reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
+    )]
+    pub fn throttle(&self, action: &str, times: u32) {
+        self.faults().throttled.insert(action.to_owned(), times);
     }
 
     /// Every action is allowed again.
@@ -431,6 +444,28 @@ fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> 
     response("403 Forbidden", "text/xml", body.as_bytes())
 }
 
+/// The rate-limit error each protocol answers with, as AWS sends it.
+fn throttled(request: &Request, form_fields: &[(String, String)]) -> Vec<u8> {
+    if request.header("x-amz-target").is_some() {
+        let body = serde_json::json!({"__type": "ThrottlingException", "message": "Rate exceeded"})
+            .to_string();
+        return response(
+            "400 Bad Request",
+            "application/x-amz-json-1.1",
+            body.as_bytes(),
+        );
+    }
+    let ec2 = form_fields
+        .iter()
+        .any(|(k, v)| k == "Version" && v == "2016-11-15");
+    if ec2 {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>proxy</RequestID></Response>";
+        return response("503 Service Unavailable", "text/xml", body.as_bytes());
+    }
+    let body = "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>proxy</RequestId></ErrorResponse>";
+    response("400 Bad Request", "text/xml", body.as_bytes())
+}
+
 /// The CreateFleet overrides, keyed by (config, override) index, with their fields.
 type Overrides = BTreeMap<(u32, u32), BTreeMap<String, String>>;
 
@@ -642,6 +677,16 @@ async fn serve(
 
     if lock().denied.contains(&action) {
         return stream.write_all(&denied(&request, &action, &fields)).await;
+    }
+    let throttle = match lock().throttled.get_mut(&action) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    };
+    if throttle {
+        return stream.write_all(&throttled(&request, &fields)).await;
     }
     if action == "GetParameter" {
         let name = serde_json::from_slice::<serde_json::Value>(&request.body)

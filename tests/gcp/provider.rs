@@ -957,3 +957,32 @@ async fn cos_at_latest_boots_the_gke_node_image_of_the_clusters_node_pool_and_fo
     let _ = provider.delete(&instance.provider_id).await;
     rig().kubectl_ok(&["delete", "gcenodeclass", project]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_insert_is_retried_with_backoff_and_launches_one_vm() {
+    let fake = fake("ratelimit-demo").await;
+    apply(&node_class("ratelimit-demo", "ratelimit-demo"));
+    let provider = provider(&fake, "ratelimit-demo", "ratelimit-demo").await;
+    fake.state().compute.rate_limit_inserts(2);
+    let claim = claim(
+        "ratelimit-one",
+        "ratelimit-demo",
+        &["e2-standard-4"],
+        &["us-central1-c"],
+        "on-demand",
+    );
+    let instance = launch(&provider, &claim)
+        .await
+        .expect("the client retries the 429s and the third insert launches");
+    let (project, _, _) = gce(&instance.provider_id);
+    assert_eq!(
+        fake.state().compute.instances(&project).len(),
+        1,
+        "one VM, not one per attempt"
+    );
+    assert!(
+        fake.state().compute.faults.is_empty(),
+        "both refusals were used up: the client did retry"
+    );
+    rig().kubectl_ok(&["delete", "gcenodeclass", "ratelimit-demo"]);
+}

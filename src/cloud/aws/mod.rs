@@ -110,8 +110,23 @@ impl AwsConfig {
         if let Some(url) = &self.endpoint_url {
             loader = loader.endpoint_url(url);
         }
-        loader.load().await
+        loader
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+            .timeout_config(sdk_timeouts())
+            .load()
+            .await
     }
+}
+
+/// Every AWS call is bounded. Upstream's provider gives its SDK HTTP client a 4-minute
+/// timeout (`DefaultAWSSDKClientTimeout` in `pkg/operator/operator.go`) and keeps the SDK's
+/// standard retryer (3 attempts, exponential backoff with full jitter, throttling errors
+/// included); so does this, per attempt, with the SDK's 3.1 s connect timeout kept explicit.
+fn sdk_timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_millis(3100))
+        .operation_attempt_timeout(Duration::from_secs(240))
+        .build()
 }
 
 /// The AWS service clients, built once from one SDK configuration.
@@ -178,33 +193,37 @@ pub fn cloud_error<E>(action: &str, error: E) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    if error.code().is_some_and(|c| THROTTLING_CODES.contains(&c)) {
+    // The SDK's Display says only "service error"; keep the code and message in the chain.
+    let detail = match (error.code(), error.message()) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code.to_owned(),
+        // No answer from the service: a timeout, a refused connection, an unreadable reply.
+        (None, _) => format!("{}", aws_sdk_ec2::error::DisplayErrorContext(&error)),
+    };
+    let throttled = error.code().is_some_and(|c| THROTTLING_CODES.contains(&c));
+    let error = AwsApiError {
+        detail,
+        sdk: Box::new(error),
+    };
+    if throttled {
         return CloudError::Throttled {
             source: Box::new(error),
         };
     }
-    // The SDK's Display says only "service error"; keep the code and message in the chain.
-    let detail = format!(
-        "{}: {}",
-        error.code().unwrap_or("unknown"),
-        error.message().unwrap_or_default()
-    );
     CloudError::Api {
         action: action.to_owned(),
-        source: Box::new(AwsApiError {
-            detail,
-            source: Box::new(error),
-        }),
+        source: Box::new(error),
     }
 }
 
-/// An AWS error with its code and message in the text.
+/// An AWS error with its code and message in the text. The SDK's own error is kept for the
+/// debug output but is not its `source`: its text ("service error", "dispatch failure") would
+/// only repeat less of the detail in a condition or Event that prints the chain.
 #[derive(Debug, thiserror::Error)]
 #[error("{detail}")]
 pub struct AwsApiError {
     detail: String,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
+    sdk: Box<dyn std::error::Error + Send + Sync>,
 }
 
 /// What DescribeInstanceTypes, DescribeInstanceTypeOfferings and DescribeSpotPriceHistory said.

@@ -212,6 +212,59 @@ fn cloud_error(action: &str, error: google_cloud_compute_v1::Error) -> CloudErro
     CloudError::api(action, GcpApiError::from(error))
 }
 
+/// How long one attempt of a Compute call may take. The client's default retry policy bounds
+/// a call's retries to 60 s but an attempt only by what is left of that; this bounds a hung
+/// attempt on its own, as upstream's AWS provider bounds each SDK request (4 minutes there,
+/// where a CreateFleet may take that long; an insert returns its operation at once).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The client library's default policy (AIP-194: retry what is safe to retry, at most 10
+/// attempts in 60 s, exponential backoff with jitter), plus one more case: an HTTP 429, which
+/// Compute answers a rate-limited request before doing anything. The library leaves it to the
+/// caller; retried here with the library's backoff, a short burst of rate limiting costs the
+/// launch seconds instead of a failed reconcile. A quota or stockout error (403 or 503 with
+/// `RESOURCE_EXHAUSTED`) is not retried: it goes back to the controllers as capacity.
+fn retry_policy() -> impl google_cloud_gax::retry_policy::RetryPolicy {
+    use google_cloud_gax::retry_policy::{Aip194Strict, RetryPolicyExt};
+    RetryOnTooManyRequests(Aip194Strict)
+        .with_attempt_limit(10)
+        .with_time_limit(Duration::from_secs(60))
+}
+
+/// Retries an HTTP 429 answer, and defers everything else to the inner policy.
+#[derive(Debug)]
+struct RetryOnTooManyRequests<P>(P);
+
+impl<P: google_cloud_gax::retry_policy::RetryPolicy> google_cloud_gax::retry_policy::RetryPolicy
+    for RetryOnTooManyRequests<P>
+{
+    fn on_error(
+        &self,
+        state: &google_cloud_gax::retry_state::RetryState,
+        error: google_cloud_gax::error::Error,
+    ) -> google_cloud_gax::retry_result::RetryResult {
+        if error.http_status_code() == Some(429) {
+            return google_cloud_gax::retry_result::RetryResult::Continue(error);
+        }
+        self.0.on_error(state, error)
+    }
+
+    fn on_throttle(
+        &self,
+        state: &google_cloud_gax::retry_state::RetryState,
+        error: google_cloud_gax::error::Error,
+    ) -> google_cloud_gax::throttle_result::ThrottleResult {
+        self.0.on_throttle(state, error)
+    }
+
+    fn remaining_time(
+        &self,
+        state: &google_cloud_gax::retry_state::RetryState,
+    ) -> Option<Duration> {
+        self.0.remaining_time(state)
+    }
+}
+
 /// The Compute clients, built once.
 #[derive(Clone, Debug)]
 pub struct Clients {
@@ -238,6 +291,9 @@ impl Clients {
                         google_cloud_auth::credentials::anonymous::Builder::new().build(),
                     );
                 }
+                builder = builder
+                    .with_retry_policy(retry_policy())
+                    .with_attempt_timeout(ATTEMPT_TIMEOUT);
                 if let Some(initial) = config.polling_initial_delay {
                     let backoff =
                         google_cloud_gax::exponential_backoff::ExponentialBackoffBuilder::new()

@@ -59,7 +59,7 @@ pub(super) async fn launch<P: CloudProvider>(
         Err(CloudError::NodeClassNotReady { reason, .. }) => {
             return give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await;
         }
-        Err(e) => return Err(Error::cloud("listing instance types")(e)),
+        Err(e) => return launch_failed(claim, status, ctx, "listing instance types", e).await,
     };
     let candidates = launch_candidates(claim, &catalogue)?;
     let started = std::time::Instant::now();
@@ -89,7 +89,73 @@ pub(super) async fn launch<P: CloudProvider>(
         Err(CloudError::NodeClassNotReady { reason, .. }) => {
             give_up_launch(claim, ctx, "NodeClassNotReady", &reason).await
         }
-        Err(e) => Err(Error::cloud("launching the instance")(e)),
+        Err(e) => launch_failed(claim, status, ctx, "launching the instance", e).await,
+    }
+}
+
+/// The longest condition message upstream writes (`truncateMessage` in `launch.go`).
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// A launch that failed for another reason (throttling, a cloud or network error, a missing
+/// permission) is tried again with backoff, as upstream's `launch.go` does. Upstream sets
+/// `Launched=Unknown` with reason `LaunchFailed` and the error; this also records a Warning
+/// Event, so `kubectl describe nodeclaim` and `kubectl get events` say why nothing launched.
+/// Both are written only when the error changed: a write wakes the claim's reconcile, which
+/// would otherwise cut the backoff short.
+async fn launch_failed<P>(
+    claim: &NodeClaim,
+    mut status: NodeClaimStatus,
+    ctx: &Context<P>,
+    action: &str,
+    error: CloudError,
+) -> Result<Action, Error> {
+    let error = Error::cloud(action)(error);
+    let message = truncated(&error_chain(&error), MAX_MESSAGE_CHARS);
+    let unchanged = status.conditions.iter().any(|c| {
+        c.type_ == cond::LAUNCHED
+            && c.status == "Unknown"
+            && c.reason == LAUNCH_FAILED
+            && c.message == message
+    });
+    if !unchanged {
+        publish(ctx, claim, EventType::Warning, LAUNCH_FAILED, &message).await;
+        conditions::set_unknown(
+            &mut status.conditions,
+            cond::LAUNCHED,
+            LAUNCH_FAILED,
+            &message,
+            claim.metadata.generation,
+        );
+        if let Err(e) = write_status(claim, &status, ctx).await {
+            warn!(nodeclaim = %claim.name_any(), error = %e, "could not record the failed launch");
+        }
+    }
+    Err(error)
+}
+
+/// Upstream's reason for a launch that failed and will be tried again.
+const LAUNCH_FAILED: &str = "LaunchFailed";
+
+/// An error and its causes on one line, as a user reads them in a condition.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// At most `max` characters of `text`, the cut marked with an ellipsis.
+fn truncated(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
     }
 }
 
@@ -171,4 +237,25 @@ async fn record_launch<P>(
         claim.metadata.generation,
     );
     write_status(claim, &status, ctx).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_launch_reads_as_its_whole_cause_chain_cut_at_the_condition_limit() {
+        let error = Error::cloud("launching the instance")(CloudError::Throttled {
+            source: "RequestLimitExceeded: Request limit exceeded.".into(),
+        });
+        assert_eq!(
+            error_chain(&error),
+            "launching the instance failed: throttled by the cloud API: RequestLimitExceeded: Request limit exceeded."
+        );
+        let long = "é".repeat(400);
+        let cut = truncated(&long, MAX_MESSAGE_CHARS);
+        assert_eq!(cut.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncated("short", MAX_MESSAGE_CHARS), "short");
+    }
 }

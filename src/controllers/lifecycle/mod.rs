@@ -58,7 +58,7 @@ pub async fn run<P: CloudProvider + 'static>(
     let queue = tokio_stream_of(triggers);
     let config = controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES);
     let reconciles = applier(
-        |claim, ctx| Box::pin(reconcile(claim, ctx)),
+        |claim, ctx| Box::pin(reconcile_with_backoff(claim, ctx)),
         error_policy,
         ctx,
         store,
@@ -115,6 +115,25 @@ pub fn claims_of_node(
         .collect()
 }
 
+/// A failed claim waits out its backoff even when an event (often its own status write) wakes
+/// it early; a pass that succeeds resets the backoff.
+async fn reconcile_with_backoff<P: CloudProvider>(
+    claim: Arc<NodeClaim>,
+    ctx: Arc<Context<P>>,
+) -> Result<Action, Error> {
+    let key = claim.name_any();
+    if let Some(wait) = ctx.claim_failures.hold(&key)
+        && claim.metadata.deletion_timestamp.is_none()
+    {
+        return Ok(Action::requeue(wait));
+    }
+    let result = reconcile(claim, ctx.clone()).await;
+    if result.is_ok() {
+        ctx.claim_failures.succeeded(&key);
+    }
+    result
+}
+
 fn error_policy<P: CloudProvider>(
     claim: Arc<NodeClaim>,
     error: &Error,
@@ -125,14 +144,16 @@ fn error_policy<P: CloudProvider>(
         tracing::debug!(nodeclaim = %claim.name_any(), error = %error, "conflict; retrying");
         return Action::requeue(Duration::from_millis(200));
     }
-    warn!(nodeclaim = %claim.name_any(), error = %error, cause = ?std::error::Error::source(error), "nodeclaim reconcile failed");
+    let wait = ctx.claim_failures.failed(&claim.name_any());
+    warn!(nodeclaim = %claim.name_any(), error = %error, cause = ?std::error::Error::source(error),
+        retry_in_ms = wait.as_millis(), "nodeclaim reconcile failed");
     ctx.metrics
         .reconcile_errors
         .get_or_create(&crate::metrics::ErrorLabels {
             kind: error.kind().to_owned(),
         })
         .inc();
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(wait)
 }
 
 /// One pass over one NodeClaim.

@@ -50,6 +50,13 @@ use tracing::{info, warn};
 /// provisionable pod every 10 s).
 pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
 
+/// How soon a failed round is tried again (an API server away, a cloud call throttled), doubling
+/// per consecutive failure up to the maximum, as upstream's singleton provisioner is requeued
+/// through its rate limiter.
+const ROUND_RETRY_FIRST: Duration = Duration::from_secs(1);
+const ROUND_RETRY_MAX: Duration = Duration::from_secs(30);
+const ROUND: &str = "round";
+
 /// Runs provisioning until the wake-up channel closes.
 pub async fn run<P: CloudProvider + 'static>(
     ctx: Arc<Context<P>>,
@@ -59,6 +66,7 @@ pub async fn run<P: CloudProvider + 'static>(
 ) {
     let mut memory = Memory::default();
     let mut requeue_at = None;
+    let failures = super::backoff::FailureBackoff::new(ROUND_RETRY_FIRST, ROUND_RETRY_MAX);
     loop {
         let mut completion = BurstComplete::new(&ctx);
         let Some(closed_by) = next_batch(
@@ -85,6 +93,9 @@ pub async fn run<P: CloudProvider + 'static>(
             .pass(super::names::PROVISIONER, ctx.settings.stuck_pass_after);
         let result = provision(&ctx, &pending, &recent, &mut memory).await;
         drop(pass);
+        if result.is_ok() {
+            failures.succeeded(ROUND);
+        }
         match result {
             Ok(Some(round)) => {
                 info!(
@@ -101,9 +112,11 @@ pub async fn run<P: CloudProvider + 'static>(
             }
             Ok(None) => {}
             Err(e) => {
-                warn!(error = %e, cause = ?std::error::Error::source(&e), "scheduling round failed; retrying");
+                let wait = failures.failed(ROUND);
+                warn!(error = %e, cause = ?std::error::Error::source(&e), retry_in_ms = wait.as_millis(),
+                    "scheduling round failed; retrying");
                 pending.nudge();
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                tokio::time::sleep(wait).await;
             }
         }
     }

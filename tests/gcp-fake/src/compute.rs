@@ -344,6 +344,23 @@ impl Compute {
         });
     }
 
+    /// The next `times` inserts (anywhere) are refused at once with HTTP 429
+    /// `RESOURCE_EXHAUSTED`/`rateLimitExceeded`, as Compute refuses a request over its rate
+    /// limit before doing anything.
+    pub fn rate_limit_inserts(&mut self, times: u32) {
+        self.faults.push(FaultRule {
+            zone: None,
+            machine_type: None,
+            fault: Fault::Http(GoogleError::new(
+                429,
+                "RESOURCE_EXHAUSTED",
+                "rateLimitExceeded",
+                "Rate Limit Exceeded",
+            )),
+            times: Some(times),
+        });
+    }
+
     /// Removes every fault rule.
     pub fn clear_faults(&mut self) {
         self.faults.clear();
