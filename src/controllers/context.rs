@@ -27,6 +27,8 @@ pub struct Context<P> {
     pub own_writes: OwnWrites,
     /// Events that loops re-evaluate every pass, published once per state.
     pub notices: Notices,
+    /// NodeClaims the API server has that do not decode (left out of `claims`).
+    pub unreadable_claims: super::lenient_watch::Unreadable,
     /// How long each NodeClaim whose reconcile failed waits before the next attempt.
     pub claim_failures: super::backoff::FailureBackoff,
     /// What the probes answer; the loops report their passes here.
@@ -71,6 +73,7 @@ impl<P: CloudProvider> Context<P> {
             own_writes: OwnWrites::default(),
             notices,
             claim_failures: super::backoff::FailureBackoff::lifecycle(),
+            unreadable_claims: super::lenient_watch::Unreadable::default(),
             health: Arc::default(),
             namespaces: None,
             volumes: None,

@@ -23,6 +23,7 @@ pub mod health;
 #[cfg(feature = "aws")]
 pub mod interruption;
 pub mod leader_election;
+pub mod lenient_watch;
 pub mod lifecycle;
 pub mod nodeclaim_disruption;
 #[cfg(any(feature = "aws", feature = "gcp"))]
@@ -197,6 +198,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
     let pod_events = Arc::new(pod_events::PodEvents::default());
 
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
+    let unreadable_claims = lenient_watch::Unreadable::default();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (pods, pods_writer) = reflector::store::<CachedPod>();
@@ -209,7 +211,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
     fn spawn_reflector<K>(
         health: &Arc<Health>,
         name: &'static str,
-        api: Api<K>,
+        events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
         writer: reflector::store::Writer<K>,
         trim: impl Fn(&mut K) + Send + Sync + 'static,
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
@@ -225,12 +227,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
         let handle = spawn_watched(health, name, async move {
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(move |object: &mut K| {
-                    object.managed_fields_mut().clear();
-                    trim(object);
-                });
+            let stream = events.default_backoff().modify(move |object: &mut K| {
+                object.managed_fields_mut().clear();
+                trim(object);
+            });
             reflector::reflector(writer, stream)
                 .for_each(|event| {
                     match &event {
@@ -251,7 +251,12 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "NodeClaim watch",
-            Api::<NodeClaim>::all(client.clone()),
+            lenient_watch::watch(
+                client.clone(),
+                claims.clone(),
+                unreadable_claims.clone(),
+                lenient_watch::report_undecodable::<NodeClaim>(client.clone()),
+            ),
             claims_writer,
             |_| {},
             {
@@ -280,7 +285,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Node watch",
-            Api::<Node>::all(client.clone()),
+            watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
             nodes_writer,
             trim_node,
             {
@@ -300,7 +305,12 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "NodePool watch",
-            Api::<NodePool>::all(client.clone()),
+            lenient_watch::watch(
+                client.clone(),
+                pools.clone(),
+                lenient_watch::Unreadable::default(),
+                lenient_watch::report_undecodable::<NodePool>(client.clone()),
+            ),
             pools_writer,
             |_| {},
             |_| {},
@@ -309,7 +319,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Namespace watch",
-            Api::<Namespace>::all(client.clone()),
+            watcher(
+                Api::<Namespace>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             namespaces_writer,
             |ns: &mut Namespace| {
                 ns.metadata.annotations = None;
@@ -322,7 +335,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "PersistentVolumeClaim watch",
-            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             volume_claims_writer,
             volumes::trim_claim,
             {
@@ -339,7 +355,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "PersistentVolume watch",
-            Api::<PersistentVolume>::all(client.clone()),
+            watcher(
+                Api::<PersistentVolume>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             volumes_writer,
             volumes::trim_volume,
             |_| {},
@@ -347,7 +366,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "StorageClass watch",
-            Api::<StorageClass>::all(client.clone()),
+            watcher(
+                Api::<StorageClass>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             classes_writer,
             volumes::trim_class,
             |_| {},
@@ -355,7 +377,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Pod watch",
-            Api::<CachedPod>::all(client.clone()),
+            watcher(
+                Api::<CachedPod>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             pods_writer,
             {
                 let shared = pod_cache::SharedSpecs::default();
@@ -409,6 +434,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
         client, provider, claims, nodes, pools, pods, settings, metrics,
     );
     ctx.health = health.clone();
+    ctx.unreadable_claims = unreadable_claims;
     ctx.namespaces = Some(namespaces);
     ctx.volumes = Some(volumes::VolumeStores {
         claims: volume_claims,

@@ -407,6 +407,53 @@ mod tests {
         assert!(decode_node_list(&body(&[])).unwrap().is_empty());
     }
 
+    /// 2,000 cases unless `PROPTEST_CASES` says otherwise (the long run: a million,
+    /// `PROPTEST_CASES=1000000 cargo test --release -p kubectl-karpenter protobuf`).
+    fn fuzz_config() -> proptest::test_runner::Config {
+        let mut config = proptest::test_runner::Config::default();
+        if std::env::var_os("PROPTEST_CASES").is_none() {
+            config.cases = 2_000;
+        }
+        config.failure_persistence = None;
+        config
+    }
+
+    proptest::proptest! {
+        #![proptest_config(fuzz_config())]
+
+        #[test]
+        fn any_bytes_after_the_magic_decode_or_are_refused_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        ) {
+            let mut body = MAGIC.to_vec();
+            body.extend_from_slice(&bytes);
+            let _ = decode_node_list(&body);
+        }
+
+        #[test]
+        fn a_node_list_with_bytes_changed_decodes_or_is_refused_without_a_panic(
+            names in proptest::collection::vec("[a-z0-9.-]{1,20}", 1..4),
+            changes in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..6),
+            cut in proptest::option::of(proptest::prelude::any::<usize>()),
+        ) {
+            let nodes: Vec<Vec<u8>> = names.iter().map(|n| node_bytes(n, "True")).collect();
+            let mut whole = body(&nodes);
+            if changes.is_empty() && cut.is_none() {
+                let decoded = decode_node_list(&whole).expect("an intact list decodes");
+                let decoded: Vec<_> = decoded.iter().filter_map(|n| n.metadata.name.clone()).collect();
+                proptest::prop_assert_eq!(decoded, names);
+            }
+            for (at, byte) in changes {
+                let at = MAGIC.len() + at % (whole.len() - MAGIC.len());
+                whole[at] = byte;
+            }
+            if let Some(cut) = cut {
+                whole.truncate(cut % (whole.len() + 1));
+            }
+            let _ = decode_node_list(&whole);
+        }
+    }
+
     #[test]
     fn a_body_that_is_not_protobuf_or_is_cut_short_is_an_error_not_a_panic() {
         assert!(decode_node_list(b"{\"kind\":\"NodeList\"}").is_err());

@@ -11,6 +11,11 @@
 //! field is merged into `/etc/kubernetes/kubelet/kubelet-config.json` first; on Bottlerocket
 //! each typed field is its `settings.kubernetes` key (Bottlerocket has none for `podsPerCore`
 //! and fields beyond the typed ones, which [`unsupported`] names).
+//!
+//! No value from a NodePool, a node class or the cluster goes into the text unquoted: each is
+//! encoded for the language it lands in ([`sh`] for AL2's root shell script, JSON strings in
+//! nodeadm's YAML, [`toml`] strings in Bottlerocket's settings). A taint value or a kubelet
+//! setting with a quote in it is then a literal, never a command: user data runs as root.
 
 use super::nodeclass::AmiFamily;
 use crate::apis::KubeletConfiguration;
@@ -57,6 +62,57 @@ pub fn unsupported(family: AmiFamily, kubelet: &KubeletConfiguration) -> Vec<Str
     out
 }
 
+/// The AL2 AMI's kubelet configuration file, which bootstrap.sh completes.
+const KUBELET_CONFIG: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
+
+/// `word` as one shell word: single-quoted where it needs quoting (shlex's POSIX rules).
+pub fn sh(word: &str) -> String {
+    // A NUL cannot be in an argument at all (and is the one input shlex refuses): drop it.
+    let word = word.replace('\0', "");
+    shlex::try_quote(&word)
+        .map(std::borrow::Cow::into_owned)
+        .unwrap_or_default()
+}
+
+/// `text` as a YAML double-quoted scalar.
+fn yaml(text: &str) -> String {
+    yaml_json(&serde_json::Value::from(text))
+}
+
+/// JSON as YAML (flow style). YAML 1.2 reads JSON with one exception: characters YAML does not
+/// allow in a document (DEL, the C1 controls but NEL, U+FFFE/U+FFFF), which JSON leaves as
+/// they are; in a JSON text they can only be inside strings, where `\uXXXX` means the same.
+fn yaml_json(value: &serde_json::Value) -> String {
+    let json = value.to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        let printable = matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..);
+        if printable {
+            out.push(c);
+        } else {
+            let _ = write!(out, "\\u{:04X}", u32::from(c));
+        }
+    }
+    out
+}
+
+/// `text` as a TOML string (also how a key that is not bare is written).
+pub fn toml(text: &str) -> String {
+    toml_edit::Value::from(text).to_string().trim().to_owned()
+}
+
+/// `text` as a TOML key: bare where TOML allows, else a one-line quoted key (a value may span
+/// lines, a key may not).
+pub fn toml_key(text: &str) -> String {
+    toml_edit::Key::new(text).to_string().trim().to_owned()
+}
+
+/// A list of TOML strings.
+fn toml_list<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<String> = items.iter().map(|i| toml(i.as_ref())).collect();
+    format!("[{}]", items.join(", "))
+}
+
 /// The kubelet map as nodeadm's `config`, indented under `kubelet:`.
 fn node_config_kubelet(k: &KubeletConfiguration) -> String {
     let Ok(value) = serde_json::to_value(k) else {
@@ -65,9 +121,9 @@ fn node_config_kubelet(k: &KubeletConfiguration) -> String {
     if value.as_object().is_none_or(serde_json::Map::is_empty) {
         return String::new();
     }
-    // A JSON object is valid YAML (flow style), which nodeadm reads; one line keeps the
+    // A JSON object is YAML (flow style), which nodeadm reads; one line keeps the
     // indentation trivially right.
-    format!("    config: {value}\n")
+    format!("    config: {}\n", yaml_json(&value))
 }
 
 fn taint_flag(taints: &[Taint]) -> String {
@@ -120,7 +176,10 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             let _ = write!(
                 out,
                 "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n",
-                c.name, c.endpoint, c.ca_bundle, c.service_cidr
+                yaml(&c.name),
+                yaml(&c.endpoint),
+                yaml(&c.ca_bundle),
+                yaml(&c.service_cidr)
             );
             if node.raid0 {
                 out.push_str("  instance:\n    localStorage:\n      strategy: RAID0\n");
@@ -132,7 +191,7 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             if !flags.is_empty() {
                 out.push_str("    flags:\n");
                 for flag in &flags {
-                    let _ = writeln!(out, "      - {flag:?}");
+                    let _ = writeln!(out, "      - {}", yaml(flag));
                 }
             }
             out.push_str("\n--//--\n");
@@ -149,7 +208,7 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             if let Some(kubelet) = node.kubelet {
                 flags.extend(crate::cloud::kubelet_flags::flags(kubelet));
                 if let Some(dns) = kubelet.cluster_dns.first() {
-                    let _ = write!(extra, " --dns-cluster-ip '{dns}'");
+                    let _ = write!(extra, " --dns-cluster-ip {}", sh(dns));
                 }
                 if !kubelet.other.is_empty() {
                     // The fields without a flag go into the kubelet's config file, which
@@ -161,31 +220,35 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
                             .into_iter()
                             .collect::<serde_json::Map<_, _>>(),
                     );
+                    // The JSON travels as one quoted argument, never as part of jq's program.
                     let _ = writeln!(
                         out,
-                        "echo \"$(jq '. + {other}' /etc/kubernetes/kubelet/kubelet-config.json)\" > /etc/kubernetes/kubelet/kubelet-config.json"
+                        "jq --argjson extra {} '. + $extra' {KUBELET_CONFIG} > {KUBELET_CONFIG}.new && mv {KUBELET_CONFIG}.new {KUBELET_CONFIG}",
+                        sh(&other.to_string())
                     );
                 }
             }
             let _ = writeln!(
                 out,
-                "/etc/eks/bootstrap.sh '{}' --apiserver-endpoint '{}' --b64-cluster-ca '{}' --use-max-pods false{extra}{} --kubelet-extra-args '{}'",
-                c.name,
-                c.endpoint,
-                c.ca_bundle,
+                "/etc/eks/bootstrap.sh {} --apiserver-endpoint {} --b64-cluster-ca {} --use-max-pods false{extra}{} --kubelet-extra-args {}",
+                sh(&c.name),
+                sh(&c.endpoint),
+                sh(&c.ca_bundle),
                 if node.raid0 {
                     " --local-disks raid0"
                 } else {
                     ""
                 },
-                flags.join(" ")
+                sh(&flags.join(" "))
             );
             out
         }
         AmiFamily::Bottlerocket => {
             let mut out = format!(
-                "[settings.kubernetes]\ncluster-name = {:?}\napi-server = {:?}\ncluster-certificate = {:?}\n",
-                c.name, c.endpoint, c.ca_bundle
+                "[settings.kubernetes]\ncluster-name = {}\napi-server = {}\ncluster-certificate = {}\n",
+                toml(&c.name),
+                toml(&c.endpoint),
+                toml(&c.ca_bundle)
             );
             if let Some(kubelet) = node.kubelet {
                 out.push_str(&bottlerocket_kubelet(kubelet));
@@ -193,7 +256,7 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
             if !node.labels.is_empty() {
                 out.push_str("\n[settings.kubernetes.node-labels]\n");
                 for (k, v) in &node.labels {
-                    let _ = writeln!(out, "{k:?} = {v:?}");
+                    let _ = writeln!(out, "{} = {}", toml_key(k), toml(v));
                 }
             }
             if !node.taints.is_empty() {
@@ -207,7 +270,7 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
                     ));
                 }
                 for (k, values) in by_key {
-                    let _ = writeln!(out, "{k:?} = {values:?}");
+                    let _ = writeln!(out, "{} = {}", toml_key(k), toml_list(&values));
                 }
             }
             out
@@ -224,7 +287,7 @@ fn bottlerocket_kubelet(k: &KubeletConfiguration) -> String {
         let _ = writeln!(out, "max-pods = {n}");
     }
     if !k.cluster_dns.is_empty() {
-        let _ = writeln!(out, "cluster-dns-ip = {:?}", k.cluster_dns);
+        let _ = writeln!(out, "cluster-dns-ip = {}", toml_list(&k.cluster_dns));
     }
     if let Some(n) = k.eviction_max_pod_grace_period {
         let _ = writeln!(out, "eviction-max-pod-grace-period = {n}");
@@ -250,7 +313,7 @@ fn bottlerocket_kubelet(k: &KubeletConfiguration) -> String {
         }
         let _ = writeln!(out, "\n[settings.kubernetes.{table}]");
         for (key, value) in map {
-            let _ = writeln!(out, "{key:?} = {value:?}");
+            let _ = writeln!(out, "{} = {}", toml_key(key), toml(value));
         }
     }
     out
@@ -298,12 +361,12 @@ mod tests {
         };
         let text = render(AmiFamily::AL2023, &node);
         assert!(text.contains("kind: NodeConfig"));
-        assert!(text.contains("apiServerEndpoint: https://ABC.eks.amazonaws.com"));
+        assert!(text.contains("apiServerEndpoint: \"https://ABC.eks.amazonaws.com\""));
         assert!(text.contains("config: {\"maxPods\":110}"), "{text}");
         assert!(text.contains("--register-with-taints=karpenter.sh/unregistered=:NoExecute"));
         assert!(text.contains("--node-labels=karpenter.sh/nodepool=default"));
         let al2 = render(AmiFamily::AL2, &node);
-        assert!(al2.contains("/etc/eks/bootstrap.sh 'demo'"));
+        assert!(al2.contains("/etc/eks/bootstrap.sh demo --apiserver-endpoint"));
         let br = render(AmiFamily::Bottlerocket, &node);
         assert!(br.contains("[settings.kubernetes.node-taints]"));
     }
@@ -369,7 +432,7 @@ mod kubelet_tests {
     fn an_al2_node_gets_flags_for_the_typed_fields_and_the_config_file_for_the_rest() {
         let (cluster, kubelet) = (cluster(), kubelet());
         let text = render(AmiFamily::AL2, &node(&cluster, &kubelet));
-        assert!(text.contains("--dns-cluster-ip '10.0.0.10'"), "{text}");
+        assert!(text.contains("--dns-cluster-ip 10.0.0.10"), "{text}");
         for flag in [
             "--max-pods=58",
             "--pods-per-core=4",
@@ -381,7 +444,7 @@ mod kubelet_tests {
             assert!(text.contains(flag), "{flag} in {text}");
         }
         assert!(
-            text.contains(r#"jq '. + {"containerLogMaxSize":"50Mi","registryPullQPS":10}'"#),
+            text.contains(r#"jq --argjson extra '{"containerLogMaxSize":"50Mi","registryPullQPS":10}' '. + $extra'"#),
             "{text}"
         );
         // The merge comes before bootstrap.sh reads the file.

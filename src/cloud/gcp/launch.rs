@@ -390,6 +390,10 @@ pub fn instance_body(
 
 /// GKE's `kube-env` with the node class's kubelet settings added to `KUBELET_ARGS` (GKE's node
 /// bootstrap starts the kubelet with those flags; later flags win).
+///
+/// `kube-env` is YAML, which GKE's bootstrap turns into shell variables. The new value is
+/// written as one double-quoted YAML scalar (a JSON string), so a setting with a quote or a
+/// line break in it stays inside `KUBELET_ARGS` instead of ending it or adding another key.
 pub fn with_kubelet_args(kube_env: &str, kubelet: &crate::apis::KubeletConfiguration) -> String {
     let mut flags = crate::cloud::kubelet_flags::flags(kubelet);
     if !kubelet.cluster_dns.is_empty() {
@@ -399,25 +403,25 @@ pub fn with_kubelet_args(kube_env: &str, kubelet: &crate::apis::KubeletConfigura
         return kube_env.to_owned();
     }
     let extra = flags.join(" ");
+    let line_of = |value: &str| format!("KUBELET_ARGS: {}", serde_json::Value::from(value));
     let mut found = false;
     let mut lines: Vec<String> = kube_env
         .lines()
         .map(|line| {
-            let Some(value) = line.strip_prefix("KUBELET_ARGS: ") else {
+            if !line.starts_with("KUBELET_ARGS:") {
                 return line.to_owned();
-            };
-            found = true;
-            // A quoted value keeps its quotes around the added flags.
-            match value.chars().last() {
-                Some(q @ ('\'' | '"')) if value.len() > 1 && value.starts_with(q) => {
-                    format!("KUBELET_ARGS: {} {extra}{q}", &value[..value.len() - 1])
-                }
-                _ => format!("KUBELET_ARGS: {value} {extra}"),
             }
+            found = true;
+            // The value as YAML reads it (plain, single- or double-quoted).
+            let current = serde_saphyr::from_str::<BTreeMap<String, String>>(line)
+                .ok()
+                .and_then(|mut m| m.remove("KUBELET_ARGS"))
+                .unwrap_or_default();
+            line_of(format!("{current} {extra}").trim_start())
         })
         .collect();
     if !found {
-        lines.push(format!("KUBELET_ARGS: {extra}"));
+        lines.push(line_of(&extra));
     }
     let mut out = lines.join("\n");
     if kube_env.ends_with('\n') {
@@ -640,16 +644,42 @@ mod tests {
         .unwrap();
         let env =
             "CLUSTER_NAME: demo\nKUBELET_ARGS: --v=2 --cloud-provider=external\nNODE_LABELS: a=b\n";
+        let flags = "--max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10";
+        let read = |env: &str| {
+            serde_saphyr::from_str::<BTreeMap<String, String>>(env).expect("kube-env stays YAML")
+        };
+        let updated = read(&with_kubelet_args(env, &kubelet));
         assert_eq!(
-            with_kubelet_args(env, &kubelet),
-            "CLUSTER_NAME: demo\nKUBELET_ARGS: --v=2 --cloud-provider=external --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10\nNODE_LABELS: a=b\n"
+            updated["KUBELET_ARGS"],
+            format!("--v=2 --cloud-provider=external {flags}")
         );
-        let quoted = "KUBELET_ARGS: '--v=2'";
+        assert_eq!(updated["NODE_LABELS"], "a=b", "the other keys stay");
         assert_eq!(
-            with_kubelet_args(quoted, &kubelet),
-            "KUBELET_ARGS: '--v=2 --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10'"
+            read(&with_kubelet_args("KUBELET_ARGS: '--v=2'", &kubelet))["KUBELET_ARGS"],
+            format!("--v=2 {flags}")
         );
-        assert!(with_kubelet_args("A: b", &kubelet).ends_with("\nKUBELET_ARGS: --max-pods=64 --eviction-hard=memory.available<200Mi --cluster-dns=10.8.0.10"));
+        assert_eq!(
+            read(&with_kubelet_args("A: b", &kubelet))["KUBELET_ARGS"],
+            flags
+        );
+    }
+
+    #[test]
+    fn a_kubelet_setting_with_quotes_or_line_breaks_stays_inside_kubelet_args() {
+        let kubelet: crate::apis::KubeletConfiguration =
+            serde_json::from_value(serde_json::json!({
+                "evictionHard": {"memory.available": "1Mi'\nCLUSTER_NAME: evil\n\""},
+            }))
+            .unwrap();
+        let env = "CLUSTER_NAME: demo\nKUBELET_ARGS: --v=2\n";
+        let updated =
+            serde_saphyr::from_str::<BTreeMap<String, String>>(&with_kubelet_args(env, &kubelet))
+                .expect("kube-env stays YAML");
+        assert_eq!(updated["CLUSTER_NAME"], "demo");
+        assert_eq!(
+            updated["KUBELET_ARGS"],
+            "--v=2 --eviction-hard=memory.available<1Mi'\nCLUSTER_NAME: evil\n\""
+        );
     }
 
     #[test]

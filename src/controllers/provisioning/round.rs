@@ -92,7 +92,9 @@ async fn claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<boo
         .items
         .iter()
         .filter_map(|c| c.metadata.name.as_deref())
-        .all(|name| cached.contains(name) || recent.contains(name)))
+        .all(|name| {
+            cached.contains(name) || recent.contains(name) || ctx.unreadable_claims.contains(name)
+        }))
 }
 
 /// What one round did.

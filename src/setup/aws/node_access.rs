@@ -80,32 +80,54 @@ pub fn map_node_role(map_roles: &str, role_arn: &str) -> Result<Option<String>, 
                 .map_err(|e| MapRolesError(e.to_string()))
         }
         None => {
-            let addition = format!(
-                "- rolearn: {role_arn}\n  username: {NODE_USERNAME}\n  groups:\n  - {}\n  - {}\n",
-                NODE_GROUPS[0], NODE_GROUPS[1]
-            );
-            // The first line that is not blank or a comment says whether the list is block style.
-            let first = map_roles
-                .lines()
-                .map(str::trim_start)
-                .find(|l| !l.is_empty() && !l.starts_with('#'));
-            if first.is_none_or(|l| l.starts_with("- ")) {
-                let mut text = map_roles.to_owned();
-                if !text.ends_with('\n') {
-                    text.push('\n');
-                }
-                text.push_str(&addition);
-                Ok(Some(text))
-            } else {
-                entries.push(
-                    json!({"rolearn": role_arn, "username": NODE_USERNAME, "groups": NODE_GROUPS}),
-                );
-                serde_saphyr::to_string(&entries)
-                    .map(Some)
-                    .map_err(|e| MapRolesError(e.to_string()))
+            let entry =
+                json!({"rolearn": role_arn, "username": NODE_USERNAME, "groups": NODE_GROUPS});
+            let mut wanted = entries;
+            wanted.push(entry.clone());
+            if let Some(text) = appended(map_roles, &entry, &wanted) {
+                return Ok(Some(text));
             }
+            serde_saphyr::to_string(&wanted)
+                .map(Some)
+                .map_err(|e| MapRolesError(e.to_string()))
         }
     }
+}
+
+/// `map_roles` with `entry` appended as text at the list's own indentation, when the list is
+/// block style and the result reads back as exactly `wanted`; `None` otherwise (the caller
+/// then writes the whole list out again).
+///
+/// The indentation matters: `mapRoles` written as `  - rolearn: ...` (eksctl and Terraform
+/// modules indent it) with an entry appended at column 0 is no longer one YAML list, and a
+/// broken aws-auth locks every node, and IAM user, out of the cluster.
+fn appended(map_roles: &str, entry: &Value, wanted: &[Value]) -> Option<String> {
+    // The first line that is not blank or a comment says whether the list is block style.
+    let first = map_roles
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let indent = match first {
+        None => "",
+        Some(line) => {
+            let item = line.trim_start();
+            if !item.starts_with("- ") {
+                return None;
+            }
+            &line[..line.len() - item.len()]
+        }
+    };
+    let block = serde_saphyr::to_string(&[entry]).ok()?;
+    let mut text = map_roles.to_owned();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    for line in block.lines() {
+        text.push_str(indent);
+        text.push_str(line);
+        text.push('\n');
+    }
+    let reread = serde_saphyr::from_str::<Option<Vec<Value>>>(&text).ok()??;
+    (reread == wanted).then_some(text)
 }
 
 /// Lets nodes running as the node role join the cluster: an access entry or an aws-auth entry,
@@ -370,6 +392,17 @@ mod tests {
             None,
             "a second run changes nothing"
         );
+    }
+
+    #[test]
+    fn an_indented_map_roles_gets_the_node_role_at_its_own_indentation() {
+        let existing = "  - rolearn: arn:aws:iam::123456789012:role/ng-1\n    username: system:node:{{EC2PrivateDNSName}}\n    groups:\n      - system:bootstrappers\n      - system:nodes\n";
+        let updated = map_node_role(existing, NODE_ARN).unwrap().unwrap();
+        assert!(updated.starts_with(existing), "{updated}");
+        let entries = parse(&updated);
+        assert_eq!(entries.len(), 2, "{updated}");
+        assert_eq!(entries[1]["rolearn"], NODE_ARN);
+        assert_eq!(map_node_role(&updated, NODE_ARN).unwrap(), None);
     }
 
     #[test]
