@@ -186,8 +186,12 @@ pub(crate) async fn catalogues<P: CloudProvider>(
     claims: &[Arc<NodeClaim>],
 ) -> Catalogues {
     let mut catalogues = Catalogues::default();
+    // Each class is asked once a round, answered or not: every claim names its class, and
+    // asking again per claim after a failure made an API server outage cost one failed call
+    // per claim per round (a hung one, a request timeout each).
+    let mut asked = std::collections::HashSet::new();
     for class in state::node_classes(pools, claims) {
-        if catalogues.contains(class) {
+        if !asked.insert((&class.group, &class.kind, &class.name)) {
             continue;
         }
         match ctx.provider.instance_types(class).await {
