@@ -92,6 +92,13 @@ pub struct CloudCallLabels {
     pub provider: String,
 }
 
+/// Label set of `karpenter_cloudprovider_pricing_refreshes_total`: `updated`, `empty` (an
+/// answer without a price for the region) or `failed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
 /// Label set of `karpenter_cloudprovider_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloudErrorLabels {
@@ -209,6 +216,10 @@ pub struct Metrics {
     pub scheduler_queue_depth: Family<QueueLabels, Gauge>,
     pub cloudprovider_duration: Family<CloudCallLabels, Histogram, fn() -> Histogram>,
     pub cloudprovider_errors: Family<CloudErrorLabels, Counter>,
+    /// Refreshes of the live price feed, by outcome (this project's; upstream logs only).
+    pub pricing_refreshes: Family<OutcomeLabels, Counter>,
+    /// When the live price feed last updated the prices (Unix seconds; 0: never).
+    pub pricing_last_update: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub nodepools_usage: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub nodepools_limit: Family<ResourceLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub build_info: Family<BuildLabels, Gauge>,
@@ -254,6 +265,8 @@ impl Metrics {
             scheduler_queue_depth: Family::default(),
             cloudprovider_duration: Family::new_with_constructor(duration_histogram),
             cloudprovider_errors: Family::default(),
+            pricing_refreshes: Family::default(),
+            pricing_last_update: Gauge::default(),
             nodepools_usage: Family::default(),
             nodepools_limit: Family::default(),
             build_info: Family::default(),
@@ -319,6 +332,16 @@ impl Metrics {
             "scheduler_queue_depth",
             "The number of pods currently waiting to be scheduled",
             metrics.scheduler_queue_depth.clone(),
+        );
+        registry.register(
+            "cloudprovider_pricing_refreshes",
+            "Refreshes of the cloud's live on-demand prices, by outcome (updated, empty, failed); after empty or failed the last good prices stay",
+            metrics.pricing_refreshes.clone(),
+        );
+        registry.register(
+            "cloudprovider_pricing_last_update_timestamp_seconds",
+            "When the cloud's live on-demand prices were last updated, in Unix seconds (0: never, the shipped prices are in use)",
+            metrics.pricing_last_update.clone(),
         );
         registry.register(
             "cloudprovider_duration_seconds",

@@ -16,6 +16,7 @@ use crate::cloud::aws::interruption::InterruptionQueue;
 /// found, which is a configuration error worth stopping for.
 pub async fn start(running: &mut Running<Metered<AwsProvider>>) -> Result<(), Error> {
     let ctx = running.ctx.clone();
+    ctx.provider.report_prices_to(ctx.metrics.clone());
     // Resolving node classes is the provider's own business, not a CloudProvider call.
     running.spawn(
         super::names::NODE_CLASS_STATUS,

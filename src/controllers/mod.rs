@@ -263,14 +263,25 @@ async fn start_reporting<P: CloudProvider + 'static>(
                 let recent = recent.clone();
                 let pending = pending.clone();
                 let lifecycle_triggers = lifecycle_triggers.clone();
+                let initialized = provisioning::Initialized::default();
                 move |event| match event {
-                    watcher::Event::Apply(claim) | watcher::Event::InitApply(claim) => {
+                    watcher::Event::Apply(claim) => {
                         recent.seen(claim);
+                        if initialized.newly(claim) {
+                            pending.nudge();
+                        }
+                        let _ = lifecycle_triggers
+                            .send(kube::runtime::reflector::ObjectRef::from_obj(claim));
+                    }
+                    watcher::Event::InitApply(claim) => {
+                        recent.seen(claim);
+                        initialized.seen(claim);
                         let _ = lifecycle_triggers
                             .send(kube::runtime::reflector::ObjectRef::from_obj(claim));
                     }
                     watcher::Event::Delete(claim) => {
                         recent.seen(claim);
+                        initialized.forget(claim);
                         // Pods planned onto a claim that is gone (its launch failed for capacity or
                         // a node class that is not ready, its node never registered, a user deleted
                         // it) are still pending under the same UID, so no pod event will wake the

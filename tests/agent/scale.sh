@@ -17,6 +17,9 @@
 # anything the agent reads passes through to it. MALLOC_ARENA_MAX defaults to 2, as the agent's
 # image sets it (agent/Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
 # SCALE_DOWN_TIMEOUT (seconds, default 1800) bounds the wait for the fleet to settle.
+# ARRIVAL=S spreads the scale-up over S seconds (one `kubectl scale` a second, N/S pods each),
+# as pods keep arriving in a real scale-out; the figures then include the time from the last
+# scale to every pod running, and the fleet's $/h against the scheduler's one-shot plan for N.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -30,6 +33,7 @@ agent_bin="${AGENT_BIN:-${CARGO_TARGET_DIR:-target}/debug/karpenter-agent}"
 [[ -n "${AGENT_BIN:-}" ]] || cargo build --workspace --quiet
 bin="$(tests/rig/rig bin | tail -n 1)"
 settle_seconds="${SETTLE_SECONDS:-60}"
+arrival="${ARRIVAL:-0}"
 consolidate_after="${CONSOLIDATE_AFTER:-0s}"
 
 # Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
@@ -38,7 +42,11 @@ pod_cpu() { if [[ "$1" -gt 100 ]]; then echo 250m; else echo 1; fi; }
 # The scheduler's plan for each scale-down target, computed before any rig runs (the first time,
 # cargo builds the benchmark binary).
 declare -A plans
+declare -A up_plans
 for size in "${sizes[@]}"; do
+  if [[ "$arrival" -gt 0 ]]; then
+    up_plans[$size]="$(cargo bench --quiet --bench disruption -- --plan "${size%%:*}" --cpu "$(pod_cpu "${size%%:*}")" --memory 128Mi | grep '^PLAN ')"
+  fi
   [[ "$size" == *:* ]] || continue
   plans[$size]="$(cargo bench --quiet --bench disruption -- --plan "${size#*:}" --cpu "$(pod_cpu "${size%%:*}")" --memory 128Mi | grep '^PLAN ')"
 done
@@ -113,10 +121,17 @@ for size in "${sizes[@]}"; do
   sleep 2
   cpu="$(pod_cpu "$n")"
   "${k[@]}" set resources deployment inflate --requests "cpu=$cpu,memory=128Mi" >/dev/null
-  start=$(date +%s.%N)
-  "${k[@]}" scale deployment inflate --replicas "$n" >/dev/null
   peak=0
   peak_anon=0
+  start=$(date +%s.%N)
+  if [[ "$arrival" -gt 0 ]]; then
+    for step in $(seq 1 "$arrival"); do
+      "${k[@]}" scale deployment inflate --replicas $((n * step / arrival)) >/dev/null
+      python3 -c "import time; time.sleep(max(0.0, $start + $step - time.time()))"
+    done
+  fi
+  "${k[@]}" scale deployment inflate --replicas "$n" >/dev/null
+  last_scale=$(date +%s.%N)
   sample() {
     # VmHWM is the kernel's own high-water mark: exact, between samples too.
     rss=$(awk '/VmHWM/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
@@ -141,6 +156,7 @@ for size in "${sizes[@]}"; do
   file_rss=$(awk '/RssFile/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
+  up_price="$(fleet_price)"
   down=""
   [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
@@ -168,6 +184,18 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
+  if [[ "$arrival" -gt 0 ]]; then
+    python3 - "$n" "$arrival" "$last_scale" "$end" "$up_price" "${up_plans[$size]}" <<'PY'
+import sys
+n, arrival, last, end = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+price, nodes = float(sys.argv[5].split()[0]), int(sys.argv[5].split()[1])
+fields = dict(f.split("=", 1) for f in sys.argv[6].split()[1:])
+planned, planned_nodes = float(fields["price"]), int(fields["nodes"])
+print(f"arrival over {arrival}s: every pod running {end - last:.1f}s after the last scale; "
+      f"fleet ${price:.4f}/h on {nodes} nodes; the scheduler's one-shot plan for {n} pods: "
+      f"${planned:.4f}/h on {planned_nodes} nodes; fleet/plan = {price / planned:.3f}")
+PY
+  fi
   [[ -n "$m" ]] || continue
   python3 - "$n" "$m" "$down" "${plans[$size]}" <<'PY'
 import sys

@@ -625,11 +625,22 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
     }));
     env.proxy.price_list(products);
 
-    let types = provider(&env)
-        .await
+    let metrics = std::sync::Arc::new(karpenter_core::metrics::Metrics::new());
+    let with_feed = provider(&env).await;
+    with_feed.report_prices_to(metrics.clone());
+    let types = with_feed
         .instance_types(&reference("pricing-demo"))
         .await
         .expect("instance types");
+    let text = metrics.encode().expect("metrics encode");
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_pricing_refreshes_total{outcome="updated"} 1"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains("karpenter_cloudprovider_pricing_last_update_timestamp_seconds 0.0"),
+        "the update time is set: {text}"
+    );
     assert_eq!(on_demand_price(&types, "m5.large"), Some(0.107));
     assert_eq!(on_demand_price(&types, "c5.large"), Some(0.09));
     // No Linux price for the region: the shipped table's.
@@ -653,12 +664,19 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
         assert!(filters.contains(want), "{want} in {filters}");
     }
 
-    // Without pricing:GetProducts, the shipped table prices everything.
+    // Without pricing:GetProducts, the shipped table prices everything, and the failed
+    // refresh is counted.
     env.proxy.deny("GetProducts");
-    let types = provider(&env)
-        .await
+    let denied = provider(&env).await;
+    denied.report_prices_to(metrics.clone());
+    let types = denied
         .instance_types(&reference("pricing-demo"))
         .await
         .expect("instance types without the Pricing API");
+    let text = metrics.encode().expect("metrics encode");
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_pricing_refreshes_total{outcome="failed"} 1"#),
+        "{text}"
+    );
     assert_eq!(on_demand_price(&types, "m5.large"), Some(0.096));
 }

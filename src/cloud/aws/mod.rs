@@ -260,6 +260,11 @@ pub struct AwsProvider {
 }
 
 impl AwsProvider {
+    /// Reports the live price feed's refreshes in `metrics` (see [`price_feed::PriceFeed::report_to`]).
+    pub fn report_prices_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+        self.price_feed.report_to(metrics);
+    }
+
     /// A provider using the default credential chain (and `config.endpoint_url`).
     pub async fn new(config: AwsConfig, kube: kube::Client) -> Self {
         let sdk = config.sdk_config().await;

@@ -171,6 +171,14 @@ struct State {
 #[derive(Default)]
 pub struct PriceFeed {
     state: Mutex<State>,
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+}
+
+/// What a refresh came to, as `karpenter_cloudprovider_pricing_refreshes_total` counts it.
+fn outcome_label(outcome: &str) -> crate::metrics::OutcomeLabels {
+    crate::metrics::OutcomeLabels {
+        outcome: outcome.to_owned(),
+    }
 }
 
 impl PriceFeed {
@@ -185,6 +193,29 @@ impl PriceFeed {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Counts each refresh in `metrics` (`karpenter_cloudprovider_pricing_refreshes_total` by
+    /// outcome) and sets `karpenter_cloudprovider_pricing_last_update_timestamp_seconds`, so a
+    /// feed that keeps failing shows on a dashboard, not only in the log. Set once; later calls
+    /// are ignored.
+    pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn count(&self, outcome: &str) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics
+                .pricing_refreshes
+                .get_or_create(&outcome_label(outcome))
+                .inc();
+            if outcome == "updated" {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                metrics.pricing_last_update.set(now);
+            }
+        }
+    }
+
     /// Whether the prices are due for a refresh.
     pub fn due(&self) -> bool {
         self.lock().fetched.is_none_or(|at| at.elapsed() >= REFRESH)
@@ -197,12 +228,16 @@ impl PriceFeed {
             return;
         }
         match fetch(client, region).await {
-            Ok(parsed) if parsed.prices.is_empty() => warn!(
-                region,
-                skipped = parsed.skipped,
-                "the Pricing API answered no on-demand price for the region; keeping the last good prices"
-            ),
+            Ok(parsed) if parsed.prices.is_empty() => {
+                self.count("empty");
+                warn!(
+                    region,
+                    skipped = parsed.skipped,
+                    "the Pricing API answered no on-demand price for the region; keeping the last good prices"
+                );
+            }
             Ok(parsed) => {
+                self.count("updated");
                 info!(
                     region,
                     prices = parsed.prices.len(),
@@ -213,11 +248,14 @@ impl PriceFeed {
                 state.prices = Arc::new(parsed.prices);
                 state.fetched = Some(Instant::now());
             }
-            Err(error) => warn!(
-                region,
-                error = %error,
-                "on-demand prices could not be read from the Pricing API (pricing:GetProducts); keeping the last good prices"
-            ),
+            Err(error) => {
+                self.count("failed");
+                warn!(
+                    region,
+                    error = %error,
+                    "on-demand prices could not be read from the Pricing API (pricing:GetProducts); keeping the last good prices"
+                );
+            }
         }
     }
 }

@@ -23,10 +23,12 @@
 //! While any pod still waits after a round, another round follows `REQUEUE_WHILE_PENDING`
 //! later, as upstream's pod controller requeues every provisionable pod: the kube-scheduler may
 //! have filled the claim a pod was planned onto with other pods, and nothing else would wake
-//! the batcher for that pod again (its status does not change).
+//! the batcher for that pod again (its status does not change). A round also starts the moment
+//! a claim is first seen initialized, which is when that becomes known (`replan.rs`).
 
 mod batcher;
 mod claims;
+mod replan;
 mod round;
 
 pub use batcher::{
@@ -36,6 +38,7 @@ pub use batcher::{
 // Which pods are ours is decided where the scheduler's input is built; tests ask it here.
 pub use crate::state::is_provisionable;
 pub use claims::node_claim_for;
+pub use replan::Initialized;
 pub use round::{Memory, RecentClaims, Round, provision};
 pub(crate) use round::{catalogues, daemon_set_pods};
 
