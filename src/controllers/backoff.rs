@@ -18,6 +18,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How many keys may be held before the expired ones are dropped.
+const PRUNE_ABOVE: usize = 1024;
+
 /// Exponential failure backoff, per key.
 #[derive(Debug)]
 pub struct FailureBackoff {
@@ -57,6 +60,12 @@ impl FailureBackoff {
     /// Records a failure of `key` and returns how long to wait before the next attempt.
     pub fn failed(&self, key: &str) -> Duration {
         let mut entries = self.entries();
+        if entries.len() >= PRUNE_ABOVE {
+            // Keys of objects deleted after a failure never succeed: drop the long-expired ones.
+            let now = Instant::now();
+            let stale = self.max * 2;
+            entries.retain(|_, e| e.retry_at + stale > now);
+        }
         let failures = entries.get(key).map_or(0, |e| e.failures).saturating_add(1);
         let delay = jittered(self.ceiling(failures), rand::rng().random_range(0.0..=1.0));
         entries.insert(

@@ -157,6 +157,11 @@ for size in "${sizes[@]}"; do
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
   up_price="$(fleet_price)"
+  # When the ReplicaSet created the last pod (its creationTimestamp, whole seconds).
+  last_created=$("${k[@]}" get pods -l app=inflate -o json | python3 -c '
+import json, sys, datetime
+pods = json.load(sys.stdin)["items"]
+print(max(datetime.datetime.fromisoformat(p["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp() for p in pods))')
   down=""
   [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
@@ -185,13 +190,13 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
   if [[ "$arrival" -gt 0 ]]; then
-    python3 - "$n" "$arrival" "$last_scale" "$end" "$up_price" "${up_plans[$size]}" <<'PY'
+    python3 - "$n" "$arrival" "$last_created" "$end" "$up_price" "${up_plans[$size]}" <<'PY'
 import sys
 n, arrival, last, end = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 price, nodes = float(sys.argv[5].split()[0]), int(sys.argv[5].split()[1])
 fields = dict(f.split("=", 1) for f in sys.argv[6].split()[1:])
 planned, planned_nodes = float(fields["price"]), int(fields["nodes"])
-print(f"arrival over {arrival}s: every pod running {end - last:.1f}s after the last scale; "
+print(f"arrival over {arrival}s: every pod running {end - last:.1f}s after the last pod's creation (to the second); "
       f"fleet ${price:.4f}/h on {nodes} nodes; the scheduler's one-shot plan for {n} pods: "
       f"${planned:.4f}/h on {planned_nodes} nodes; fleet/plan = {price / planned:.3f}")
 PY

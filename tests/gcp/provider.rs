@@ -959,11 +959,13 @@ async fn cos_at_latest_boots_the_gke_node_image_of_the_clusters_node_pool_and_fo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rate_limited_insert_is_retried_with_backoff_and_launches_one_vm() {
+async fn a_rate_limited_and_slow_insert_is_retried_with_backoff_and_launches_one_vm() {
     let fake = fake("ratelimit-demo").await;
     apply(&node_class("ratelimit-demo", "ratelimit-demo"));
     let provider = provider(&fake, "ratelimit-demo", "ratelimit-demo").await;
     fake.state().compute.rate_limit_inserts(2);
+    // And slow: every insert is answered half a second late.
+    fake.state().compute.insert_latency = Some(std::time::Duration::from_millis(500));
     let claim = claim(
         "ratelimit-one",
         "ratelimit-demo",

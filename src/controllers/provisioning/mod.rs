@@ -53,6 +53,14 @@ use tracing::{info, warn};
 /// provisionable pod every 10 s).
 pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
 
+/// The longest a batch stays open while a scale-out is under way (the previous round created
+/// NodeClaims less than `batch_max` ago). Pods that keep arriving never leave the idle window,
+/// so each batch ran to its 10 s maximum and the pods that came first in it waited that long
+/// for their claims; once the burst's first claims exist, the next batches close after this
+/// instead. Measured with `ARRIVAL=40 tests/agent/scale.sh 2000` (see the issue 18 notes): the
+/// fleet's price stays the one-shot plan's, as the pods of a batch still share its claims.
+const STREAMING_BATCH_MAX: Duration = Duration::from_secs(2);
+
 /// How soon a failed round is tried again (an API server away, a cloud call throttled), doubling
 /// per consecutive failure up to the maximum, as upstream's singleton provisioner is requeued
 /// through its rate limiter.
@@ -70,12 +78,19 @@ pub async fn run<P: CloudProvider + 'static>(
     let mut memory = Memory::default();
     let mut requeue_at = None;
     let failures = super::backoff::FailureBackoff::new(ROUND_RETRY_FIRST, ROUND_RETRY_MAX);
+    let mut last_created: Option<Instant> = None;
     loop {
         let mut completion = BurstComplete::new(&ctx);
+        let streaming = last_created.is_some_and(|at| at.elapsed() < ctx.settings.batch_max);
+        let max = if streaming {
+            STREAMING_BATCH_MAX.min(ctx.settings.batch_max)
+        } else {
+            ctx.settings.batch_max
+        };
         let Some(closed_by) = next_batch(
             &mut wake,
             ctx.settings.batch_idle,
-            ctx.settings.batch_max,
+            max,
             requeue_at,
             &mut completion,
         )
@@ -111,6 +126,9 @@ pub async fn run<P: CloudProvider + 'static>(
                 );
                 if round.pods > 0 {
                     requeue_at = Some(tokio::time::Instant::now() + REQUEUE_WHILE_PENDING);
+                }
+                if round.created > 0 {
+                    last_created = Some(Instant::now());
                 }
             }
             Ok(None) => {}

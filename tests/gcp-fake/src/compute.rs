@@ -37,6 +37,9 @@ pub struct Compute {
     /// Page size of lists when the client sends no `maxResults` (GCE: 500); lower it to make
     /// clients page.
     pub page_size: Option<usize>,
+    /// How long an insert waits before it is answered (a slow API: a client that times out or
+    /// dies meanwhile must cope); none by default.
+    pub insert_latency: Option<std::time::Duration>,
 }
 
 /// A project and what lives in it.
@@ -883,6 +886,10 @@ async fn insert_instance(
 ) -> ApiResult {
     let mut body: Map<String, Value> = parse_body(&body)?;
     let request_id = wire::query(&uri).remove("requestId");
+    let latency = lock(&state).compute.insert_latency;
+    if let Some(latency) = latency {
+        tokio::time::sleep(latency).await;
+    }
     let mut state = lock(&state);
     let compute = &mut state.compute;
     let polls = compute.operation_polls;
