@@ -511,6 +511,8 @@ mod tests {
         "karpenter_pods_unschedulable",
         "karpenter_pods_unschedulable_to_nodeclaim_seconds",
         "karpenter_provisioner_batches_total",
+        "karpenter_cloudprovider_pricing_refreshes_total",
+        "karpenter_cloudprovider_pricing_last_update_timestamp_seconds",
     ];
 
     /// Metrics with upstream's name whose labels differ, and why.
@@ -537,6 +539,9 @@ mod tests {
     fn every_family_touched() -> Metrics {
         let m = Metrics::new();
         let s = || "x".to_owned();
+        m.pricing_refreshes
+            .get_or_create(&OutcomeLabels { outcome: s() })
+            .inc();
         m.nodeclaims_created
             .get_or_create(&CreatedLabels {
                 reason: s(),

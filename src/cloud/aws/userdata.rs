@@ -458,7 +458,7 @@ mod kubelet_tests {
         assert!(text.contains("max-pods = 58"), "{text}");
         assert!(text.contains("cluster-dns-ip = [\"10.0.0.10\"]"), "{text}");
         assert!(
-            text.contains("[settings.kubernetes.system-reserved]\n\"cpu\" = \"100m\""),
+            text.contains("[settings.kubernetes.system-reserved]\ncpu = \"100m\""),
             "{text}"
         );
         assert!(text.contains("cpu-cfs-quota-enforced = false"), "{text}");
