@@ -395,7 +395,10 @@ pub fn render(e: &ClaimExplanation, now: Timestamp, color: bool) -> String {
                 o.option.name.as_str().into(),
                 o.option.capacity_type.as_str().into(),
                 o.option.zone.as_str().into(),
-                format!("${:.4}", o.option.price).into(),
+                o.option
+                    .price
+                    .map_or_else(|| "unknown".to_owned(), |p| format!("${p:.4}"))
+                    .into(),
                 o.outcome.as_str().into(),
             ]);
         }

@@ -29,7 +29,7 @@ fn price(instance_type: &str, capacity_type: &str) -> Option<f64> {
             t.offerings
                 .iter()
                 .filter(|o| o.capacity_type == capacity_type)
-                .map(|o| o.price)
+                .filter_map(|o| o.known_price())
                 .reduce(f64::min)
         });
     from_catalogue.or_else(|| {

@@ -469,6 +469,11 @@ fn dollars(price: f64) -> String {
     format!("${price:.4}")
 }
 
+/// A price that may be unknown (a type no price table lists: it launches, ranked last).
+fn dollars_or_unknown(price: Option<f64>) -> String {
+    price.map_or_else(|| "unknown".to_owned(), dollars)
+}
+
 /// The report as tables: the nodes (grouped by pool, type, capacity type and zone; `wide`: one
 /// row per node with its pods), the pods that cannot be placed, and the total.
 fn render(report: &Report, wide: bool) -> String {
@@ -491,15 +496,15 @@ fn render(report: &Report, wide: bool) -> String {
                 Cell::from(claim.instance_type.as_str()),
                 Cell::from(claim.capacity_type.as_str()),
                 Cell::from(claim.zone.as_str()),
-                Cell::from(dollars(claim.price_per_hour)),
+                Cell::from(dollars_or_unknown(claim.price_per_hour)),
                 Cell::from(output::name_list(&claim.pods)),
             ]);
         }
         text.push_str(&nodes.render(color));
     } else {
-        // (pool, type, capacity type, zone) -> (nodes, pods, $/hour)
+        // (pool, type, capacity type, zone) -> (nodes, pods, $/hour if known)
         type Group<'a> = (&'a str, &'a str, &'a str, &'a str);
-        let mut groups: BTreeMap<Group<'_>, (usize, usize, f64)> = BTreeMap::new();
+        let mut groups: BTreeMap<Group<'_>, (usize, usize, Option<f64>)> = BTreeMap::new();
         for claim in &report.claims {
             let group = groups
                 .entry((
@@ -511,7 +516,12 @@ fn render(report: &Report, wide: bool) -> String {
                 .or_default();
             group.0 += 1;
             group.1 += claim.pods.len();
-            group.2 += claim.price_per_hour;
+            // One type and capacity type: all of a group's prices are known, or none is.
+            group.2 = match (group.0, group.2, claim.price_per_hour) {
+                (1, _, price) => price,
+                (_, Some(sum), Some(price)) => Some(sum + price),
+                _ => None,
+            };
         }
         let mut nodes = Table::new(&[
             "NODEPOOL",
@@ -530,7 +540,7 @@ fn render(report: &Report, wide: bool) -> String {
                 Cell::from(zone),
                 Cell::from(count.to_string()),
                 Cell::from(pods.to_string()),
-                Cell::from(dollars(price)),
+                Cell::from(dollars_or_unknown(price)),
             ]);
         }
         text.push_str(&nodes.render(color));
@@ -555,8 +565,13 @@ fn render(report: &Report, wide: bool) -> String {
             report.placed_on_existing
         ));
     }
+    let unpriced = if report.unpriced > 0 {
+        format!("   ({} of unknown price left out)", report.unpriced)
+    } else {
+        String::new()
+    };
     text.push_str(&format!(
-        "\nTOTAL   {} new nodes for {placed} of {} pods   {}/hour   ${:.2}/month\n",
+        "\nTOTAL   {} new nodes for {placed} of {} pods   {}/hour   ${:.2}/month{unpriced}\n",
         report.claims.len(),
         report.pods,
         dollars(report.price_per_hour),
@@ -624,7 +639,7 @@ fn render_disruption(plan: &DisruptionPlan, today: Option<&simulate::Fleet>, wid
                 } else {
                     launched.join(", ")
                 }),
-                Cell::from(dollars(step.savings_per_hour)),
+                Cell::from(dollars_or_unknown(step.savings_per_hour)),
             ]);
         }
         text.push_str(&steps.render(color));

@@ -227,10 +227,13 @@ pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> 
         Cell::colored(claim.state.to_string(), state_color(&claim.state)),
         dash(&claim.node_name).into(),
         age(claim.created_at, now).into(),
-        claim
-            .price
-            .map_or_else(|| "-".to_owned(), |p| money(p.per_hour))
-            .into(),
+        match (claim.price, &claim.instance_type) {
+            (Some(p), _) => money(p.per_hour),
+            // Launched as a type no price table lists: it runs, at a price nobody told us.
+            (None, Some(_)) => "unknown".to_owned(),
+            (None, None) => "-".to_owned(),
+        }
+        .into(),
     ]);
     if wide {
         let capacity = match (

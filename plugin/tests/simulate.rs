@@ -293,9 +293,20 @@ spec:
         );
         let applied = rig().kubectl_with_input(&["apply", "-f", "-"], &setup);
         assert!(applied.status.success(), "{}", text(&applied.stderr));
-        // The kube-scheduler puts two on the node and gives up on the other two.
+        // The kube-scheduler puts two on the node and gives up on the other two. Both halves are
+        // waited for: while kwok has not yet made the node Ready, all four can be Unschedulable,
+        // and a pod not yet looked at has no condition at all.
         let started = Instant::now();
         loop {
+            let bound = rig().kubectl_ok(&[
+                "-n",
+                NAMESPACE,
+                "get",
+                "pods",
+                "--field-selector=spec.nodeName=sim-node-1",
+                "-o",
+                "name",
+            ]);
             let pending = rig().kubectl_ok(&[
                 "-n",
                 NAMESPACE,
@@ -310,12 +321,13 @@ spec:
                 .filter(|r| *r == "Unschedulable")
                 .count()
                 == 2
+                && bound.lines().count() == 2
             {
                 break;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
-                "pods not judged: {pending}"
+                "pods not judged: {pending}; bound: {bound}"
             );
             std::thread::sleep(Duration::from_millis(250));
         }

@@ -379,7 +379,7 @@ impl FakeProvider {
             allocatable: instance_type.allocatable(),
             labels: node_labels,
             annotations: BTreeMap::new(),
-            price: offering.price,
+            price: offering.known_price(),
             created: Some(k8s_openapi::jiff::Timestamp::now()),
             terminating: false,
         };

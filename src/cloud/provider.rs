@@ -142,8 +142,8 @@ pub struct Instance {
     /// Annotations the claim takes from its launch, as upstream's `Create` returns them (the
     /// node class's hash, for static drift). Empty for a machine that was looked up.
     pub annotations: BTreeMap<String, String>,
-    /// Hourly price of the offering it was launched as.
-    pub price: f64,
+    /// Hourly price of the offering it was launched as, if known.
+    pub price: Option<f64>,
     /// When it was launched.
     pub created: Option<k8s_openapi::jiff::Timestamp>,
     /// Whether the cloud is stopping or has stopped it (preempted, interrupted, terminated).

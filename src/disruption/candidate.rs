@@ -205,7 +205,7 @@ pub fn candidates<'a>(
                         .iter()
                         .find(|o| o.zone == zone && o.capacity_type == capacity_type)
                 })
-                .map(|o| o.price);
+                .and_then(|o| o.known_price());
             let cost: f64 = pods.iter().map(|p| eviction_cost(p)).sum();
             Candidate {
                 claim,

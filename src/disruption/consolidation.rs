@@ -128,7 +128,7 @@ pub fn consolidate(
     };
     let Some(current) = total_price(candidates) else {
         return Outcome::Keep(
-            "its instance type's price is not in the catalogue, so no replacement can be shown to be cheaper"
+            "its instance type's price is unknown, so no replacement can be shown to be cheaper"
                 .to_owned(),
         );
     };

@@ -108,11 +108,12 @@ impl Command {
         }
     }
 
-    /// The candidates' hourly price less the replacements'.
-    pub fn savings(&self) -> f64 {
+    /// The candidates' hourly price less the replacements', unless a replacement's price is
+    /// unknown (drift and expiry may replace onto a type no price table lists).
+    pub fn savings(&self) -> Option<f64> {
         let before: f64 = self.candidates.iter().filter_map(|c| c.price).sum();
         let after: f64 = self.replacements.iter().map(|r| r.claim.price()).sum();
-        before - after
+        crate::scheduling::known_price(after).map(|after| before - after)
     }
 
     /// One line for logs and Events: what goes, what comes, what it saves.
@@ -131,17 +132,21 @@ impl Command {
         );
         for r in &self.replacements {
             if let Some(o) = r.claim.instance_types.first() {
+                let price = o
+                    .known_price()
+                    .map_or_else(|| "price unknown".to_owned(), |p| format!("${p:.4}/h"));
                 text.push_str(&format!(
-                    "; replacement {} {} (${:.4}/h, {} options)",
+                    "; replacement {} {} ({price}, {} options)",
                     o.name,
                     o.capacity_type,
-                    o.price,
                     r.claim.instance_types.len()
                 ));
             }
         }
-        if self.replacements.is_empty() || self.savings() > 0.0 {
-            text.push_str(&format!("; saves ${:.4}/h", self.savings()));
+        if let Some(savings) = self.savings()
+            && (self.replacements.is_empty() || savings > 0.0)
+        {
+            text.push_str(&format!("; saves ${savings:.4}/h"));
         }
         text
     }

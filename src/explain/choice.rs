@@ -145,10 +145,16 @@ pub(super) fn instance_choice(
     );
     let summary = match (launched, launched_index) {
         (None, _) => match options.first() {
-            Some(first) => format!(
-                "{fitted}; not launched yet, the cheapest is {} at ${:.4}/hour",
-                first.name, first.price
-            ),
+            Some(first) => match first.price {
+                Some(price) => format!(
+                    "{fitted}; not launched yet, the cheapest is {} at ${price:.4}/hour",
+                    first.name
+                ),
+                None => format!(
+                    "{fitted}; not launched yet, the first is {} (its price is unknown)",
+                    first.name
+                ),
+            },
             None => format!("{fitted}; not launched yet"),
         },
         (Some(t), Some(0)) => format!("{fitted}; it launched the cheapest, {t}"),

@@ -101,7 +101,7 @@ fn recorded_price(claim: &NodeClaim) -> Option<Price> {
     });
     let option = exact.or_else(|| options.iter().find(|o| o.name == launched))?;
     Some(Price {
-        per_hour: option.price,
+        per_hour: option.price?,
         source: PriceSource::InstanceTypeOptions,
     })
 }

@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct InstanceTypeOption {
     pub name: String,
-    /// Hourly price of its cheapest offering within the claim's requirements.
-    pub price: f64,
+    /// Hourly price of its cheapest offering within the claim's requirements; `null` when no
+    /// price is known for it (it was still an option, ranked after the priced ones).
+    #[serde(default)]
+    pub price: Option<f64>,
     #[serde(default)]
     pub zone: String,
     #[serde(default)]

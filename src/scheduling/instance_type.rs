@@ -49,6 +49,22 @@ impl Overhead {
     }
 }
 
+/// The price an offering whose real price nobody knows is ranked at: above any real hourly
+/// price (the dearest EC2 and Compute Engine types cost a few hundred dollars an hour), so the
+/// scheduler, the launch order and consolidation take it only where no priced offering will
+/// do, yet small enough that sums and differences of it stay exact.
+///
+/// Upstream drops an instance type without a price (its offerings are unavailable); here it
+/// still launches, ranked last, so a type newer than the price table is not refused. It is
+/// never shown, summed into a bill or written anywhere: readers use [`Offering::known_price`]
+/// or [`known_price`].
+pub const UNKNOWN_PRICE: f64 = 1.0e6;
+
+/// `price`, unless it is [`UNKNOWN_PRICE`] (or above, as a sum of unknown prices is).
+pub fn known_price(price: f64) -> Option<f64> {
+    (price < UNKNOWN_PRICE).then_some(price)
+}
+
 /// One way to buy an instance type: a zone, a capacity type and a price.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offering {
@@ -56,7 +72,8 @@ pub struct Offering {
     pub zone: String,
     /// `karpenter.sh/capacity-type`: `on-demand`, `spot` or `reserved`.
     pub capacity_type: String,
-    /// Price per hour, in the provider's currency.
+    /// Price per hour, in the provider's currency, for ranking; [`UNKNOWN_PRICE`] when no
+    /// price is known (read it for display with [`Offering::known_price`]).
     pub price: f64,
     /// False when the provider recently reported no capacity (or the offering is otherwise not
     /// launchable right now). Kept so explanations can say so.
@@ -72,6 +89,16 @@ impl Offering {
             price,
             available: true,
         }
+    }
+
+    /// An available offering whose price is not known: ranked after every priced one.
+    pub fn unpriced(zone: &str, capacity_type: &str) -> Self {
+        Self::new(zone, capacity_type, UNKNOWN_PRICE)
+    }
+
+    /// The hourly price, if it is known.
+    pub fn known_price(&self) -> Option<f64> {
+        known_price(self.price)
     }
 
     /// Whether the zone and capacity type are allowed by `requirements`.

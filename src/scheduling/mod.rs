@@ -120,7 +120,7 @@ mod topology;
 pub mod volume_topology;
 
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
-pub use instance_type::{InstanceType, Offering, Overhead};
+pub use instance_type::{InstanceType, Offering, Overhead, UNKNOWN_PRICE, known_price};
 pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 pub use static_claim::static_claim;
@@ -339,7 +339,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The summed hourly price of the new claims (each at its cheapest option).
+    /// The summed hourly price of the new claims (each at its cheapest option), for comparing
+    /// plans: an unpriced claim counts [`UNKNOWN_PRICE`], so fewer of them always wins.
     pub fn total_price(&self) -> f64 {
         self.new_claims.iter().map(NewClaim::price).sum()
     }
@@ -401,7 +402,9 @@ pub struct NewClaim {
 pub struct InstanceTypeOption {
     /// The type's name.
     pub name: String,
-    /// Its cheapest available offering's hourly price within the claim's requirements.
+    /// Its cheapest available offering's hourly price within the claim's requirements, for
+    /// ranking: [`instance_type::UNKNOWN_PRICE`] when unknown (shown through
+    /// [`instance_type::known_price`]).
     pub price: f64,
     /// That offering's zone.
     pub zone: String,
@@ -409,6 +412,13 @@ pub struct InstanceTypeOption {
     pub capacity_type: String,
     /// What pods can use on it (before DaemonSets).
     pub allocatable: ResourceList,
+}
+
+impl InstanceTypeOption {
+    /// The hourly price, if it is known.
+    pub fn known_price(&self) -> Option<f64> {
+        known_price(self.price)
+    }
 }
 
 impl NewClaim {
@@ -446,7 +456,7 @@ impl NewClaim {
         out
     }
 
-    /// The hourly price of the cheapest option.
+    /// The hourly price of the cheapest option, for ranking ([`UNKNOWN_PRICE`] when not known).
     pub fn price(&self) -> f64 {
         self.instance_types.first().map_or(0.0, |o| o.price)
     }

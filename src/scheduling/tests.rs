@@ -140,6 +140,47 @@ fn a_two_vcpu_pod_gets_the_cheapest_type_that_fits_not_a_large_one() {
 }
 
 #[test]
+fn a_type_without_a_price_launches_only_where_no_priced_type_fits_and_is_listed_last() {
+    let np = node_pool("default", json!({}));
+    let mut catalogue = general_catalogue();
+    let mut newer = instance_type("new.2x", 2, 8, 0.0);
+    newer.offerings = ZONES
+        .iter()
+        .map(|z| Offering::unpriced(z, labels::CAPACITY_TYPE_ON_DEMAND))
+        .collect();
+    let mut huge = instance_type("new.128x", 128, 512, 0.0);
+    huge.offerings = newer.offerings.clone();
+    catalogue.push(newer);
+    catalogue.push(huge);
+    let small = pod("web", "1800m", "2Gi", json!({}));
+    let big = pod("batch", "100", "300Gi", json!({}));
+    let plan_for = |pod: &Pod| {
+        schedule(&Input {
+            pods: vec![pod],
+            node_pools: vec![PoolInput::new(&np, &catalogue)],
+            ..Input::default()
+        })
+    };
+    // The small pod fits the priced g.2x and the unpriced new.2x alike: the priced one wins.
+    let plan = plan_for(&small);
+    let web = claim_of(&plan, 0)
+        .map(|c| c.instance_types.as_slice())
+        .unwrap_or_default();
+    assert_eq!(web.first().map(|o| o.name.as_str()), Some("g.2x"));
+    let first_unpriced = web.iter().position(|o| o.known_price().is_none());
+    assert!(
+        first_unpriced.is_none_or(|i| web[i..].iter().all(|o| o.known_price().is_none())),
+        "{web:?}"
+    );
+    // Only the unpriced type holds the big pod: it still gets a node, at no made-up price.
+    let plan = plan_for(&big);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let batch = claim_of(&plan, 0).map(|c| &c.instance_types[0]);
+    assert_eq!(batch.map(|o| o.name.as_str()), Some("new.128x"));
+    assert_eq!(batch.and_then(InstanceTypeOption::known_price), None);
+}
+
+#[test]
 fn three_pods_with_hostname_anti_affinity_get_three_claims() {
     let np = node_pool("default", json!({}));
     let catalogue = general_catalogue();

@@ -54,7 +54,8 @@ pub struct Launched {
     pub instance_type: String,
     pub capacity_type: String,
     pub zone: String,
-    pub price_per_hour: f64,
+    /// Hourly price, unless no price is known for it.
+    pub price_per_hour: Option<f64>,
     /// How many pods move onto it.
     pub pods: usize,
 }
@@ -72,8 +73,8 @@ pub struct Step {
     pub removed: Vec<Removed>,
     pub launched: Vec<Launched>,
     /// The removed nodes' price less the launched ones' (negative when drift replaces a node
-    /// with a dearer one).
-    pub savings_per_hour: f64,
+    /// with a dearer one); unknown when a launched one's price is.
+    pub savings_per_hour: Option<f64>,
 }
 
 /// A node the loop leaves, and why.
@@ -92,6 +93,7 @@ pub struct DisruptionPlan {
     pub steps: Vec<Step>,
     /// The nodes left afterwards, each with what keeps it.
     pub kept: Vec<Kept>,
+    /// What the steps whose savings are known save.
     pub savings_per_hour: f64,
     pub savings_per_month: f64,
     /// The simulation stopped at its bound of commands rather than running out of them.
@@ -173,7 +175,7 @@ pub fn plan(
                         instance_type: option.name.clone(),
                         capacity_type: option.capacity_type.clone(),
                         zone: option.zone.clone(),
-                        price_per_hour: option.price,
+                        price_per_hour: option.known_price(),
                         pods: r.pods.len(),
                     })
                 })
@@ -210,7 +212,7 @@ fn finish(steps: Vec<Step>, kept: Vec<Kept>, truncated: bool) -> DisruptionPlan 
     // A fold from 0.0: an empty f64 sum is -0.0, which prints as "$-0.0000".
     let savings_per_hour = steps
         .iter()
-        .map(|s| s.savings_per_hour)
+        .filter_map(|s| s.savings_per_hour)
         .fold(0.0, |a, b| a + b);
     DisruptionPlan {
         steps,

@@ -26,6 +26,10 @@ use serde::Serialize;
 /// Hours in the month cloud price pages use.
 pub const HOURS_PER_MONTH: f64 = 730.0;
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// One node the agent would launch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -36,7 +40,9 @@ pub struct PlannedClaim {
     pub zone: String,
     /// `namespace/name` of its pods.
     pub pods: Vec<String>,
-    pub price_per_hour: f64,
+    /// Hourly price, unless no price is known for its type (it still launches, ranked after
+    /// every priced type).
+    pub price_per_hour: Option<f64>,
 }
 
 /// A pod no NodePool can take, and why.
@@ -67,9 +73,12 @@ pub struct Report {
     pub pods: usize,
     /// Of those, how many fit on nodes already there (a cluster simulation).
     pub placed_on_existing: usize,
-    /// The new nodes' price.
+    /// The new nodes' price, where known.
     pub price_per_hour: f64,
     pub price_per_month: f64,
+    /// New nodes whose price is unknown (left out of the price).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unpriced: usize,
     /// Today's nodes (a cluster simulation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<Fleet>,
@@ -127,7 +136,7 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
                 capacity_type: cheapest.capacity_type.clone(),
                 zone: cheapest.zone.clone(),
                 pods: claim.pods.iter().map(|&i| name(i)).collect(),
-                price_per_hour: cheapest.price,
+                price_per_hour: cheapest.known_price(),
             })
         })
         .collect();
@@ -142,10 +151,12 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
     // A fold from 0.0: an empty f64 sum is -0.0, which prints as "$-0.0000".
     let price_per_hour = claims
         .iter()
-        .map(|c| c.price_per_hour)
+        .filter_map(|c| c.price_per_hour)
         .fold(0.0, |a, b| a + b);
+    let unpriced = claims.iter().filter(|c| c.price_per_hour.is_none()).count();
     Report {
         claims,
+        unpriced,
         unplaced,
         pods: pods.len(),
         placed_on_existing: result.existing.iter().map(|e| e.pods.len()).sum(),
@@ -185,7 +196,7 @@ pub fn fleet(nodes: &[std::sync::Arc<Node>], prices: &[InstanceType]) -> Fleet {
                 it.offerings
                     .iter()
                     .filter(|o| o.capacity_type == capacity)
-                    .map(|o| o.price)
+                    .filter_map(|o| o.known_price())
                     .reduce(f64::min)
             });
         match price {

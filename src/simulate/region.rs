@@ -6,7 +6,7 @@
 //! shipped ratio to on-demand; the report says which prices are the region's.
 
 use crate::apis::labels;
-use crate::scheduling::{InstanceType, Requirement};
+use crate::scheduling::{InstanceType, Requirement, known_price};
 use std::collections::HashMap;
 
 /// The cloud a catalogue belongs to, for its zone names.
@@ -55,7 +55,7 @@ pub fn in_region(
             shipped(labels::CAPACITY_TYPE_SPOT),
         );
         let (od, spot) = match (on_demand.get(&it.name), od) {
-            (Some(&live), Some(old)) if old > 0.0 => {
+            (Some(&live), Some(old)) if old > 0.0 && known_price(old).is_some() => {
                 repriced += 1;
                 (Some(live), spot.map(|s| s * live / old))
             }

@@ -596,7 +596,7 @@ fn on_demand_price(types: &[karpenter_core::scheduling::InstanceType], name: &st
         .offerings
         .iter()
         .find(|o| o.capacity_type == "on-demand")
-        .map(|o| o.price)
+        .and_then(|o| o.known_price())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,6 +647,23 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
     assert_eq!(on_demand_price(&types, "c5.xlarge"), Some(0.17));
     assert_eq!(on_demand_price(&types, "m5.xlarge"), Some(0.192));
     assert_eq!(on_demand_price(&types, "r5.large"), Some(0.126));
+    // z1d is in neither the answer nor the table: still offered on demand, at no known price.
+    let z1d = types.iter().find(|t| t.name == "z1d.large");
+    let z1d_on_demand: Vec<_> = z1d
+        .map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.capacity_type == "on-demand")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!z1d_on_demand.is_empty(), "z1d.large is offered on demand");
+    assert!(
+        z1d_on_demand
+            .iter()
+            .all(|o| o.available && o.known_price().is_none()),
+        "{z1d_on_demand:?}"
+    );
     let asked: Vec<serde_json::Value> = env
         .proxy
         .sent()

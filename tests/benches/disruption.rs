@@ -373,7 +373,7 @@ fn summarize(decision: &Decision<'_>) -> (String, usize, usize, f64) {
             format!("{:?}/{}", c.method, c.decision()),
             c.candidates.len(),
             c.replacements.len(),
-            c.savings(),
+            c.savings().unwrap_or_default(),
         ),
         None => ("none".to_owned(), 0, 0, 0.0),
     }

@@ -259,7 +259,7 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
         instance.image_id.as_deref(),
         Some("projects/cos-cloud/global/images/cos-stable-117-18613-0-79")
     );
-    assert!(instance.price > 0.0 && instance.price < 0.067);
+    assert!(instance.price.is_some_and(|p| p > 0.0 && p < 0.067));
     assert!(!instance.terminating);
     let polls = fake
         .state()

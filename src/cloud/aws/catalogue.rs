@@ -11,7 +11,7 @@ use crate::apis::{KubeletConfiguration, labels};
 use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::resources::{self, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
-use crate::scheduling::{InstanceType, Offering, Overhead};
+use crate::scheduling::{InstanceType, Offering, Overhead, UNKNOWN_PRICE};
 use aws_sdk_ec2::types::{ArchitectureType, InstanceTypeInfo, UsageClassType};
 
 const MIB: u64 = 1 << 20;
@@ -290,13 +290,14 @@ pub fn offerings(
 ) -> Vec<Offering> {
     let mut offerings = Vec::new();
     for zone in zones {
-        if let Some(price) = on_demand_price {
-            let available = !unavailable(labels::CAPACITY_TYPE_ON_DEMAND, zone);
-            offerings.push(Offering {
-                available,
-                ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, price)
-            });
-        }
+        // A type no price source lists (newer than the table, or a region the Pricing API
+        // does not answer for) is still offered on demand, ranked after every priced type;
+        // upstream marks it unavailable instead.
+        let on_demand = on_demand_price.unwrap_or(UNKNOWN_PRICE);
+        offerings.push(Offering {
+            available: !unavailable(labels::CAPACITY_TYPE_ON_DEMAND, zone),
+            ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand)
+        });
         if info.spot
             && let Some(price) = spot_price(zone)
         {

@@ -578,7 +578,7 @@ pub(super) async fn launch(
         allocatable: it.map(InstanceType::allocatable).unwrap_or_default(),
         labels: node_labels,
         annotations: super::drift::claim_annotations(&resolved.spec),
-        price: chosen.map(|o| o.price).unwrap_or_default(),
+        price: chosen.and_then(|o| crate::scheduling::known_price(o.price)),
         created: Some(k8s_openapi::jiff::Timestamp::now()),
         terminating: false,
     })

@@ -754,7 +754,7 @@ impl AwsProvider {
                 .unwrap_or_default(),
             labels: node_labels,
             annotations: BTreeMap::new(),
-            price: price.unwrap_or_default(),
+            price,
             created: instance
                 .launch_time()
                 .and_then(|t| k8s_openapi::jiff::Timestamp::from_second(t.secs()).ok()),

@@ -13,7 +13,8 @@
 //! pricing:GetProducts permission). Exact prices for another region, or types missing here,
 //! also come from a JSON file
 //! (`{"m5.large": 0.096, ...}`) passed to [`PriceTable::with_overrides`]; the agent reads it from
-//! `--aws-price-file`. Types with no price get no offerings, as upstream drops unpriced types.
+//! `--aws-price-file`. A type with no price still gets on-demand offerings, ranked after every
+//! priced one ([`crate::scheduling::UNKNOWN_PRICE`]); upstream makes them unavailable.
 //! Spot prices are not here: they come from DescribeSpotPriceHistory.
 
 use std::collections::HashMap;

@@ -9,7 +9,7 @@ use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::cloud::gcp_prices;
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
 use crate::scheduling::Requirement;
-use crate::scheduling::{InstanceType, Offering, Overhead};
+use crate::scheduling::{InstanceType, Offering, Overhead, UNKNOWN_PRICE};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -165,28 +165,31 @@ pub fn instance_type(info: &MachineTypeInfo, region: &str, boot_disk_gib: u64) -
     it
 }
 
-/// Spot and on-demand offerings of `info` in `zones`, priced for `region`; an offering the
-/// cache holds as unavailable is listed with `available: false`. `None` when the price table
-/// does not know the family (such a type cannot be ranked, so it is left out).
+/// A machine type's spot and on-demand offerings in `zones` at `price`; an offering the cache holds as
+/// unavailable is listed with `available: false`. With no known price (a family no price
+/// source lists yet) the offerings are unpriced: the type still launches, ranked after every
+/// priced one, where upstream would leave it out.
 pub fn offerings(
-    info: &MachineTypeInfo,
     zones: &[String],
-    region: &str,
+    price: Option<gcp_prices::Price>,
     is_unavailable: impl Fn(&str, &str) -> bool,
-) -> Option<Vec<Offering>> {
-    let price = gcp_prices::price(&info.name, info.vcpus, info.memory_mib, region)?;
+) -> Vec<Offering> {
+    let (spot, on_demand) = match price {
+        Some(p) => (p.spot, p.on_demand),
+        None => (UNKNOWN_PRICE, UNKNOWN_PRICE),
+    };
     let mut out = Vec::with_capacity(zones.len() * 2);
     for zone in zones {
         for (capacity_type, price) in [
-            (labels::CAPACITY_TYPE_SPOT, price.spot),
-            (labels::CAPACITY_TYPE_ON_DEMAND, price.on_demand),
+            (labels::CAPACITY_TYPE_SPOT, spot),
+            (labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
         ] {
             let mut offering = Offering::new(zone, capacity_type, price);
             offering.available = !is_unavailable(capacity_type, zone);
             out.push(offering);
         }
     }
-    Some(out)
+    out
 }
 
 #[cfg(test)]
@@ -238,10 +241,8 @@ mod tests {
     #[test]
     fn offerings_are_priced_and_carry_the_unavailable_cache() {
         let zones = vec!["us-central1-a".to_owned(), "us-central1-b".to_owned()];
-        let offers = offerings(&n2d_standard_4(), &zones, "us-central1", |ct, z| {
-            ct == "spot" && z == "us-central1-a"
-        })
-        .unwrap_or_default();
+        let price = gcp_prices::price("n2d-standard-4", 4, 16384, "us-central1");
+        let offers = offerings(&zones, price, |ct, z| ct == "spot" && z == "us-central1-a");
         assert_eq!(offers.len(), 4);
         assert!(
             offers
@@ -257,10 +258,12 @@ mod tests {
             .find(|o| o.capacity_type == "on-demand")
             .map(|o| o.price);
         assert!(spot < od);
-        let unknown = MachineTypeInfo {
-            name: "zz9-standard-2".into(),
-            ..n2d_standard_4()
-        };
-        assert!(offerings(&unknown, &zones, "us-central1", |_, _| false).is_none());
+        let unknown = offerings(&zones, None, |_, _| false);
+        assert_eq!(unknown.len(), 4);
+        assert!(
+            unknown
+                .iter()
+                .all(|o| o.available && o.known_price().is_none())
+        );
     }
 }

@@ -595,7 +595,7 @@ pub(super) async fn launch(
                     })?;
                 launched.image_id = Some(attempt.image.source.clone());
                 launched.annotations = super::drift::claim_annotations(&resolved.spec);
-                launched.price = attempt.price;
+                launched.price = crate::scheduling::known_price(attempt.price);
                 return Ok(launched);
             }
             Some(OperationFailure::Stockout(message)) => {

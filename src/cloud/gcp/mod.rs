@@ -24,6 +24,7 @@ pub use node_template::NodeTemplate;
 use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{GCENodeClass, GCENodeClassStatus, NodeClaim, NodeClassReference, labels};
+use crate::cloud::gcp_prices;
 use crate::scheduling::InstanceType;
 use catalogue::MachineTypeInfo;
 use google_cloud_compute_v1::client::{Images, InstanceTemplates, Instances, MachineTypes, Zones};
@@ -678,18 +679,22 @@ impl GcpProvider {
             .types
             .values()
             .filter(|info| resolved.image_for(&info.arch).is_some())
-            .filter_map(|info| {
-                let zones = snapshot.zones_of.get(&info.name).cloned().unwrap_or_default();
-                let offerings = catalogue::offerings(info, &zones, &self.config.region, |ct, zone| {
+            .map(|info| {
+                let zones = snapshot
+                    .zones_of
+                    .get(&info.name)
+                    .cloned()
+                    .unwrap_or_default();
+                let price =
+                    gcp_prices::price(&info.name, info.vcpus, info.memory_mib, &self.config.region);
+                if price.is_none() {
+                    tracing::debug!(machine_type = %info.name, "no price known; offered last");
+                }
+                let mut it = catalogue::instance_type(info, &self.config.region, boot_gib);
+                it.offerings = catalogue::offerings(&zones, price, |ct, zone| {
                     self.unavailable.is_unavailable(ct, &info.name, zone)
                 });
-                let Some(offerings) = offerings else {
-                    tracing::debug!(machine_type = %info.name, "no price known; left out of the catalogue");
-                    return None;
-                };
-                let mut it = catalogue::instance_type(info, &self.config.region, boot_gib);
-                it.offerings = offerings;
-                Some(it)
+                it
             })
             .collect()
     }
@@ -816,7 +821,7 @@ impl GcpProvider {
                 .unwrap_or_default(),
             labels: node_labels,
             annotations: BTreeMap::new(),
-            price: price.unwrap_or_default(),
+            price,
             created: instance
                 .creation_timestamp
                 .as_deref()

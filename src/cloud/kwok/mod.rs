@@ -79,8 +79,7 @@ impl KwokProvider {
             allocatable: quantities(status.allocatable),
             price: labels
                 .get(labels::INSTANCE_PRICE)
-                .and_then(|p| p.parse().ok())
-                .unwrap_or_default(),
+                .and_then(|p| p.parse().ok()),
             created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
             terminating: node.metadata.deletion_timestamp.is_some(),
             labels,
@@ -208,10 +207,10 @@ impl CloudProvider for KwokProvider {
             labels::KWOK_NODE_FAKE.to_owned(),
         );
         node_labels.insert(NODE_CLAIM_LABEL.to_owned(), claim_name.clone());
-        node_labels.insert(
-            labels::INSTANCE_PRICE.to_owned(),
-            format!("{:.4}", offering.price),
-        );
+        // Never a made-up figure on a label users and eks-node-viewer read.
+        if let Some(price) = offering.known_price() {
+            node_labels.insert(labels::INSTANCE_PRICE.to_owned(), format!("{price:.4}"));
+        }
 
         let mut taints: Vec<Taint> = claim.spec.taints.clone();
         taints.extend(claim.spec.startup_taints.iter().cloned());

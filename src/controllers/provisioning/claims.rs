@@ -49,7 +49,7 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
         .instance_types
         .iter()
         .take(20)
-        .map(|o| serde_json::json!({"name": o.name, "price": o.price, "zone": o.zone, "capacityType": o.capacity_type}))
+        .map(|o| serde_json::json!({"name": o.name, "price": o.known_price(), "zone": o.zone, "capacityType": o.capacity_type}))
         .collect();
     annotations.insert(
         labels::INSTANCE_TYPE_OPTIONS.to_owned(),
