@@ -247,6 +247,22 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one refresh of a live price feed (`updated`, `empty` or `failed`), and on
+    /// `updated` sets the time of the last update.
+    pub fn count_pricing_refresh(&self, outcome: &str) {
+        self.pricing_refreshes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        if outcome == "updated" {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.pricing_last_update.set(now);
+        }
+    }
+
     pub fn new() -> Self {
         let mut root = Registry::default();
         let metrics = Self {

@@ -1,8 +1,8 @@
 //! Generated input against every parser and encoder that takes text from users or the cloud:
 //! resource quantities, NodePools (requirements, labels, taints, budgets, durations) and the
 //! manifests `convert` reads, EventBridge interruption messages, user data for each AMI family,
-//! and the `aws-auth` editor. None may panic; the encoders must carry every value through
-//! unchanged and never let one escape its quoting.
+//! the `aws-auth` editor, and Cloud Billing Catalog SKUs. None may panic; the encoders must carry
+//! every value through unchanged and never let one escape its quoting.
 //!
 //! CI runs 2,000 cases per target. The long run, a million per target (about N minutes on two
 //! cores, see the closing notes):
@@ -416,6 +416,72 @@ mod aws {
         #[test]
         fn any_aws_auth_text_is_edited_or_refused_without_a_panic(text in text()) {
             let _ = karpenter_core::setup::aws::map_node_role(&text, "arn:aws:iam::1:role/r");
+        }
+    }
+}
+
+#[cfg(feature = "gcp")]
+mod gcp {
+    use super::*;
+    use karpenter_core::cloud::gcp::billing::{Parsed, parse};
+
+    /// A SKU as the Cloud Billing Catalog might send it, any field any text or number.
+    fn sku() -> impl Strategy<Value = Value> {
+        (
+            text(),
+            prop::sample::select(vec!["OnDemand", "Preemptible", "Commit1Yr", ""]),
+            prop::sample::select(vec!["h", "GiBy.h", "GBy.h", "GiBy.mo", ""]),
+            prop_oneof![
+                text().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from)
+            ],
+            any::<i64>(),
+            any::<f64>(),
+        )
+            .prop_map(|(description, usage, unit, units, nanos, start)| {
+                json!({
+                    "description": description,
+                    "category": {"usageType": usage},
+                    "serviceRegions": ["us-central1"],
+                    "pricingInfo": [{"pricingExpression": {"usageUnit": unit,
+                        "tieredRates": [{"startUsageAmount": start,
+                                         "unitPrice": {"units": units, "nanos": nanos}}]}}],
+                })
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_billing_sku_is_read_or_skipped_and_every_rate_is_a_positive_price(
+            skus in prop::collection::vec(prop_oneof![sku(), text().prop_map(Value::from)], 0..8),
+            family in prop::sample::select(vec!["E2 Instance", "N2 Instance", "Compute optimized"]),
+        ) {
+            // Half the generated SKUs get a description some family's SKUs really have.
+            let skus: Vec<Value> = skus
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut s)| {
+                    if i % 2 == 0 && s.is_object() {
+                        let part = if i % 4 == 0 { "Core" } else { "Ram" };
+                        s["description"] = json!(format!("{family} {part} running in Americas"));
+                    }
+                    s
+                })
+                .collect();
+            let mut parsed = Parsed::default();
+            parse(&skus, "us-central1", &mut parsed);
+            for rates in parsed.families.values() {
+                for rate in [rates.on_demand.vcpu, rates.on_demand.gib, rates.spot.vcpu, rates.spot.gib]
+                    .into_iter()
+                    .flatten()
+                {
+                    prop_assert!(rate.is_finite() && rate > 0.0, "{rate}");
+                }
+            }
+            let price = parsed.price("e2-standard-2", 2, 8192, false, false);
+            prop_assert!(price.is_none_or(|p| p.on_demand.is_finite() && p.spot.is_finite()));
         }
     }
 }

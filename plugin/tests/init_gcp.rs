@@ -161,7 +161,7 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
     insta::assert_snapshot!("init_gcp_plan", plan_lines(&stderr));
     assert!(
         stderr.contains(
-            "~ apis: would change: enable compute.googleapis.com, container.googleapis.com"
+            "~ apis: would change: enable compute.googleapis.com, container.googleapis.com, cloudbilling.googleapis.com"
         ),
         "{stderr}"
     );
@@ -219,6 +219,12 @@ async fn init_gcp_with_workload_identity_dry_runs_fails_naming_the_permission_co
             state
                 .service_usage
                 .is_enabled(PROJECT, "container.googleapis.com")
+        );
+        assert!(
+            state
+                .service_usage
+                .is_enabled(PROJECT, "cloudbilling.googleapis.com"),
+            "the agent reads its prices from the Cloud Billing Catalog"
         );
         assert!(state.iam.account(email).is_some());
     }

@@ -1,6 +1,7 @@
-//! Compute Engine list prices, shipped with the binary: the Compute API has no prices (they live
-//! in the Cloud Billing Catalog, which needs another API and another permission), so the gcp
-//! provider and the kwok simulation's GCP shapes both read them from here.
+//! Compute Engine list prices, shipped with the binary: the Compute API has no prices. The gcp
+//! provider prices from the Cloud Billing Catalog ([`crate::cloud::gcp::billing`]) where it can
+//! and falls back on this table (the API not enabled, no answer yet, GPU machines); `status`,
+//! `simulate` and the kwok simulation's GCP shapes read it directly.
 //!
 //! Prices are USD per hour for Linux in `us-central1`: exact per machine type where listed, else
 //! the family's per-vCPU and per-GB rates (how GCE bills predefined types). Spot is the family's

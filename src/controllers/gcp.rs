@@ -11,6 +11,7 @@ use crate::cloud::gcp::GcpProvider;
 /// Starts the Compute Engine provider's loops beside `running`.
 pub fn start(running: &mut Running<Metered<GcpProvider>>) {
     let ctx = running.ctx.clone();
+    ctx.provider.inner().report_prices_to(ctx.metrics.clone());
     // Resolving node classes is the provider's own business, not a CloudProvider call.
     running.spawn(
         super::names::NODE_CLASS_STATUS,

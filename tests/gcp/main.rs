@@ -50,6 +50,9 @@ spec:
 pub async fn fake(project: &str) -> gcp_fake::FakeGcp {
     let fake = gcp_fake::FakeGcp::start().await.expect("start gcp-fake");
     fake.state().compute.seed_project(project);
+    // Calls are the project's: the Cloud Billing Catalog answers only once its API is enabled
+    // there, as a real project's would.
+    fake.state().billing.caller_project = Some(project.to_owned());
     fake
 }
 

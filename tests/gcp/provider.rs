@@ -988,3 +988,129 @@ async fn a_rate_limited_and_slow_insert_is_retried_with_backoff_and_launches_one
     );
     rig().kubectl_ok(&["delete", "gcenodeclass", "ratelimit-demo"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prices_come_from_the_cloud_billing_catalog_for_the_region_and_the_shipped_table_fills_the_rest()
+ {
+    let _guard = crate::exclusive();
+    let fake = fake("billing-demo").await;
+    // A family no price source knows: offered anyway, after every priced type.
+    fake.state().compute.add_machine_type(
+        "billing-demo",
+        "us-central1-a",
+        gcp_fake::compute::MachineType::new("zz9-standard-2", 2, 8192),
+    );
+    apply(&node_class("billing-demo", "billing-demo"));
+    let price = |types: &[karpenter_core::scheduling::InstanceType], name: &str, ct: &str| {
+        types
+            .iter()
+            .find(|t| t.name == name)?
+            .offerings
+            .iter()
+            .find(|o| o.capacity_type == ct)
+            .and_then(|o| o.known_price())
+    };
+
+    // The Cloud Billing API is not enabled in the project: the shipped table prices, and the
+    // failed refresh is counted.
+    let metrics = std::sync::Arc::new(karpenter_core::metrics::Metrics::new());
+    let without = provider(&fake, "billing-demo", "billing-demo").await;
+    without.report_prices_to(metrics.clone());
+    let types = without
+        .instance_types(&reference("billing-demo"))
+        .await
+        .expect("instance types without the catalog");
+    let text = metrics.encode().expect("metrics encode");
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_pricing_refreshes_total{outcome="failed"} 1"#),
+        "{text}"
+    );
+    assert_eq!(price(&types, "e2-standard-2", "on-demand"), Some(0.067));
+    let zz9 = types.iter().find(|t| t.name == "zz9-standard-2");
+    assert!(
+        zz9.is_some_and(|t| !t.offerings.is_empty()
+            && t.offerings
+                .iter()
+                .all(|o| o.available && o.known_price().is_none())),
+        "{zz9:?}"
+    );
+
+    // Enabled, with the region's E2 rates over several pages, another region's, and a SKU
+    // that does not parse.
+    {
+        let mut state = fake.state();
+        state.service_usage.enabled.insert((
+            "billing-demo".to_owned(),
+            "cloudbilling.googleapis.com".to_owned(),
+        ));
+        let billing = &mut state.billing;
+        billing.page_limit = 2;
+        let region = "us-central1";
+        billing.add_sku(
+            "E2 Instance Core running in Americas",
+            "OnDemand",
+            region,
+            "h",
+            0.03,
+        );
+        billing.add_sku(
+            "E2 Instance Ram running in Americas",
+            "OnDemand",
+            region,
+            "GiBy.h",
+            0.004,
+        );
+        billing.add_sku(
+            "Spot Preemptible E2 Instance Core running in Americas",
+            "Preemptible",
+            region,
+            "h",
+            0.01,
+        );
+        billing.add_sku(
+            "Spot Preemptible E2 Instance Ram running in Americas",
+            "Preemptible",
+            region,
+            "GiBy.h",
+            0.001,
+        );
+        billing.add_sku(
+            "E2 Instance Core running in Belgium",
+            "OnDemand",
+            "europe-west1",
+            "h",
+            0.5,
+        );
+        billing
+            .skus
+            .push(serde_json::json!({"description": "not a SKU"}));
+    }
+    let with = provider(&fake, "billing-demo", "billing-demo").await;
+    with.report_prices_to(metrics.clone());
+    let types = with
+        .instance_types(&reference("billing-demo"))
+        .await
+        .expect("instance types");
+    let text = metrics.encode().expect("metrics encode");
+    assert!(
+        text.contains(r#"karpenter_cloudprovider_pricing_refreshes_total{outcome="updated"} 1"#),
+        "{text}"
+    );
+    let close = |got: Option<f64>, want: f64| got.is_some_and(|p| (p - want).abs() < 1e-9);
+    // 2 vCPUs and 8 GiB at the region's rates.
+    let e2 = price(&types, "e2-standard-2", "on-demand");
+    assert!(close(e2, 2.0 * 0.03 + 8.0 * 0.004), "{e2:?}");
+    let e2_spot = price(&types, "e2-standard-2", "spot");
+    assert!(close(e2_spot, 2.0 * 0.01 + 8.0 * 0.001), "{e2_spot:?}");
+    // No N2 rate in the answer: the table's price stays.
+    assert_eq!(price(&types, "n2-standard-2", "on-demand"), Some(0.0971));
+    let pages = fake
+        .state()
+        .requests
+        .iter()
+        .filter(|r| r.ends_with("/skus"))
+        .count();
+    // One refused call, then three pages of at most two.
+    assert_eq!(pages, 4, "the catalog was paged");
+    rig().kubectl_ok(&["delete", "gcenodeclass", "billing-demo"]);
+}

@@ -174,13 +174,6 @@ pub struct PriceFeed {
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
 }
 
-/// What a refresh came to, as `karpenter_cloudprovider_pricing_refreshes_total` counts it.
-fn outcome_label(outcome: &str) -> crate::metrics::OutcomeLabels {
-    crate::metrics::OutcomeLabels {
-        outcome: outcome.to_owned(),
-    }
-}
-
 impl PriceFeed {
     /// The live prices (empty until a fetch succeeded).
     pub fn prices(&self) -> Arc<HashMap<String, f64>> {
@@ -203,16 +196,7 @@ impl PriceFeed {
 
     fn count(&self, outcome: &str) {
         if let Some(metrics) = self.metrics.get() {
-            metrics
-                .pricing_refreshes
-                .get_or_create(&outcome_label(outcome))
-                .inc();
-            if outcome == "updated" {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                metrics.pricing_last_update.set(now);
-            }
+            metrics.count_pricing_refresh(outcome);
         }
     }
 

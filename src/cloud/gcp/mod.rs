@@ -12,6 +12,7 @@
 //! Credentials: Application Default Credentials in production; with
 //! [`GcpConfig::endpoint`] set (tests, the project's `gcp-fake`), anonymous ones.
 
+pub mod billing;
 pub mod catalogue;
 pub mod drift;
 pub mod kubelet_identity;
@@ -274,6 +275,8 @@ pub struct Clients {
     pub zones: Zones,
     pub images: Images,
     pub instance_templates: InstanceTemplates,
+    /// The Cloud Billing Catalog, for the region's prices.
+    pub billing: billing::CatalogClient,
 }
 
 /// Why the clients could not be built.
@@ -316,6 +319,8 @@ impl Clients {
             zones: build!(Zones),
             images: build!(Images),
             instance_templates: build!(InstanceTemplates),
+            billing: billing::CatalogClient::new(config.endpoint.as_deref())
+                .map_err(|e| ClientsError(Box::new(e)))?,
         })
     }
 }
@@ -330,6 +335,24 @@ pub struct CatalogueSnapshot {
     pub zones_of: HashMap<String, Vec<String>>,
     /// The zones launched in.
     pub zones: Vec<String>,
+    /// The region's rates from the Cloud Billing Catalog (empty until it answered).
+    pub rates: Arc<billing::Parsed>,
+}
+
+impl CatalogueSnapshot {
+    /// A machine type's price in `region`: from the Cloud Billing Catalog's rates where they
+    /// price it, else from the shipped table; `None` when neither knows its family.
+    pub fn price(&self, info: &MachineTypeInfo, region: &str) -> Option<gcp_prices::Price> {
+        self.rates
+            .price(
+                &info.name,
+                info.vcpus,
+                info.memory_mib,
+                info.shared_cpu,
+                info.gpus.is_some(),
+            )
+            .or_else(|| gcp_prices::price(&info.name, info.vcpus, info.memory_mib, region))
+    }
 }
 
 struct CachedNodeClass {
@@ -350,6 +373,7 @@ pub struct GcpProvider {
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
     node_classes: Mutex<HashMap<String, CachedNodeClass>>,
     node_template: tokio::sync::Mutex<Option<(Instant, Option<Arc<NodeTemplate>>)>>,
+    prices: billing::PriceFeed,
 }
 
 impl GcpProvider {
@@ -369,7 +393,13 @@ impl GcpProvider {
             catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
             node_classes: Mutex::new(HashMap::new()),
             node_template: tokio::sync::Mutex::new(None),
+            prices: billing::PriceFeed::default(),
         }
+    }
+
+    /// Reports the Cloud Billing Catalog feed's refreshes in `metrics`.
+    pub fn report_prices_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+        self.prices.report_to(metrics);
     }
 
     /// The node template (named, or discovered as the newest `gke-<cluster>-*` template with a
@@ -647,6 +677,10 @@ impl GcpProvider {
         for list in zones_of.values_mut() {
             list.sort();
         }
+        // Every 12 hours, the region's rates; a failure keeps the last good (or the table).
+        self.prices
+            .refresh_if_due(&self.clients.billing, &self.config.region)
+            .await;
         tracing::info!(
             types = types.len(),
             zones = zones.len(),
@@ -658,6 +692,7 @@ impl GcpProvider {
             types,
             zones_of,
             zones,
+            rates: self.prices.rates(),
         })
     }
 
@@ -685,8 +720,7 @@ impl GcpProvider {
                     .get(&info.name)
                     .cloned()
                     .unwrap_or_default();
-                let price =
-                    gcp_prices::price(&info.name, info.vcpus, info.memory_mib, &self.config.region);
+                let price = snapshot.price(info, &self.config.region);
                 if price.is_none() {
                     tracing::debug!(machine_type = %info.name, "no price known; offered last");
                 }
@@ -784,14 +818,7 @@ impl GcpProvider {
         node_labels.insert(labels::ZONE.to_owned(), zone.clone());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
         let price = info
-            .and_then(|info| {
-                crate::cloud::gcp_prices::price(
-                    &info.name,
-                    info.vcpus,
-                    info.memory_mib,
-                    &self.config.region,
-                )
-            })
+            .and_then(|info| snapshot.price(info, &self.config.region))
             .map(|p| if spot { p.spot } else { p.on_demand });
         Some(Instance {
             provider_id: ProviderId::Gce {

@@ -4,7 +4,7 @@
 //! | step | Google Cloud resource |
 //! |---|---|
 //! | `project` | reads the project (Resource Manager `projects.get`) |
-//! | `apis` | `compute.googleapis.com` and `container.googleapis.com` enabled (Service Usage) |
+//! | `apis` | `compute.googleapis.com`, `container.googleapis.com` and `cloudbilling.googleapis.com` enabled (Service Usage) |
 //! | `gke-cluster` | reads the cluster (GKE `clusters.get`): Workload Identity pool, network, subnetwork; fails, saying how to turn it on, when Workload Identity auth meets a cluster without a pool |
 //! | `service-account` | `karpenter-<cluster>@<project>.iam.gserviceaccount.com`, the agent's identity |
 //! | `custom-role` | project role `kubectlKarpenterAgent` with [`AGENT_PERMISSIONS`] and nothing else |
@@ -285,7 +285,7 @@ impl Plan {
             step(
                 &ctx,
                 "apis",
-                format!("enable {}", APIS.join(" and ")),
+                format!("enable {}", APIS.join(", ")),
                 check_apis,
                 apply_apis,
             ),

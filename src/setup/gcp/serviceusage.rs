@@ -1,5 +1,6 @@
-//! Service Usage: the `apis` step, which enables the Compute Engine and GKE APIs the agent
-//! calls.
+//! Service Usage: the `apis` step, which enables the Compute Engine, GKE and Cloud Billing APIs
+//! the agent calls (the last for the region's prices; without it the agent prices from its
+//! shipped table).
 
 use super::{Ctx, gcp_error};
 use crate::setup::{SetupError, Status};
@@ -7,7 +8,11 @@ use futures::future::BoxFuture;
 use google_cloud_lro::Poller as _;
 
 /// The APIs the agent calls.
-pub const APIS: [&str; 2] = ["compute.googleapis.com", "container.googleapis.com"];
+pub const APIS: [&str; 3] = [
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "cloudbilling.googleapis.com",
+];
 
 impl Ctx {
     pub(super) async fn disabled_apis(&self) -> Result<Vec<&'static str>, SetupError> {
@@ -33,7 +38,7 @@ pub(super) fn check_apis(ctx: &Ctx) -> BoxFuture<'_, Result<Status, SetupError>>
     Box::pin(async move {
         let disabled = ctx.disabled_apis().await?;
         Ok(if disabled.is_empty() {
-            Status::InPlace(format!("{} enabled", APIS.join(" and ")))
+            Status::InPlace(format!("{} enabled", APIS.join(", ")))
         } else {
             Status::Needed(format!("enable {}", disabled.join(", ")))
         })

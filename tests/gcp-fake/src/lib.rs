@@ -1,6 +1,7 @@
 //! A fake of the Google Cloud REST endpoints kubectl-karpenter uses, faithful enough for the
-//! official google-cloud-rust clients: the Compute Engine calls of the agent's GCP provider, and
-//! (added by `init gcp`) GKE clusters, IAM, Resource Manager and Service Usage.
+//! official google-cloud-rust clients: the Compute Engine calls of the agent's GCP provider and
+//! the Cloud Billing Catalog it prices from, and (added by `init gcp`) GKE clusters, IAM,
+//! Resource Manager and Service Usage.
 //!
 //! Google ships no Compute Engine emulator and the PyPI candidates break the Rust clients
 //! (`cloud-test-servers.md` §2), so the project owns this one. It serves every API on one port
@@ -20,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod billing;
 pub mod compute;
 pub mod container;
 pub mod iam;
@@ -37,6 +39,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// Everything the fake knows. Tests lock it through [`FakeGcp::state`] to seed and inspect.
 #[derive(Debug, Default)]
 pub struct State {
+    /// Cloud Billing Catalog: Compute Engine's SKUs and prices.
+    pub billing: billing::Billing,
     /// Compute Engine: projects, zones, machine types, images, instances, operations, faults.
     pub compute: compute::Compute,
     /// GKE: clusters `init gcp` reads.
@@ -64,6 +68,7 @@ pub fn lock(state: &Shared) -> MutexGuard<'_, State> {
 /// To add an API: write `mod x;` with `pub fn router() -> Router<Shared>` and merge it here.
 pub fn router(state: Shared) -> Router {
     Router::new()
+        .merge(billing::router())
         .merge(compute::router())
         .merge(container::router())
         .merge(iam::router())
