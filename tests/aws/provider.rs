@@ -85,12 +85,19 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
         .iter()
         .find(|t| t.name == "m5.metal")
         .expect("m5.metal listed");
+    // No table lists metal sizes: offered on demand all the same, at no known price, so it
+    // ranks after every priced type.
+    let metal_on_demand: Vec<_> = metal
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == "on-demand")
+        .collect();
     assert!(
-        !metal
-            .offerings
-            .iter()
-            .any(|o| o.capacity_type == "on-demand"),
-        "no on-demand price, no on-demand offering"
+        !metal_on_demand.is_empty()
+            && metal_on_demand
+                .iter()
+                .all(|o| o.available && o.known_price().is_none()),
+        "{metal_on_demand:?}"
     );
 
     // The provider resolves; the node class status controller writes what it resolved.
