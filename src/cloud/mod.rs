@@ -18,6 +18,7 @@ pub mod unavailable;
 pub mod kubelet_flags;
 pub mod kubelet_labels;
 pub mod kwok;
+pub mod last_good;
 pub mod metered;
 pub mod node_class_hash;
 pub mod provider;

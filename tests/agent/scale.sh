@@ -20,6 +20,10 @@
 # ARRIVAL=S spreads the scale-up over S seconds (one `kubectl scale` a second, N/S pods each),
 # as pods keep arriving in a real scale-out; the figures then include the time from the last
 # scale to every pod running, and the fleet's $/h against the scheduler's one-shot plan for N.
+# POD_CPU overrides each pod's CPU request; INSTANCE_TYPES=a,b limits the NodePool to those types
+# (e.g. POD_CPU=400m INSTANCE_TYPES=m5.large: four pods a node, so 20,000 pods make 5,000 nodes).
+# RUN_TIMEOUT (seconds, default 600) bounds the wait for every pod to run. STATUS_BIN (default
+# target/release/kubectl-karpenter when built) is timed running `status` on the full rig.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -37,7 +41,11 @@ arrival="${ARRIVAL:-0}"
 consolidate_after="${CONSOLIDATE_AFTER:-0s}"
 
 # Small pods when there are many, like a real scale-out; 1 CPU each for the demo size.
-pod_cpu() { if [[ "$1" -gt 100 ]]; then echo 250m; else echo 1; fi; }
+pod_cpu() {
+  if [[ -n "${POD_CPU:-}" ]]; then echo "$POD_CPU"; elif [[ "$1" -gt 100 ]]; then echo 250m; else echo 1; fi
+}
+status_bin="${STATUS_BIN:-}"
+[[ -n "$status_bin" || ! -x target/release/kubectl-karpenter ]] || status_bin=target/release/kubectl-karpenter
 
 # The scheduler's plan for each scale-down target, computed before any rig runs (the first time,
 # cargo builds the benchmark binary).
@@ -115,10 +123,15 @@ for size in "${sizes[@]}"; do
   "${k[@]}" wait --for condition=Established --timeout 60s crd --all >/dev/null
   "${k[@]}" apply -f examples/kwok/kwoknodeclass.yaml -f examples/kwok/nodepool.yaml -f examples/inflate.yaml >/dev/null
   "${k[@]}" patch nodepool default --type merge -p '{"spec":{"limits":{"cpu":"100000","memory":"100000Gi"}}}' >/dev/null
+  if [[ -n "${INSTANCE_TYPES:-}" ]]; then
+    types="$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1].split(",")))' "$INSTANCE_TYPES")"
+    "${k[@]}" patch nodepool default --type json -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/requirements/-\",\"value\":{\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":$types}}]" >/dev/null
+  fi
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "$agent_bin" run --provider kwok --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
   agent=$!
   sleep 2
+  baseline=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
   cpu="$(pod_cpu "$n")"
   "${k[@]}" set resources deployment inflate --requests "cpu=$cpu,memory=128Mi" >/dev/null
   peak=0
@@ -145,8 +158,9 @@ for size in "${sizes[@]}"; do
     running=$("${k[@]}" get pods -l app=inflate --field-selector status.phase=Running --no-headers 2>/dev/null | wc -l)
     [[ "$running" -ge "$n" ]] && break
     elapsed=$(python3 -c "print($(date +%s.%N) - $start)")
-    if python3 -c "import sys; sys.exit(0 if $elapsed > 600 else 1)"; then echo "timeout: $running/$n running" >&2; break; fi
-    sleep 0.5
+    if python3 -c "import sys; sys.exit(0 if $elapsed > ${RUN_TIMEOUT:-600} else 1)"; then echo "timeout: $running/$n running" >&2; break; fi
+    # Listing every pod twice a second would load a 2-core rig at 20,000 pods.
+    if [[ "$n" -gt 2000 ]]; then sleep 5; else sleep 0.5; fi
   done
   end=$(date +%s.%N)
   for _ in 1 2 3 4 5 6; do
@@ -154,6 +168,20 @@ for size in "${sizes[@]}"; do
     sleep 0.5
   done
   file_rss=$(awk '/RssFile/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+  settled_rss=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)
+  nodes=$("${k[@]}" get nodes --no-headers | wc -l)
+  status_line=""
+  if [[ -n "$status_bin" ]]; then
+    # Three runs; the median wall time, and the plugin's own count of its API calls.
+    times=()
+    for _ in 1 2 3; do
+      t0=$(date +%s%N)
+      calls=$("$status_bin" status -v --kubeconfig "$dir/kubeconfig" 2>&1 >/dev/null | grep -o '[0-9]* API calls in [0-9]* ms: .*' | head -n 1 || true)
+      times+=($(( ($(date +%s%N) - t0) / 1000000 )))
+    done
+    median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)
+    status_line="status: median ${median} ms over 3 runs (${times[*]} ms); ${calls:-no API call count printed}"
+  fi
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
   up_price="$(fleet_price)"
@@ -167,11 +195,28 @@ print(max(datetime.datetime.fromisoformat(p["metadata"]["creationTimestamp"].rep
   kill "$agent"; wait "$agent" 2>/dev/null || true
   [[ -n "${KEEP_SCALE_LOGS:-}" ]] && cp "$dir/agent.log" "/tmp/agent-scale-$n.log"
   tests/rig/rig down "$dir" --purge >/dev/null
-  python3 - "$n" "$start" "$end" "$peak" "$claims" "$peak_anon" "$file_rss" <<PY
+  python3 - "$n" "$start" "$end" "$peak" "$claims" "$peak_anon" "$file_rss" "$baseline" "$settled_rss" "$nodes" <<PY
 import sys, re
 n, start, end, peak, claims = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 peak_anon, file_rss = int(sys.argv[6]), int(sys.argv[7])
+baseline, settled, nodes = int(sys.argv[8]), int(sys.argv[9]), int(sys.argv[10])
 text = """$metrics"""
+rounds = [(float(m.group(1)), int(m.group(2))) for m in re.finditer(
+    r'karpenter_scheduler_scheduling_duration_seconds_bucket\{le="([^"]+)",controller="provisioner"\} (\d+)', text)]
+rounds_sum = re.search(r'karpenter_scheduler_scheduling_duration_seconds_sum\{controller="provisioner"\} ([0-9.e+-]+)', text)
+rounds_n = rounds[-1][1] if rounds else 0
+def bucket(q):
+    for le, c in rounds:
+        if rounds_n and c >= q * rounds_n:
+            return le
+    return float("nan")
+slowest = next((le for le, c in rounds if c == rounds_n), float("nan"))
+if rounds_n:
+    print(f"scheduling rounds: {rounds_n}, mean {float(rounds_sum.group(1)) / rounds_n:.3f}s, "
+          f"p50<={bucket(0.5)}s p99<={bucket(0.99)}s slowest<={slowest}s")
+per_object = (settled - baseline) / max(1, n + nodes + claims)
+print(f"agent RSS: {baseline/1024:.1f} MiB before the scale-out, {settled/1024:.1f} MiB with {n} pods, "
+      f"{nodes} nodes and {claims} NodeClaims cached (~{per_object:.2f} KiB an object), peak {peak/1024:.1f} MiB")
 buckets = []
 for line in text.splitlines():
     m = re.match(r'karpenter_pods_unschedulable_to_nodeclaim_seconds_bucket\{le="([^"]+)"\} (\d+)', line)
@@ -189,6 +234,7 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
+  [[ -z "$status_line" ]] || echo "$status_line"
   if [[ "$arrival" -gt 0 ]]; then
     python3 - "$n" "$arrival" "$last_created" "$end" "$up_price" "${up_plans[$size]}" <<'PY'
 import sys

@@ -12,11 +12,12 @@
 
 use super::cloud_error;
 use crate::cloud::CloudError;
+use crate::cloud::last_good::{LastGood, Outcome};
 use aws_sdk_pricing::types::{Filter, FilterType};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tracing::{info, warn};
 
 /// How old the prices may get before they are fetched again (upstream's 12 hours).
@@ -160,49 +161,33 @@ pub async fn fetch(client: &aws_sdk_pricing::Client, region: &str) -> Result<Par
     }
 }
 
-/// The live prices, and when they were fetched.
-#[derive(Default)]
-struct State {
-    prices: Arc<HashMap<String, f64>>,
-    fetched: Option<Instant>,
+/// The region's live on-demand prices, refreshed every [`REFRESH`].
+pub struct PriceFeed {
+    prices: LastGood<HashMap<String, f64>>,
 }
 
-/// The region's live on-demand prices, refreshed every [`REFRESH`].
-#[derive(Default)]
-pub struct PriceFeed {
-    state: Mutex<State>,
-    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+impl Default for PriceFeed {
+    fn default() -> Self {
+        Self {
+            prices: LastGood::new(REFRESH),
+        }
+    }
 }
 
 impl PriceFeed {
     /// The live prices (empty until a fetch succeeded).
     pub fn prices(&self) -> Arc<HashMap<String, f64>> {
-        self.lock().prices.clone()
+        self.prices.current()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts each refresh in `metrics` (`karpenter_cloudprovider_pricing_refreshes_total` by
-    /// outcome) and sets `karpenter_cloudprovider_pricing_last_update_timestamp_seconds`, so a
-    /// feed that keeps failing shows on a dashboard, not only in the log. Set once; later calls
-    /// are ignored.
+    /// Counts each refresh in `metrics` (see [`LastGood::report_to`]).
     pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
-        let _ = self.metrics.set(metrics);
-    }
-
-    fn count(&self, outcome: &str) {
-        if let Some(metrics) = self.metrics.get() {
-            metrics.count_pricing_refresh(outcome);
-        }
+        self.prices.report_to(metrics);
     }
 
     /// Whether the prices are due for a refresh.
     pub fn due(&self) -> bool {
-        self.lock().fetched.is_none_or(|at| at.elapsed() >= REFRESH)
+        self.prices.due()
     }
 
     /// Fetches the prices if they are due; on failure, or an answer without prices, the last
@@ -213,7 +198,7 @@ impl PriceFeed {
         }
         match fetch(client, region).await {
             Ok(parsed) if parsed.prices.is_empty() => {
-                self.count("empty");
+                self.prices.kept(Outcome::Empty);
                 warn!(
                     region,
                     skipped = parsed.skipped,
@@ -221,19 +206,16 @@ impl PriceFeed {
                 );
             }
             Ok(parsed) => {
-                self.count("updated");
                 info!(
                     region,
                     prices = parsed.prices.len(),
                     skipped = parsed.skipped,
                     "on-demand prices updated from the Pricing API"
                 );
-                let mut state = self.lock();
-                state.prices = Arc::new(parsed.prices);
-                state.fetched = Some(Instant::now());
+                self.prices.update(parsed.prices);
             }
             Err(error) => {
-                self.count("failed");
+                self.prices.kept(Outcome::Failed);
                 warn!(
                     region,
                     error = %error,

@@ -19,11 +19,12 @@
 
 use crate::cloud::CloudError;
 use crate::cloud::gcp_prices::{self, Price};
+use crate::cloud::last_good::{LastGood, Outcome};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tracing::{info, warn};
 
 /// The Compute Engine service in the Cloud Billing Catalog.
@@ -393,51 +394,39 @@ impl CatalogClient {
     }
 }
 
-#[derive(Default)]
-struct State {
-    rates: Arc<Parsed>,
-    fetched: Option<Instant>,
+/// The region's live rates, refreshed every [`REFRESH`].
+pub struct PriceFeed {
+    rates: LastGood<Parsed>,
 }
 
-/// The region's live rates, refreshed every [`REFRESH`].
-#[derive(Default)]
-pub struct PriceFeed {
-    state: Mutex<State>,
-    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+impl Default for PriceFeed {
+    fn default() -> Self {
+        Self {
+            rates: LastGood::new(REFRESH),
+        }
+    }
 }
 
 impl PriceFeed {
     /// The live rates (empty until a fetch succeeded).
     pub fn rates(&self) -> Arc<Parsed> {
-        self.lock().rates.clone()
+        self.rates.current()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts each refresh in `metrics`, as the AWS price feed does. Set once.
+    /// Counts each refresh in `metrics` (see [`LastGood::report_to`]).
     pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
-        let _ = self.metrics.set(metrics);
-    }
-
-    fn count(&self, outcome: &str) {
-        if let Some(metrics) = self.metrics.get() {
-            metrics.count_pricing_refresh(outcome);
-        }
+        self.rates.report_to(metrics);
     }
 
     /// Fetches the rates if they are due; on failure, or an answer without a rate for the
     /// region, the last good ones stay.
     pub async fn refresh_if_due(&self, client: &CatalogClient, region: &str) {
-        if self.lock().fetched.is_some_and(|at| at.elapsed() < REFRESH) {
+        if !self.rates.due() {
             return;
         }
         match client.fetch(region).await {
             Ok(parsed) if parsed.families.is_empty() => {
-                self.count("empty");
+                self.rates.kept(Outcome::Empty);
                 warn!(
                     region,
                     skipped = parsed.skipped,
@@ -445,19 +434,16 @@ impl PriceFeed {
                 );
             }
             Ok(parsed) => {
-                self.count("updated");
                 info!(
                     region,
                     families = parsed.families.len(),
                     skipped = parsed.skipped,
                     "Compute Engine prices updated from the Cloud Billing Catalog"
                 );
-                let mut state = self.lock();
-                state.rates = Arc::new(parsed);
-                state.fetched = Some(Instant::now());
+                self.rates.update(parsed);
             }
             Err(error) => {
-                self.count("failed");
+                self.rates.kept(Outcome::Failed);
                 warn!(
                     region,
                     error = %error,
