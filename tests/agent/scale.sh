@@ -24,6 +24,9 @@
 # (e.g. POD_CPU=400m INSTANCE_TYPES=m5.large: four pods a node, so 20,000 pods make 5,000 nodes).
 # RUN_TIMEOUT (seconds, default 600) bounds the wait for every pod to run. STATUS_BIN (default
 # target/release/kubectl-karpenter when built) is timed running `status` on the full rig.
+# AGENT_ARGS adds flags to the agent's command line: at 20,000 pods the rig's API server, on the
+# same two cores, can miss upstream's 10 s Lease renew deadline, and the agent then exits as
+# upstream's does (a Deployment would restart it); AGENT_ARGS=--leader-elect=false measures on.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -128,7 +131,8 @@ for size in "${sizes[@]}"; do
     "${k[@]}" patch nodepool default --type json -p "[{\"op\":\"add\",\"path\":\"/spec/template/spec/requirements/-\",\"value\":{\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":$types}}]" >/dev/null
   fi
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$agent_bin" run --provider kwok --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" >"$dir/agent.log" 2>&1 &
+  # shellcheck disable=SC2086 # AGENT_ARGS is a list of flags.
+  "$agent_bin" run --provider kwok --kubeconfig "$dir/kubeconfig" --metrics-address "127.0.0.1:$port" ${AGENT_ARGS:-} >"$dir/agent.log" 2>&1 &
   agent=$!
   sleep 2
   baseline=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status" 2>/dev/null || echo 0)

@@ -122,6 +122,10 @@ pub async fn run<P: CloudProvider + 'static>(
                     unschedulable = round.unschedulable,
                     batch_closed_by = closed_by.as_str(),
                     elapsed_ms = started.elapsed().as_millis(),
+                    sync_ms = round.timings.sync.as_millis(),
+                    input_ms = round.timings.input.as_millis(),
+                    scheduling_ms = round.timings.solve.as_millis(),
+                    create_ms = round.timings.create.as_millis(),
                     "scheduling round"
                 );
                 if round.pods > 0 {

@@ -104,6 +104,30 @@ pub struct Round {
     pub created: usize,
     pub failed: usize,
     pub unschedulable: usize,
+    /// Where the round's time went: waiting for the NodeClaim watch to be in sync, reading
+    /// the catalogues and DaemonSets and building the scheduler's input, the scheduler itself,
+    /// and creating the claims.
+    pub timings: Timings,
+}
+
+/// How long each part of a round took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    pub sync: Duration,
+    pub input: Duration,
+    pub solve: Duration,
+    pub create: Duration,
+}
+
+/// Runs `f`, a long synchronous computation (the scheduler at 20,000 pods takes seconds),
+/// without holding up the tasks that share its worker thread (watches, the Lease renewal): on
+/// a multi-threaded runtime the worker hands them over first. A current-thread runtime (tests)
+/// has no other worker to hand them to, so `f` just runs.
+fn compute<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// One scheduling round. Returns `None` when nothing was pending.
@@ -118,7 +142,11 @@ pub async fn provision<P: CloudProvider>(
         ctx.metrics.pods_unschedulable.set(0);
         return Ok(None);
     }
+    let mut timings = Timings::default();
+    let started = Instant::now();
     wait_for_claims_synced(ctx, recent).await?;
+    timings.sync = started.elapsed();
+    let started = Instant::now();
     let pools = ctx.pools.state();
     let claims = claims_with_unconfirmed(ctx, recent);
     let nodes = ctx.nodes.state();
@@ -126,24 +154,32 @@ pub async fn provision<P: CloudProvider>(
     let daemon_set_pods = daemon_set_pods(ctx).await?;
     let namespace_labels = ctx.namespace_labels();
     let volumes = ctx.volume_topology(&pods);
-    let input = state::scheduling_input(&Snapshot {
-        pods: &pods,
-        nodes: &nodes,
-        claims: &claims,
-        pools: &pools,
-        catalogues: &catalogues,
-        daemon_set_pods: &daemon_set_pods,
-        namespace_labels: &namespace_labels,
-        volumes: &volumes,
+    let input = compute(|| {
+        state::scheduling_input(&Snapshot {
+            pods: &pods,
+            nodes: &nodes,
+            claims: &claims,
+            pools: &pools,
+            catalogues: &catalogues,
+            daemon_set_pods: &daemon_set_pods,
+            namespace_labels: &namespace_labels,
+            volumes: &volumes,
+        })
     });
-    let plan = simulate(ctx, &input);
+    timings.input = started.elapsed();
+    let started = Instant::now();
+    let plan = compute(|| simulate(ctx, &input));
+    timings.solve = started.elapsed();
 
     let mut round = Round {
         pods: input.pods.len(),
         unschedulable: plan.unschedulable.len(),
         ..Round::default()
     };
+    let started = Instant::now();
     create_claims(ctx, pending, recent, &plan, &input, &mut round).await;
+    timings.create = started.elapsed();
+    round.timings = timings;
     ctx.metrics
         .pods_unschedulable
         .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
