@@ -194,10 +194,11 @@ async fn aws_provider(
     if let Some(path) = &args.aws_price_file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the price file {}", path.display()))?;
-        config.prices = PriceTable::with_overrides(&text)
+        config.prices = PriceTable::shipped(&config.region)
+            .with_overrides(&text)
             .with_context(|| format!("reading the price file {}", path.display()))?;
     }
-    tracing::info!(region = %config.region, cluster = %config.cluster_name, endpoint = ?config.endpoint_url, "using the aws provider");
+    tracing::info!(region = %config.region, cluster = %config.cluster_name, endpoint = ?config.endpoint_url, shipped_prices = %config.prices.provenance(), "using the aws provider");
     Ok(AwsProvider::new(config, client).await)
 }
 

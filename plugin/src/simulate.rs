@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_core::apis::{NodeClaim, NodePool};
+use karpenter_core::cloud::aws::pricing::PriceTable;
 use karpenter_core::cloud::kwok::catalogue;
 use karpenter_core::disruption;
 use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
@@ -142,8 +143,8 @@ async fn catalogue_for(
     provider: Provider,
     args: &SimulateArgs,
 ) -> anyhow::Result<Vec<karpenter_core::scheduling::InstanceType>> {
-    use karpenter_core::simulate::region::{self, ZoneStyle};
-    let mut catalogue = shipped(provider);
+    use karpenter_core::simulate::region::ZoneStyle;
+    let catalogue = shipped(provider);
     let Some(target) = &args.region else {
         return Ok(catalogue);
     };
@@ -155,35 +156,53 @@ async fn catalogue_for(
         }
     };
     let prices = match provider {
-        Provider::Aws => match aws_prices(target, args.endpoint_url.as_deref()).await {
-            Ok(prices) if !prices.is_empty() => prices,
-            Ok(_) => {
-                eprintln!(
-                    "note: the AWS Pricing API has no on-demand price for {target}: prices are us-west-2's"
-                );
-                Default::default()
+        Provider::Aws => {
+            let why = match aws_prices(target, args.endpoint_url.as_deref()).await {
+                Ok(prices) if !prices.is_empty() => {
+                    return Ok(moved(catalogue, target, style, &prices, "AWS Pricing API"));
+                }
+                Ok(_) => format!("the AWS Pricing API has no on-demand price for {target}"),
+                Err(e) => format!("the AWS Pricing API could not be read ({e:#})"),
+            };
+            // The shipped table has a few regions of its own (us-east-1, GovCloud, China).
+            let table = PriceTable::shipped(target);
+            if table.table_region() == target {
+                eprintln!("note: {why}: on-demand prices are the shipped table's for {target}");
+                let prices: std::collections::HashMap<String, f64> = catalogue
+                    .iter()
+                    .filter_map(|t| Some((t.name.clone(), table.on_demand(&t.name)?)))
+                    .collect();
+                return Ok(moved(catalogue, target, style, &prices, "shipped table"));
             }
-            Err(e) => {
-                eprintln!(
-                    "note: the AWS Pricing API could not be read ({e:#}): prices are us-west-2's"
-                );
-                Default::default()
-            }
-        },
+            eprintln!("note: {why}: prices are us-west-2's");
+            Default::default()
+        }
         _ => {
             eprintln!("note: no Google Cloud price source is read yet: prices are us-central1's");
             Default::default()
         }
     };
+    Ok(moved(catalogue, target, style, &prices, ""))
+}
+
+/// `catalogue` moved to `target`, on-demand at `prices` (from `source`) where they have a type.
+fn moved(
+    mut catalogue: Vec<karpenter_core::scheduling::InstanceType>,
+    target: &str,
+    style: karpenter_core::simulate::region::ZoneStyle,
+    prices: &std::collections::HashMap<String, f64>,
+    source: &str,
+) -> Vec<karpenter_core::scheduling::InstanceType> {
+    use karpenter_core::simulate::region;
     let zones = region::zones(target, style);
-    let repriced = region::in_region(&mut catalogue, target, &zones, &prices);
+    let repriced = region::in_region(&mut catalogue, target, &zones, prices);
     if repriced > 0 {
         eprintln!(
-            "note: on-demand prices of {repriced} of {} types are {target}'s (AWS Pricing API); spot prices keep their shipped discount",
+            "note: on-demand prices of {repriced} of {} types are {target}'s ({source}); spot prices keep their shipped discount",
             catalogue.len()
         );
     }
-    Ok(catalogue)
+    catalogue
 }
 
 /// The on-demand prices of `region` from the AWS Pricing API (credentials from the default

@@ -117,4 +117,15 @@ async fn a_plan_in_another_region_uses_its_zones_and_its_on_demand_prices() {
             .unwrap()
             .starts_with("eu-west-1")
     );
+
+    // GovCloud has a shipped table of its own: its prices, not us-west-2's.
+    let out = simulate(&["--region", "us-gov-west-1", "--endpoint-url", &proxy.url]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("on-demand prices are the shipped table's for us-gov-west-1"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["claims"][0]["pricePerHour"], 0.121);
 }

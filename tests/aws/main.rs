@@ -20,6 +20,7 @@ mod permissions;
 mod provider;
 mod proxy;
 mod setup;
+mod shipped_prices;
 
 use karpenter_test_support::{cloud_agent, rig};
 

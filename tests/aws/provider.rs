@@ -81,23 +81,37 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
             .any(|t| t.requirements.allows(labels::ARCH, "arm64")),
         "the arm64 AMI brings arm64 types"
     );
+    // Upstream's generated table prices metal sizes too (it once had no entry for them).
     let metal = types
         .iter()
         .find(|t| t.name == "m5.metal")
         .expect("m5.metal listed");
-    // No table lists metal sizes: offered on demand all the same, at no known price, so it
-    // ranks after every priced type.
-    let metal_on_demand: Vec<_> = metal
+    assert!(
+        metal
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand")
+            .all(|o| o.available && o.known_price() == Some(4.608)),
+        "{:?}",
+        metal.offerings
+    );
+    // t8i came after the table was generated: offered on demand all the same, at no known
+    // price, so it ranks after every priced type.
+    let newer = types
+        .iter()
+        .find(|t| t.name == "t8i.medium")
+        .expect("t8i.medium listed");
+    let newer_on_demand: Vec<_> = newer
         .offerings
         .iter()
         .filter(|o| o.capacity_type == "on-demand")
         .collect();
     assert!(
-        !metal_on_demand.is_empty()
-            && metal_on_demand
+        !newer_on_demand.is_empty()
+            && newer_on_demand
                 .iter()
                 .all(|o| o.available && o.known_price().is_none()),
-        "{metal_on_demand:?}"
+        "{newer_on_demand:?}"
     );
 
     // The provider resolves; the node class status controller writes what it resolved.
@@ -654,9 +668,11 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
     assert_eq!(on_demand_price(&types, "c5.xlarge"), Some(0.17));
     assert_eq!(on_demand_price(&types, "m5.xlarge"), Some(0.192));
     assert_eq!(on_demand_price(&types, "r5.large"), Some(0.126));
-    // z1d is in neither the answer nor the table: still offered on demand, at no known price.
-    let z1d = types.iter().find(|t| t.name == "z1d.large");
-    let z1d_on_demand: Vec<_> = z1d
+    // The shipped table has z1d (the Pricing API's answer here does not).
+    assert_eq!(on_demand_price(&types, "z1d.large"), Some(0.186));
+    // t8i is in neither the answer nor the table: still offered on demand, at no known price.
+    let newer = types.iter().find(|t| t.name == "t8i.medium");
+    let newer_on_demand: Vec<_> = newer
         .map(|t| {
             t.offerings
                 .iter()
@@ -664,12 +680,15 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
                 .collect()
         })
         .unwrap_or_default();
-    assert!(!z1d_on_demand.is_empty(), "z1d.large is offered on demand");
     assert!(
-        z1d_on_demand
+        !newer_on_demand.is_empty(),
+        "t8i.medium is offered on demand"
+    );
+    assert!(
+        newer_on_demand
             .iter()
             .all(|o| o.available && o.known_price().is_none()),
-        "{z1d_on_demand:?}"
+        "{newer_on_demand:?}"
     );
     let asked: Vec<serde_json::Value> = env
         .proxy

@@ -66,7 +66,7 @@ pub struct AwsConfig {
     pub cluster_endpoint: Option<String>,
     pub cluster_ca_bundle: Option<String>,
     pub service_cidr: Option<String>,
-    /// On-demand prices.
+    /// On-demand prices: the region's shipped table, and a price file's if given.
     pub prices: PriceTable,
     /// How long DescribeInstanceTypes, offerings and spot prices are reused (upstream: 5 min).
     pub catalogue_ttl: Duration,
@@ -79,15 +79,16 @@ pub struct AwsConfig {
 impl AwsConfig {
     /// Upstream's defaults for a cluster in a region.
     pub fn new(region: impl Into<String>, cluster_name: impl Into<String>) -> Self {
+        let region = region.into();
         Self {
-            region: region.into(),
+            prices: PriceTable::shipped(&region),
+            region,
             cluster_name: cluster_name.into(),
             endpoint_url: None,
             interruption_queue: None,
             cluster_endpoint: None,
             cluster_ca_bundle: None,
             service_cidr: None,
-            prices: PriceTable::shipped(),
             catalogue_ttl: Duration::from_secs(300),
             node_class_ttl: Duration::from_secs(60),
             unavailable_ttl: unavailable::DEFAULT_TTL,
