@@ -23,7 +23,6 @@ pods="${PODS:-200}"
 kills="${KILLS:-20}"
 outage="${OUTAGE:-60}"
 export LEADER_ELECT="${LEADER_ELECT:-false}"
-export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX-2}"
 
 agent_bin="${AGENT_BIN:-${CARGO_TARGET_DIR:-target}/debug/karpenter-agent}"
 [[ -n "${AGENT_BIN:-}" ]] || cargo build --quiet -p karpenter-agent

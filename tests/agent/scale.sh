@@ -14,8 +14,7 @@
 #
 # Usage: tests/agent/scale.sh [N[:M] ...]      e.g. tests/agent/scale.sh 2000:200
 # Environment: AGENT_BIN=path (default $CARGO_TARGET_DIR/debug/karpenter-agent, built first);
-# anything the agent reads passes through to it. MALLOC_ARENA_MAX defaults to 2, as the agent's
-# image sets it (agent/Dockerfile); MALLOC_ARENA_MAX= measures glibc's default.
+# anything the agent reads passes through to it (its allocator is mimalloc: agent/src/main.rs).
 # SCALE_DOWN_TIMEOUT (seconds, default 1800) bounds the wait for the fleet to settle.
 # ARRIVAL=S spreads the scale-up over S seconds (one `kubectl scale` a second, N/S pods each),
 # as pods keep arriving in a real scale-out; the figures then include the time from the last
@@ -30,8 +29,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX-2}"
-[[ -n "$MALLOC_ARENA_MAX" ]] || unset MALLOC_ARENA_MAX
 sizes=("$@")
 [[ ${#sizes[@]} -gt 0 ]] || sizes=(15 2000)
 

@@ -137,6 +137,7 @@ pub async fn run<P: CloudProvider + 'static>(
             }
             Ok(None) => {}
             Err(e) => {
+                memory.confirm_for_a_while();
                 let wait = failures.failed(ROUND);
                 warn!(error = %e, cause = ?std::error::Error::source(&e), retry_in_ms = wait.as_millis(),
                     "scheduling round failed; retrying");

@@ -1,6 +1,7 @@
 //! One scheduling round (upstream's `Provisioner.Schedule` in
 //! `pkg/controllers/provisioning/provisioner.go`): wait until the NodeClaim watch shows every
-//! claim the API server has ("cluster state synced"), read what only the API and the provider
+//! claim the API server has ("cluster state synced"; checked while one may be missing,
+//! [`CONFIRM_WINDOW`]), read what only the API and the provider
 //! know (each node class's catalogue, the DaemonSets), let [`crate::state::scheduling_input`]
 //! turn the stores into the scheduler's input, simulate, and hand the plan to `claims.rs`.
 
@@ -21,13 +22,47 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 /// What provisioning remembers between rounds.
-#[derive(Default)]
 pub struct Memory {
     /// When each pod last got a FailedProvisioning Event, and what it said, so a pod is not
     /// warned about every round, yet hears at once when the reason changes (its claim got
     /// bound, and now its volume's zone is the problem).
     pub(super) last_warned: HashMap<String, (Instant, String)>,
+    /// Until when a round first checks the NodeClaim watch against a quorum list of the API
+    /// server's claims ([`claims_synced`]).
+    confirm_until: Instant,
 }
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self {
+            last_warned: HashMap::new(),
+            confirm_until: Instant::now() + CONFIRM_WINDOW,
+        }
+    }
+}
+
+impl Memory {
+    /// Something happened that can leave a claim on the API server the watch has not shown
+    /// yet and this agent does not know it created (a create that failed or timed out after
+    /// the server took it, a round cut off by an outage, after which the watches relist): the
+    /// next rounds check again.
+    pub(super) fn confirm_for_a_while(&mut self) {
+        self.confirm_until = Instant::now() + CONFIRM_WINDOW;
+    }
+
+    fn confirming(&self) -> bool {
+        Instant::now() < self.confirm_until
+    }
+}
+
+/// How long after the provisioner starts (on taking the lease), or after a round that failed in
+/// part, rounds check the NodeClaim watch against a quorum list. Upstream checks its own
+/// informer cache before each round ("cluster state synced"), which costs nothing; this list
+/// costs a read of every claim's metadata (4.4 s a round on average at 5,000 claims on the
+/// overloaded scale rig), so it is only paid while a claim may exist that neither the watch nor
+/// [`RecentClaims`] knows: the previous leader's last creates land within seconds of its lease
+/// expiring, and an uncertain create is settled well within this.
+const CONFIRM_WINDOW: Duration = Duration::from_secs(120);
 
 /// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
 /// can lag a round behind; without these, the next round would provision the same pods again.
@@ -144,7 +179,9 @@ pub async fn provision<P: CloudProvider>(
     }
     let mut timings = Timings::default();
     let started = Instant::now();
-    wait_for_claims_synced(ctx, recent).await?;
+    if memory.confirming() {
+        wait_for_claims_synced(ctx, recent).await?;
+    }
     timings.sync = started.elapsed();
     let started = Instant::now();
     let pools = ctx.pools.state();
@@ -179,6 +216,9 @@ pub async fn provision<P: CloudProvider>(
     let started = Instant::now();
     create_claims(ctx, pending, recent, &plan, &input, &mut round).await;
     timings.create = started.elapsed();
+    if round.failed > 0 {
+        memory.confirm_for_a_while();
+    }
     round.timings = timings;
     ctx.metrics
         .pods_unschedulable
