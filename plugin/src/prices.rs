@@ -1,12 +1,13 @@
 //! The shipped list prices `status`, `explain` and `status -w` fall back on for nodes nothing
-//! recorded a price for (clusters run by upstream Karpenter, node groups): on demand, the AWS
-//! provider's shipped table for the object's region (us-east-1's where none ships, as the agent
-//! does), then the catalogue's; spot, the catalogue's us-west-2 and us-central1 list prices
-//! (Compute Engine's from the gcp provider's table).
+//! recorded a price for (clusters run by upstream Karpenter, node groups), from the tables the
+//! providers ship, for the object's region: on demand, the AWS provider's (us-east-1's where
+//! none ships, as the agent does); on demand and spot, the gcp provider's generated table; then
+//! the catalogue's us-west-2 and us-central1 list prices (EC2 spot among them).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::apis::labels;
 use karpenter_core::cloud::aws::pricing::{self, PriceTable};
+use karpenter_core::cloud::gcp_prices;
 use karpenter_core::cloud::kwok::catalogue;
 use karpenter_core::explain::ListPrices;
 use karpenter_core::scheduling::InstanceType;
@@ -29,6 +30,13 @@ fn price(instance_type: &str, capacity_type: &str, region: &str) -> Option<f64> 
         .flatten()
     {
         return Some(price);
+    }
+    if let Some(price) = gcp_prices::shipped(instance_type, region) {
+        return Some(if on_demand {
+            price.on_demand
+        } else {
+            price.spot
+        });
     }
     shipped()
         .iter()
@@ -97,6 +105,21 @@ mod tests {
         };
         assert_eq!(in_region("us-gov-west-1"), 0.121);
         assert_eq!(in_region("eu-west-1"), 0.096);
+    }
+
+    #[test]
+    fn a_gke_node_is_priced_from_the_gcp_table_for_its_region() {
+        let mut spot = meta("e2-standard-2", Some("spot"));
+        let mut on_demand = meta("e2-standard-2", None);
+        for m in [&mut spot, &mut on_demand] {
+            if let Some(l) = m.labels.as_mut() {
+                l.insert(labels::REGION.to_owned(), "us-central1".to_owned());
+            }
+        }
+        let prices = list_prices([&spot, &on_demand]);
+        let of = |c: &str| prices[&("e2-standard-2".to_owned(), c.to_owned())];
+        assert_eq!(of("on-demand"), 0.06701142);
+        assert!(of("spot") < of("on-demand"));
     }
 
     #[test]

@@ -1,13 +1,46 @@
 //! Compute Engine list prices, shipped with the binary: the Compute API has no prices. The gcp
 //! provider prices from the Cloud Billing Catalog ([`crate::cloud::gcp::billing`]) where it can
-//! and falls back on this table (the API not enabled, no answer yet, GPU machines); `status`,
-//! `simulate` and the kwok simulation's GCP shapes read it directly.
+//! and falls back on these (the API not enabled, no answer yet, GPU machines); `status`,
+//! `simulate` and the kwok simulation's GCP shapes read them directly.
 //!
-//! Prices are USD per hour for Linux in `us-central1`: exact per machine type where listed, else
-//! the family's per-vCPU and per-GB rates (how GCE bills predefined types). Spot is the family's
-//! typical spot discount. Other regions scale by a per-region factor (list prices differ by
-//! region but keep their ratios within a few percent). Approximate by design: prices only rank
-//! offerings; the bill is Google's.
+//! First a generated table (`gcp_prices.json`, USD per hour, on-demand and spot per machine type
+//! in each of 43 regions): `tests/upstream/gcp-prices` writes it from the table the GCP provider
+//! for Karpenter embeds (`pkg/providers/pricing/initial-prices.json`, computed from the Cloud
+//! Billing Catalog), and the file names the commit it came from. Never edited by hand.
+//!
+//! For a machine type or region that table lacks (custom machine types, a new family, a new
+//! region), the family's per-vCPU and per-GB rates in `us-central1` (how GCE bills predefined
+//! types) scaled by a per-region factor, with the family's typical spot discount. Approximate by
+//! design: prices only rank offerings; the bill is Google's.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+/// `gcp_prices.json`, as `tests/upstream/gcp-prices` writes it.
+#[derive(Debug, Default, Deserialize)]
+struct Shipped {
+    /// The repository, commit and file the figures come from.
+    source: String,
+    regions: HashMap<String, RegionPrices>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RegionPrices {
+    on_demand: HashMap<String, f64>,
+    spot: HashMap<String, f64>,
+}
+
+static SHIPPED: LazyLock<Shipped> = LazyLock::new(|| {
+    // Generated and committed; `tests::the_generated_table_prices_every_region_on_demand_and_spot`
+    // reads it, so an empty table here means a broken build, which that test catches.
+    serde_json::from_str(include_str!("gcp_prices.json")).unwrap_or_default()
+});
+
+/// Where the generated table's figures come from, for a log line.
+pub fn source() -> &'static str {
+    &SHIPPED.source
+}
 
 /// Per-family rates in us-central1.
 struct Family {
@@ -187,8 +220,37 @@ pub struct Price {
 }
 
 /// The on-demand and spot price per hour of `machine_type` (with `vcpus` and `memory_mib`) in
-/// `region`, or `None` for a family the table does not know.
+/// `region`: the generated table's, else from the family's rates; `None` for a family neither
+/// knows.
 pub fn price(machine_type: &str, vcpus: u64, memory_mib: u64, region: &str) -> Option<Price> {
+    let rated = from_rates(machine_type, vcpus, memory_mib, region);
+    let Some((table, &on_demand)) = SHIPPED
+        .regions
+        .get(region)
+        .and_then(|t| Some((t, t.on_demand.get(machine_type)?)))
+    else {
+        return rated;
+    };
+    // A type with no spot price in the table gets its family's discount, or none.
+    let spot = table.spot.get(machine_type).copied().unwrap_or_else(|| {
+        rated
+            .filter(|r| r.on_demand > 0.0)
+            .map_or(on_demand, |r| on_demand * r.spot / r.on_demand)
+    });
+    Some(Price { on_demand, spot })
+}
+
+/// The generated table's price of `machine_type` in `region`, if it has one (`status` for nodes
+/// nothing recorded a price for, where the type's shape is not at hand).
+pub fn shipped(machine_type: &str, region: &str) -> Option<Price> {
+    let table = SHIPPED.regions.get(region)?;
+    let on_demand = *table.on_demand.get(machine_type)?;
+    let spot = table.spot.get(machine_type).copied().unwrap_or(on_demand);
+    Some(Price { on_demand, spot })
+}
+
+/// The price from the hand-kept family rates and region factors.
+fn from_rates(machine_type: &str, vcpus: u64, memory_mib: u64, region: &str) -> Option<Price> {
     let factor = region_factor(region);
     if let Some((_, on_demand, spot)) = TYPES.iter().find(|(name, _, _)| *name == machine_type) {
         return Some(Price {
@@ -224,30 +286,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn family_rates_reproduce_the_list_prices_of_predefined_types() {
-        // n2-standard-2 is listed; n2-standard-32 is not and comes from the rates.
-        let listed = price("n2-standard-2", 2, 8192, "us-central1").map(|p| p.on_demand);
-        let from_rates = price("n2-standard-32", 32, 131_072, "us-central1").map(|p| p.on_demand);
-        assert_eq!(listed, Some(0.0971));
-        let expected = 16.0 * 0.0971;
-        assert!(
-            from_rates.is_some_and(|p| (p - expected).abs() < 0.01),
-            "{from_rates:?} vs {expected}"
-        );
+    fn the_generated_table_prices_every_region_on_demand_and_spot() {
+        assert!(SHIPPED.regions.len() >= 40, "{}", SHIPPED.regions.len());
+        for (region, table) in &SHIPPED.regions {
+            assert!(table.on_demand.len() > 50, "{region}");
+            assert!(
+                table
+                    .on_demand
+                    .values()
+                    .chain(table.spot.values())
+                    .all(|p| *p > 0.0)
+            );
+        }
+        assert!(source().contains("karpenter-provider-gcp@"));
+        let e2 = price("e2-standard-2", 2, 8192, "us-central1");
+        assert_eq!(e2.map(|p| p.on_demand), Some(0.06701142));
+        assert!(e2.is_some_and(|p| p.spot < p.on_demand));
+        // Each region has its own figures.
+        let tokyo = price("n2d-standard-4", 4, 16384, "asia-northeast1").map(|p| p.on_demand);
+        let iowa = price("n2d-standard-4", 4, 16384, "us-central1").map(|p| p.on_demand);
+        assert!(tokyo > iowa, "{tokyo:?} vs {iowa:?}");
     }
 
     #[test]
-    fn spot_is_cheaper_and_other_regions_cost_more() {
-        let central = price("n2d-standard-4", 4, 16384, "us-central1").unwrap_or(Price {
-            on_demand: 0.0,
-            spot: 0.0,
-        });
-        let tokyo = price("n2d-standard-4", 4, 16384, "asia-northeast1").unwrap_or(Price {
-            on_demand: 0.0,
-            spot: 0.0,
-        });
-        assert!(central.spot < central.on_demand);
-        assert!(tokyo.on_demand > central.on_demand);
+    fn a_type_or_region_the_table_lacks_is_priced_from_its_family_rates() {
+        // A custom machine type is in no table: 4 vCPUs and 16 GiB at N2's rates.
+        let custom = price("n2-custom-4-16384", 4, 16384, "us-central1").map(|p| p.on_demand);
+        let expected = 4.0 * 0.031611 + 16.0 * 0.004237;
+        assert!(
+            custom.is_some_and(|p| (p - expected).abs() < 1e-9),
+            "{custom:?} vs {expected}"
+        );
+        // A region the table does not have yet: the rates, scaled by its factor if known.
+        let new_region = price("n2-standard-32", 32, 131_072, "mars-north1").map(|p| p.on_demand);
+        assert!(
+            new_region.is_some_and(|p| (p - 16.0 * 0.0971).abs() < 0.01),
+            "{new_region:?}"
+        );
         assert_eq!(price("zz9-plural-1", 1, 1024, "us-central1"), None);
     }
 }

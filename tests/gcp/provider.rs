@@ -125,7 +125,7 @@ async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_cla
             .find(|o| o.capacity_type == ct)
             .map(|o| o.price)
     };
-    assert_eq!(price("on-demand"), Some(0.067));
+    assert_eq!(price("on-demand"), Some(0.06701142));
     assert!(price("spot") < price("on-demand"));
     assert!(e2.requirements.allows(labels::GCP_INSTANCE_FAMILY, "e2"));
     assert!(
@@ -1025,7 +1025,10 @@ async fn prices_come_from_the_cloud_billing_catalog_for_the_region_and_the_shipp
         text.contains(r#"karpenter_cloudprovider_pricing_refreshes_total{outcome="failed"} 1"#),
         "{text}"
     );
-    assert_eq!(price(&types, "e2-standard-2", "on-demand"), Some(0.067));
+    assert_eq!(
+        price(&types, "e2-standard-2", "on-demand"),
+        Some(0.06701142)
+    );
     let zz9 = types.iter().find(|t| t.name == "zz9-standard-2");
     assert!(
         zz9.is_some_and(|t| !t.offerings.is_empty()
@@ -1103,7 +1106,7 @@ async fn prices_come_from_the_cloud_billing_catalog_for_the_region_and_the_shipp
     let e2_spot = price(&types, "e2-standard-2", "spot");
     assert!(close(e2_spot, 2.0 * 0.01 + 8.0 * 0.001), "{e2_spot:?}");
     // No N2 rate in the answer: the table's price stays.
-    assert_eq!(price(&types, "n2-standard-2", "on-demand"), Some(0.0971));
+    assert_eq!(price(&types, "n2-standard-2", "on-demand"), Some(0.097118));
     let pages = fake
         .state()
         .requests
