@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_core::apis::{NodeClaim, NodePool};
 use karpenter_core::cloud::aws::pricing::PriceTable;
+use karpenter_core::cloud::gcp_prices;
 use karpenter_core::cloud::kwok::catalogue;
 use karpenter_core::disruption;
 use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
@@ -178,7 +179,23 @@ async fn catalogue_for(
             Default::default()
         }
         _ => {
-            eprintln!("note: no Google Cloud price source is read yet: prices are us-central1's");
+            // Compute Engine's generated table has most regions (the Billing Catalog is the
+            // agent's live source; it needs a project, which a plan from files does not have).
+            let prices: std::collections::HashMap<String, f64> = catalogue
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.name.clone(),
+                        gcp_prices::shipped(&t.name, target)?.on_demand,
+                    ))
+                })
+                .collect();
+            if !prices.is_empty() {
+                return Ok(moved(catalogue, target, style, &prices, "shipped table"));
+            }
+            eprintln!(
+                "note: the shipped Compute Engine prices have no figures for {target}: prices are us-central1's"
+            );
             Default::default()
         }
     };

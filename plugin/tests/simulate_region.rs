@@ -129,3 +129,60 @@ async fn a_plan_in_another_region_uses_its_zones_and_its_on_demand_prices() {
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(report["claims"][0]["pricePerHour"], 0.121);
 }
+
+#[test]
+fn a_plan_in_another_google_cloud_region_takes_that_regions_prices_from_the_shipped_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shop.yaml");
+    std::fs::write(
+        &file,
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [e2-standard-2]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: karpenter.k8s.gcp, kind: GCENodeClass, name: default}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop}
+spec:
+  containers: [{name: web, image: web, resources: {requests: {cpu: 500m}}}]
+"#,
+    )
+    .unwrap();
+    let run = |region: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+            .args([
+                "simulate",
+                "-f",
+                file.to_str().unwrap(),
+                "--provider",
+                "gcp",
+            ])
+            .args(["--region", region, "-o", "json"])
+            .output()
+            .expect("run kubectl-karpenter")
+    };
+    let out = run("europe-west4");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("are europe-west4's (shipped table)"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let claim = &report["claims"][0];
+    assert_eq!(claim["instanceType"], "e2-standard-2");
+    assert!(
+        claim["zone"].as_str().unwrap().starts_with("europe-west4-"),
+        "{claim}"
+    );
+    // More than in us-central1 (0.06701142): Compute Engine charges more in the Netherlands.
+    assert_eq!(claim["pricePerHour"], 0.07377204);
+}
