@@ -23,6 +23,9 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Nodes per page when listing the simulated instances (client-go's pager default).
+const LIST_PAGE: u32 = 500;
+
 /// Upstream's simulated node fault (`KWOKUnhealthyCondition` in its kwok provider).
 pub const KWOK_UNHEALTHY: &str = "KWOKUnhealthy";
 
@@ -348,16 +351,22 @@ impl CloudProvider for KwokProvider {
             labels::KWOK_NODE_FAKE,
             NODE_CLAIM_LABEL
         );
-        let nodes = self
-            .nodes
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
-        Ok(nodes
-            .items
-            .iter()
-            .filter_map(|n| self.instance_from_node(n))
-            .collect())
+        // In pages, as client-go's pager lists (500 a page): an unpaged answer holds the whole
+        // body and every decoded Node at once, thousands of them on a large simulated fleet.
+        let mut params = ListParams::default().labels(&selector).limit(LIST_PAGE);
+        let mut instances = Vec::new();
+        loop {
+            let page = self
+                .nodes
+                .list(&params)
+                .await
+                .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
+            instances.extend(page.items.iter().filter_map(|n| self.instance_from_node(n)));
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(instances),
+            }
+        }
     }
 
     /// The catalogue, for a KWOKNodeClass that exists (as upstream's kwok provider resolves
