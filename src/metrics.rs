@@ -228,6 +228,8 @@ pub struct Metrics {
     /// One series of 1 per pod (upstream's `karpenter_pods_state`).
     pub pods_state: Family<PodStateLabels, Gauge>,
     pub pod_unschedulable_to_nodeclaim_seconds: Histogram,
+    /// Upstream's `karpenter_pods_scheduling_decision_duration_seconds`.
+    pub pod_scheduling_decision_seconds: Histogram,
     pub batches: Family<BatchLabels, Counter>,
     pub nodeclaims_disrupted: Family<DisruptedLabels, Counter>,
     pub disruption_decisions: Family<DecisionLabels, Counter>,
@@ -293,6 +295,7 @@ impl Metrics {
                 0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0, 3.0, 5.0, 7.5,
                 10.0, 12.5, 15.0, 20.0, 30.0, 60.0,
             ]),
+            pod_scheduling_decision_seconds: duration_histogram(),
             batches: Family::default(),
             nodeclaims_disrupted: Family::default(),
             disruption_decisions: Family::default(),
@@ -425,6 +428,11 @@ impl Metrics {
             metrics.pod_unschedulable_to_nodeclaim_seconds.clone(),
         );
         registry.register(
+            "pods_scheduling_decision_duration_seconds",
+            "The time it takes for Karpenter to first try to schedule a pod after it's been seen.",
+            metrics.pod_scheduling_decision_seconds.clone(),
+        );
+        registry.register(
             "provisioner_batches",
             "Batches of pending pods handed to scheduling, by what closed them",
             metrics.batches.clone(),
@@ -543,9 +551,14 @@ mod tests {
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(|line| {
-                let (name, labels) = line.split_once(' ').expect("name and labels");
-                let labels =
-                    (labels != "-").then(|| labels.split(',').map(str::to_owned).collect());
+                let (name, labels) = line.split_once(' ').unwrap_or((line, ""));
+                let labels = (labels != "-").then(|| {
+                    labels
+                        .split(',')
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                });
                 (name.to_owned(), labels)
             })
             .collect()
@@ -625,6 +638,7 @@ mod tests {
             .get_or_create(&PodStateLabels::default())
             .set(1);
         m.pod_unschedulable_to_nodeclaim_seconds.observe(1.0);
+        m.pod_scheduling_decision_seconds.observe(1.0);
         m.batches
             .get_or_create(&BatchLabels { closed_by: s() })
             .inc();

@@ -6,7 +6,9 @@ use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::scheduling::VolumeTopology;
 use crate::state::CachedPod;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -39,6 +41,12 @@ pub struct Context<P> {
     /// Claims, volumes and classes, for volume topology; `None` where no watch feeds them
     /// (pods with claims then wait, their claims not found).
     pub volumes: Option<super::volumes::VolumeStores>,
+    /// DaemonSets, whose pods are overhead on every new node; `None` where no watch feeds
+    /// them (each round then lists them).
+    pub daemon_sets: Option<Store<DaemonSet>>,
+    /// PodDisruptionBudgets, for disruption's candidates; `None` where no watch feeds them
+    /// (each pass then lists them).
+    pub pdbs: Option<Store<PodDisruptionBudget>>,
 }
 
 impl<P: CloudProvider> Context<P> {
@@ -77,6 +85,8 @@ impl<P: CloudProvider> Context<P> {
             health: Arc::default(),
             namespaces: None,
             volumes: None,
+            daemon_sets: None,
+            pdbs: None,
         }
     }
 

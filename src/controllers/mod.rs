@@ -54,7 +54,9 @@ pub use settings::Settings;
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::{CloudProvider, Metered};
 use crate::state::{CachedPod, pod_cache, trim_node};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Client;
 use std::sync::Arc;
@@ -206,6 +208,8 @@ async fn start_reporting<P: CloudProvider + 'static>(
     let (volume_claims, volume_claims_writer) = reflector::store::<PersistentVolumeClaim>();
     let (volumes, volumes_writer) = reflector::store::<PersistentVolume>();
     let (classes, classes_writer) = reflector::store::<StorageClass>();
+    let (daemon_sets, daemon_sets_writer) = reflector::store::<DaemonSet>();
+    let (pdbs, pdbs_writer) = reflector::store::<PodDisruptionBudget>();
 
     // Each reflector runs as its own task; managed fields are dropped to keep memory down.
     fn spawn_reflector<K>(
@@ -385,6 +389,34 @@ async fn start_reporting<P: CloudProvider + 'static>(
             volumes::trim_class,
             |_| {},
         ),
+        // DaemonSets (their pods are overhead on every new node) and PodDisruptionBudgets (for
+        // disruption), read from watches as upstream reads its informer cache, not listed
+        // every round. Only the template and the budget are used.
+        spawn_reflector(
+            &health,
+            "DaemonSet watch",
+            watcher(
+                Api::<DaemonSet>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            daemon_sets_writer,
+            |ds: &mut DaemonSet| {
+                ds.metadata.annotations = None;
+                ds.status = None;
+            },
+            |_| {},
+        ),
+        spawn_reflector(
+            &health,
+            "PodDisruptionBudget watch",
+            watcher(
+                Api::<PodDisruptionBudget>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            pdbs_writer,
+            |pdb: &mut PodDisruptionBudget| pdb.metadata.annotations = None,
+            |_| {},
+        ),
         spawn_reflector(
             &health,
             "Pod watch",
@@ -425,6 +457,8 @@ async fn start_reporting<P: CloudProvider + 'static>(
         volume_claims.wait_until_ready().await?;
         volumes.wait_until_ready().await?;
         classes.wait_until_ready().await?;
+        daemon_sets.wait_until_ready().await?;
+        pdbs.wait_until_ready().await?;
         pods.wait_until_ready().await
     };
     if let Err(e) = ready.await {
@@ -452,6 +486,8 @@ async fn start_reporting<P: CloudProvider + 'static>(
         volumes,
         classes,
     });
+    ctx.daemon_sets = Some(daemon_sets);
+    ctx.pdbs = Some(pdbs);
     let ctx = Arc::new(ctx);
     // The lifecycle controller ends on a shutdown signal; everything else goes with it.
     let lifecycle = tokio::spawn(crate::cloud::metered::CONTROLLER.scope(

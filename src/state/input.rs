@@ -89,9 +89,9 @@ impl Catalogues {
 
 /// One pod per DaemonSet, built from its template: what every new node it runs on must hold
 /// besides the pods it is launched for.
-pub fn daemon_set_pods(daemon_sets: &[DaemonSet]) -> Vec<Pod> {
+pub fn daemon_set_pods<'a>(daemon_sets: impl IntoIterator<Item = &'a DaemonSet>) -> Vec<Pod> {
     daemon_sets
-        .iter()
+        .into_iter()
         .filter_map(|ds| ds.spec.as_ref())
         .map(|spec| Pod {
             metadata: spec.template.metadata.clone().unwrap_or_default(),

@@ -572,3 +572,56 @@ async fn changing_a_pools_template_labels_replaces_its_nodes_one_by_one() {
     );
     clean_up(&client, "drift-test", "drift-pool").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_disruption_budget_made_while_the_agent_runs_keeps_its_pods_node_and_says_so() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool("pdb-pool", "{consolidateAfter: 0s}"));
+    apply(&super::deployment(
+        "pdb-test", "guarded", "pdb-pool", 1, "500m",
+    ));
+    wait_for("the pod to run", Duration::from_secs(120), || async {
+        (running_pods(&client, "pdb-test").await.len() == 1).then_some(())
+    })
+    .await;
+    let before: BTreeSet<String> = live_claims(&client, "pdb-pool")
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    // Made after the agent started: only its PodDisruptionBudget watch tells the disruption
+    // pass about it.
+    apply(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guard, namespace: pdb-test}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: guarded}}
+"#,
+    );
+    wait_for(
+        "a DisruptionBlocked event naming the budget",
+        Duration::from_secs(120),
+        || async {
+            events_with_reason(&client, "DisruptionBlocked")
+                .await
+                .iter()
+                .any(|note| {
+                    note.contains("PodDisruptionBudget pdb-test/guard allows 0 disruptions")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let after: BTreeSet<String> = live_claims(&client, "pdb-pool")
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(after, before, "the guarded pod's node should stay");
+    clean_up(&client, "pdb-test", "pdb-pool").await;
+}

@@ -801,9 +801,79 @@ async fn a_scaled_deployment_is_provisioned_as_soon_as_all_its_pods_are_judged()
             .any(|l| l.starts_with("karpenter_provisioner_batches_total{closed_by=\"complete\"}")),
         "the batch should have closed as complete:\n{encoded}"
     );
+    // Each pod's wait for its first decision is timed once, as upstream's histogram.
+    let decided: f64 = encoded
+        .lines()
+        .find_map(|l| l.strip_prefix("karpenter_pods_scheduling_decision_duration_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        decided >= 6.0,
+        "each of the 6 pods should have had its scheduling decision timed:\n{encoded}"
+    );
     wait_for("6 running pods", Duration::from_secs(90), || async {
         (running_pods(&client, "burst-test").await.len() == 6).then_some(())
     })
     .await;
     clean_up(&client, "burst-test", "burst-pool").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonset_created_while_the_agent_runs_is_reserved_on_the_next_claim() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&node_pool("ds-pool", "{}"));
+    // Created after the agent started: only its DaemonSet watch can tell the next round.
+    apply(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: ds-test}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: node-agent, namespace: ds-test}
+spec:
+  selector: {matchLabels: {app: node-agent}}
+  template:
+    metadata: {labels: {app: node-agent}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {test-pool: ds-pool}
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {requests: {cpu: 1500m}}
+"#,
+    );
+    // The DaemonSet controller has acted on it: the watch has had the same time to see it.
+    let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(client.clone(), "ds-test");
+    wait_for(
+        "the DaemonSet to be observed",
+        Duration::from_secs(30),
+        || async {
+            let ds = daemon_sets.get_opt("node-agent").await.ok()??;
+            (ds.status?.observed_generation? >= 1).then_some(())
+        },
+    )
+    .await;
+    apply(&deployment("ds-test", "app", "ds-pool", 1, "1"));
+    let claim = wait_for("a claim for the pod", Duration::from_secs(60), || async {
+        pool_claims(&client, "ds-pool").await.into_iter().next()
+    })
+    .await;
+    let cpu = claim
+        .spec
+        .resources
+        .requests
+        .get("cpu")
+        .map(|q| karpenter_core::resources::parse_milli(&q.0).expect("a quantity"));
+    assert_eq!(
+        cpu,
+        Some(2500),
+        "the claim should request the pod's 1 CPU plus the DaemonSet pod's 1.5"
+    );
+    clean_up(&client, "ds-test", "ds-pool").await;
 }

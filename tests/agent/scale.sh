@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Measures the agent on the rig: scale a Deployment to N pods (default: 15, then 2000) with the
-# kwok provider and report the time from a pod becoming unschedulable to its NodeClaim being
-# created (p50/p99, from the agent's histogram), the time until every pod runs, and the agent's
-# peak RSS (VmHWM), and what closed the provisioning batches. A figure, not a test.
+# kwok provider and report the time from a pod becoming unschedulable to the agent's first
+# decision on it (a node, an in-flight claim or a new one: upstream's
+# karpenter_pods_scheduling_decision_duration_seconds) and to a new NodeClaim made for it (the
+# agent's own histogram; a pod placed on earlier claims' room is counted only if it loses that
+# room and gets a claim of its own), the time until every pod runs, the agent's peak RSS
+# (VmHWM), and what closed the provisioning batches. A figure, not a test.
 #
 # N:M adds a scale-down phase: once N pods run, scale to M and wait until the fleet settles (no
 # NodeClaim being deleted, and no NodeClaim or Node created or deleted for SETTLE_SECONDS, 60 by
@@ -18,7 +21,9 @@
 # SCALE_DOWN_TIMEOUT (seconds, default 1800) bounds the wait for the fleet to settle.
 # ARRIVAL=S spreads the scale-up over S seconds (one `kubectl scale` a second, N/S pods each),
 # as pods keep arriving in a real scale-out; the figures then include the time from the last
-# scale to every pod running, and the fleet's $/h against the scheduler's one-shot plan for N.
+# pod's creation to every pod running, the kube-scheduler's side from its Events (how long
+# after its creation it found each pod unschedulable, which is when the agent can act, and its
+# last verdict and binding), and the fleet's $/h against the scheduler's one-shot plan for N.
 # POD_CPU overrides each pod's CPU request; INSTANCE_TYPES=a,b limits the NodePool to those types
 # (e.g. POD_CPU=400m INSTANCE_TYPES=m5.large: four pods a node, so 20,000 pods make 5,000 nodes).
 # RUN_TIMEOUT (seconds, default 600) bounds the wait for every pod to run. STATUS_BIN (default
@@ -191,6 +196,32 @@ for size in "${sizes[@]}"; do
 import json, sys, datetime
 pods = json.load(sys.stdin)["items"]
 print(max(datetime.datetime.fromisoformat(p["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp() for p in pods))')
+  # The kube-scheduler's side of the arrival, from its Events: when it first found each pod
+  # unschedulable (FailedScheduling, what the agent waits for) and when it bound it (Scheduled).
+  verdicts=""
+  if [[ "$arrival" -gt 0 ]]; then
+    verdicts="$("${k[@]}" get pods -l app=inflate -o json >"$dir/pods.json"
+      "${k[@]}" get events --field-selector involvedObject.kind=Pod -o json | python3 -c '
+import json, sys, datetime
+def t(s):
+    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() if s else None
+created = {p["metadata"]["uid"]: t(p["metadata"]["creationTimestamp"]) for p in json.load(open(sys.argv[1]))["items"]}
+first = {}
+for e in json.load(sys.stdin)["items"]:
+    uid = e["involvedObject"].get("uid")
+    at = t(e.get("eventTime") or e.get("firstTimestamp"))
+    if uid in created and at and e["reason"] in ("FailedScheduling", "Scheduled"):
+        key = (uid, e["reason"])
+        first[key] = min(at, first.get(key, at))
+lag = sorted(first[(u, "FailedScheduling")] - c for u, c in created.items() if (u, "FailedScheduling") in first)
+last = max(created.values())
+q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+verdicts = [first[(u, "FailedScheduling")] for u in created if (u, "FailedScheduling") in first]
+bound = [first[(u, "Scheduled")] for u in created if (u, "Scheduled") in first]
+print(f"kube-scheduler: {len(lag)} pods found unschedulable, p50 {q(lag, 0.5):.1f}s p99 {q(lag, 0.99):.1f}s after "
+      f"their creation; the last verdict {max(verdicts, default=last) - last:.1f}s and the last binding "
+      f"{max(bound, default=last) - last:.1f}s after the last pod\x27s creation")' "$dir/pods.json")"
+  fi
   down=""
   [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
@@ -224,6 +255,11 @@ for line in text.splitlines():
     if m:
         buckets.append((float(m.group(1)), int(m.group(2))))
 count = buckets[-1][1] if buckets else 0
+decisions = [(float(m.group(1)), int(m.group(2))) for m in re.finditer(
+    r'karpenter_pods_scheduling_decision_duration_seconds_bucket\{le="([^"]+)"\} (\d+)', text)]
+decided = decisions[-1][1] if decisions else 0
+def decision(q):
+    return next((le for le, c in decisions if decided and c >= q * decided), float("nan"))
 batches = dict(re.findall(r'karpenter_provisioner_batches_total\{closed_by="([a-z]+)"\} (\d+)', text))
 def quantile(q):
     for le, c in buckets:
@@ -231,11 +267,13 @@ def quantile(q):
             return le
     return float("nan")
 print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}  "
-      f"unschedulable->nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB "
+      f"unschedulable->decision p50<={decision(0.5)}s p99<={decision(0.99)}s (n={decided})  "
+      f"unschedulable->new nodeclaim p50<={quantile(0.5)}s p99<={quantile(0.99)}s (n={count})  agent peak RSS={peak/1024:.1f} MiB "
       f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
   [[ -z "$status_line" ]] || echo "$status_line"
+  [[ -z "$verdicts" ]] || echo "$verdicts"
   if [[ "$arrival" -gt 0 ]]; then
     python3 - "$n" "$arrival" "$last_created" "$end" "$up_price" "${up_plans[$size]}" <<'PY'
 import sys

@@ -58,11 +58,17 @@ impl Parts {
         let claims = ctx.claims.state();
         let catalogues = super::provisioning::catalogues(ctx, &pools, &claims).await;
         let daemon_set_pods = super::provisioning::daemon_set_pods(ctx).await?;
-        let pdbs = Api::<PodDisruptionBudget>::all(ctx.client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube("listing PodDisruptionBudgets"))?
-            .items;
+        // From the watch where there is one, as upstream reads its informer cache.
+        let pdbs = match &ctx.pdbs {
+            Some(store) => store.state().iter().map(|pdb| (**pdb).clone()).collect(),
+            None => {
+                Api::<PodDisruptionBudget>::all(ctx.client.clone())
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(Error::kube("listing PodDisruptionBudgets"))?
+                    .items
+            }
+        };
         let pods = ctx.pods.state();
         Ok(Self {
             namespace_labels: ctx.namespace_labels(),

@@ -25,8 +25,16 @@ pub enum Wake {
 
 /// Tracks pods seen pending and wakes the batcher when a new one shows up.
 pub struct PendingPods {
-    first_seen: Mutex<HashMap<String, Instant>>,
+    first_seen: Mutex<HashMap<String, Seen>>,
     wake: mpsc::Sender<Wake>,
+}
+
+/// When a pending pod was first seen, and whether a round has decided on it since (upstream's
+/// pod "ack" and "scheduling attempted" times in `state.Cluster`).
+#[derive(Clone, Copy)]
+struct Seen {
+    at: Instant,
+    decided: bool,
 }
 
 impl PendingPods {
@@ -53,7 +61,10 @@ impl PendingPods {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if is_provisionable(pod) {
             if let std::collections::hash_map::Entry::Vacant(entry) = first_seen.entry(uid) {
-                entry.insert(Instant::now());
+                entry.insert(Seen {
+                    at: Instant::now(),
+                    decided: false,
+                });
                 debug!(pod = %pod.name_any(), "pod is unschedulable");
                 // A full channel already holds a wake-up; nothing is lost by dropping this one.
                 let _ = self.wake.try_send(Wake::NewPod);
@@ -78,7 +89,27 @@ impl PendingPods {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(uid)
-            .copied()
+            .map(|seen| seen.at)
+    }
+
+    /// How long the pods were pending before a round first decided on them (placed them on a
+    /// node, an in-flight claim or a new one, or found them unschedulable): one figure per pod
+    /// the first time only, as upstream's `MarkPodSchedulingDecisions` observes
+    /// `karpenter_pods_scheduling_decision_duration_seconds`.
+    pub(super) fn first_decisions<'a>(
+        &self,
+        uids: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<std::time::Duration> {
+        let mut first_seen = self
+            .first_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        uids.into_iter()
+            .filter_map(|uid| {
+                let seen = first_seen.get_mut(uid)?;
+                (!std::mem::replace(&mut seen.decided, true)).then(|| seen.at.elapsed())
+            })
+            .collect()
     }
 
     /// Wakes the batcher without a new pod (e.g. once after start-up).

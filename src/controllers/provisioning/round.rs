@@ -207,6 +207,7 @@ pub async fn provision<P: CloudProvider>(
     let started = Instant::now();
     let plan = compute(|| simulate(ctx, &input));
     timings.solve = started.elapsed();
+    observe_decisions(ctx, pending, &plan, &input);
 
     let mut round = Round {
         pods: input.pods.len(),
@@ -280,13 +281,42 @@ pub(crate) async fn catalogues<P: CloudProvider>(
     catalogues
 }
 
-/// One pod per DaemonSet in the cluster, as overhead on every new node.
+/// One pod per DaemonSet in the cluster, as overhead on every new node. Read from the watch,
+/// as upstream's `getDaemonSetPods` reads its informer cache: a list per round cost the API
+/// server a read of every DaemonSet each time a batch closed.
 pub(crate) async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Error> {
+    if let Some(store) = &ctx.daemon_sets {
+        return Ok(state::daemon_set_pods(
+            store.state().iter().map(AsRef::as_ref),
+        ));
+    }
     let daemon_sets = Api::<DaemonSet>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await
         .map_err(Error::kube("listing DaemonSets"))?;
     Ok(state::daemon_set_pods(&daemon_sets.items))
+}
+
+/// The pods this plan decides on for the first time: how long each waited for it.
+fn observe_decisions<P>(
+    ctx: &Context<P>,
+    pending: &PendingPods,
+    plan: &Plan,
+    input: &Input<'_, CachedPod>,
+) {
+    let decided = plan
+        .existing
+        .iter()
+        .flat_map(|placement| &placement.pods)
+        .chain(plan.new_claims.iter().flat_map(|claim| &claim.pods))
+        .copied()
+        .chain(plan.unschedulable.iter().map(|u| u.pod))
+        .filter_map(|i| input.pods.get(i)?.metadata.uid.as_deref());
+    for waited in pending.first_decisions(decided) {
+        ctx.metrics
+            .pod_scheduling_decision_seconds
+            .observe(waited.as_secs_f64());
+    }
 }
 
 /// Runs the scheduler, timed.
