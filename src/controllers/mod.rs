@@ -53,7 +53,7 @@ pub use settings::Settings;
 
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::{CloudProvider, Metered};
-use crate::state::{CachedPod, pod_cache, trim_node};
+use crate::state::{CachedPod, pod_cache, trim_claim, trim_node};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -262,7 +262,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
                 lenient_watch::report_undecodable::<NodeClaim>(client.clone()),
             ),
             claims_writer,
-            |_| {},
+            trim_claim,
             {
                 let recent = recent.clone();
                 let pending = pending.clone();
