@@ -61,7 +61,16 @@ pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
 /// tests/agent/scale.sh 2000` (see the issue 18 notes): at 2 s, p99 from unschedulable to the
 /// agent's decision was ≤ 2.5 s; at 1 s it is ≤ 1.75 s, in 42 rounds instead of 27, and the
 /// fleet's price stays the one-shot plan's, as the pods of a batch still share its claims.
+/// Longer where rounds themselves take long: [`streaming_batch_max`].
 const STREAMING_BATCH_MAX: Duration = Duration::from_secs(1);
+
+/// How long a batch may stay open while a scale-out is under way: [`STREAMING_BATCH_MAX`], or
+/// twice the last round's duration where rounds take longer (tens of thousands of pods), so
+/// back-to-back rounds never take more than a third of the agent's time from the API server
+/// and the kube-scheduler sharing the control plane's cores; never beyond `batch_max`.
+fn streaming_batch_max(last_round: Duration, batch_max: Duration) -> Duration {
+    STREAMING_BATCH_MAX.max(last_round * 2).min(batch_max)
+}
 
 /// How soon a failed round is tried again (an API server away, a cloud call throttled), doubling
 /// per consecutive failure up to the maximum, as upstream's singleton provisioner is requeued
@@ -81,11 +90,12 @@ pub async fn run<P: CloudProvider + 'static>(
     let mut requeue_at = None;
     let failures = super::backoff::FailureBackoff::new(ROUND_RETRY_FIRST, ROUND_RETRY_MAX);
     let mut last_created: Option<Instant> = None;
+    let mut last_round = Duration::ZERO;
     loop {
         let mut completion = BurstComplete::new(&ctx);
         let streaming = last_created.is_some_and(|at| at.elapsed() < ctx.settings.batch_max);
         let max = if streaming {
-            STREAMING_BATCH_MAX.min(ctx.settings.batch_max)
+            streaming_batch_max(last_round, ctx.settings.batch_max)
         } else {
             ctx.settings.batch_max
         };
@@ -112,6 +122,7 @@ pub async fn run<P: CloudProvider + 'static>(
             .health
             .pass(super::names::PROVISIONER, ctx.settings.stuck_pass_after);
         let result = provision(&ctx, &pending, &recent, &mut memory).await;
+        last_round = started.elapsed();
         drop(pass);
         if result.is_ok() {
             failures.succeeded(ROUND);
@@ -147,5 +158,24 @@ pub async fn run<P: CloudProvider + 'static>(
                 tokio::time::sleep(wait).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streaming_batch_closes_after_a_second_unless_rounds_take_longer() {
+        let max = Duration::from_secs(10);
+        assert_eq!(
+            streaming_batch_max(Duration::from_millis(15), max),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            streaming_batch_max(Duration::from_millis(1500), max),
+            Duration::from_secs(3)
+        );
+        assert_eq!(streaming_batch_max(Duration::from_secs(30), max), max);
     }
 }
