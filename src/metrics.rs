@@ -424,7 +424,7 @@ impl Metrics {
         );
         registry.register(
             "pods_unschedulable_to_nodeclaim_seconds",
-            "Time from the agent seeing a pod unschedulable to creating the NodeClaim for it",
+            "Time from the agent seeing a pod unschedulable to creating the first NodeClaim for it",
             metrics.pod_unschedulable_to_nodeclaim_seconds.clone(),
         );
         registry.register(

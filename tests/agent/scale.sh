@@ -2,9 +2,9 @@
 # Measures the agent on the rig: scale a Deployment to N pods (default: 15, then 2000) with the
 # kwok provider and report the time from a pod becoming unschedulable to the agent's first
 # decision on it (a node, an in-flight claim or a new one: upstream's
-# karpenter_pods_scheduling_decision_duration_seconds) and to a new NodeClaim made for it (the
-# agent's own histogram; a pod placed on earlier claims' room is counted only if it loses that
-# room and gets a claim of its own), the time until every pod runs, the agent's peak RSS
+# karpenter_pods_scheduling_decision_duration_seconds) and to the first new NodeClaim made for
+# it (the agent's own histogram; a pod placed on earlier claims' room is counted only if it
+# loses that room and gets a claim of its own), the time until every pod runs, the agent's peak RSS
 # (VmHWM), and what closed the provisioning batches. A figure, not a test.
 #
 # N:M adds a scale-down phase: once N pods run, scale to M and wait until the fleet settles (no

@@ -29,12 +29,14 @@ pub struct PendingPods {
     wake: mpsc::Sender<Wake>,
 }
 
-/// When a pending pod was first seen, and whether a round has decided on it since (upstream's
-/// pod "ack" and "scheduling attempted" times in `state.Cluster`).
+/// When a pending pod was first seen, whether a round has decided on it since (upstream's
+/// pod "ack" and "scheduling attempted" times in `state.Cluster`), and whether a new claim
+/// was made for it.
 #[derive(Clone, Copy)]
 struct Seen {
     at: Instant,
     decided: bool,
+    claimed: bool,
 }
 
 impl PendingPods {
@@ -64,6 +66,7 @@ impl PendingPods {
                 entry.insert(Seen {
                     at: Instant::now(),
                     decided: false,
+                    claimed: false,
                 });
                 debug!(pod = %pod.name_any(), "pod is unschedulable");
                 // A full channel already holds a wake-up; nothing is lost by dropping this one.
@@ -84,12 +87,16 @@ impl PendingPods {
         }
     }
 
-    pub(super) fn first_seen(&self, uid: &str) -> Option<Instant> {
-        self.first_seen
+    /// How long the pod was pending before the first new claim made for it, the first time
+    /// only: all alike, pods swap places on claims in flight from round to round, and one
+    /// planned onto a new claim again must not count again.
+    pub(super) fn first_claim(&self, uid: &str) -> Option<std::time::Duration> {
+        let mut first_seen = self
+            .first_seen
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(uid)
-            .map(|seen| seen.at)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = first_seen.get_mut(uid)?;
+        (!std::mem::replace(&mut seen.claimed, true)).then(|| seen.at.elapsed())
     }
 
     /// How long the pods were pending before a round first decided on them (placed them on a

@@ -119,17 +119,16 @@ pub(super) async fn create_claims<P>(
                 round.created += 1;
                 ctx.count_created(&claim, "provisioned");
                 recent.record(claim.clone());
-                let now = Instant::now();
                 for pod in planned.pods.iter().filter_map(|&i| input.pods.get(i)) {
-                    if let Some(seen) = pod
+                    if let Some(waited) = pod
                         .metadata
                         .uid
                         .as_deref()
-                        .and_then(|uid| pending.first_seen(uid))
+                        .and_then(|uid| pending.first_claim(uid))
                     {
                         ctx.metrics
                             .pod_unschedulable_to_nodeclaim_seconds
-                            .observe(now.duration_since(seen).as_secs_f64());
+                            .observe(waited.as_secs_f64());
                     }
                 }
                 info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
