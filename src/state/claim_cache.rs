@@ -4,10 +4,8 @@
 //! claim's size), and `kubectl apply`'s copy of the whole object. Every write the loops make to
 //! a claim is a patch naming its own fields, so what is trimmed here is never written back.
 
+use super::node_cache::LAST_APPLIED;
 use crate::apis::{NodeClaim, labels};
-
-/// The annotation `kubectl apply` keeps a full copy of the object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops what no loop reads from a cached NodeClaim.
 pub fn trim_claim(claim: &mut NodeClaim) {

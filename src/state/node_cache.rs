@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::Node;
 
 /// The annotation `kubectl apply` keeps a full copy of the object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drops what no loop reads from a cached Node.
 pub fn trim_node(node: &mut Node) {
