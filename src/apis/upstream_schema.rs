@@ -8,7 +8,9 @@
 //!   pattern, the list atomic;
 //! * conditions: `metav1.Condition`'s bounds and patterns, keyed by `type` (but on
 //!   EC2NodeClass, as the AWS provider's); NodeClaim's own
-//!   condition type lets `reason` and `message` be empty, as upstream's does.
+//!   condition type lets `reason` and `message` be empty, as upstream's does;
+//! * GCENodeClass's `kubeletConfiguration`, a type it shares with EC2NodeClass, validates as the
+//!   GCP provider's.
 
 use serde_json::{Value, json};
 
@@ -64,6 +66,9 @@ pub fn apply(crd: &mut Value) {
         }
         if let Some(list) = schema.pointer_mut("/properties/status/properties/conditions") {
             conditions(list, &kind);
+        }
+        if kind == "GCENodeClass" {
+            super::gcenodeclass::kubelet_schema_as_gcp(schema);
         }
     }
 }

@@ -40,7 +40,7 @@ spec:
   disks: [{{category: pd-balanced, sizeGiB: 60, boot: true}}]
   networkTags: [gke-node]
   labels: {{team: platform}}
-  metadata: {{startup-script: "echo hello"}}
+  metadata: {{serial-port-logging-enable: "true"}}
 "#
     )
 }

@@ -229,7 +229,15 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
     let fake = fake("launch-demo").await;
     // Operations stay RUNNING for two polls, so the poller really polls zoneOperations.get.
     fake.state().compute.operation_polls = 2;
-    apply(&node_class("launch-demo", "launch-demo"));
+    // A second disk preloaded with an image, GKE's secondary boot disk, encrypted with a key.
+    apply(&node_class("launch-demo", "launch-demo").replace(
+        "disks: [{category: pd-balanced, sizeGiB: 60, boot: true}]",
+        "disks: [{category: pd-balanced, sizeGiB: 60, boot: true}, {category: pd-ssd, \
+         secondaryBootImage: projects/cos-cloud/global/images/cos-stable-117-18613-0-79, \
+         secondaryBootMode: CONTAINER_IMAGE_CACHE, \
+         kmsKeyName: projects/launch-demo/locations/us-central1/keyRings/nodes/cryptoKeys/disks, \
+         kmsKeyServiceAccount: kms@launch-demo.iam.gserviceaccount.com}]",
+    ));
     let provider = provider(&fake, "launch-demo", "launch-demo").await;
 
     let spot_claim = claim(
@@ -307,6 +315,17 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
         boot["initializeParams"]["diskType"],
         "zones/us-central1-b/diskTypes/pd-balanced"
     );
+    let preload = &vm["disks"][1];
+    assert_eq!(preload["boot"], false);
+    assert_eq!(preload["deviceName"], "gke-cos-stable-117-18613-0-79-disk");
+    assert_eq!(
+        preload["initializeParams"]["sourceImage"],
+        "projects/cos-cloud/global/images/cos-stable-117-18613-0-79"
+    );
+    assert_eq!(
+        preload["diskEncryptionKey"]["kmsKeyServiceAccount"],
+        "kms@launch-demo.iam.gserviceaccount.com"
+    );
     assert_eq!(vm["tags"]["items"][0], "gke-node");
     assert_eq!(
         vm["serviceAccounts"][0]["email"],
@@ -318,13 +337,18 @@ async fn a_launch_sends_the_node_class_and_claim_settings_and_instances_are_list
         .iter()
         .map(|i| (i["key"].as_str().unwrap(), i["value"].as_str().unwrap()))
         .collect();
-    assert!(metadata.contains(&("startup-script", "echo hello")));
+    assert!(metadata.contains(&("serial-port-logging-enable", "true")));
     assert!(metadata.contains(&("karpenter-nodeclaim", "launch-demo-abc12")));
     assert!(
         metadata
             .iter()
             .any(|(k, v)| *k == "kube-labels" && v.contains("team.example.com/owner=ops")),
         "{metadata:?}"
+    );
+    assert!(
+        metadata.iter().any(|(k, v)| *k == "kube-labels"
+            && v.contains("cloud.google.com/gke-secondary-boot-disk-cos-stable-117-18613-0-79=CONTAINER_IMAGE_CACHE.launch-demo")),
+        "GKE's bootstrap is told to use the secondary boot disk: {metadata:?}"
     );
     assert!(
         metadata

@@ -434,18 +434,90 @@ fn settings_not_supported_yet_are_refused_with_a_message_saying_so() {
             "this field is not supported by kubectl-karpenter yet: remove it",
         );
     }
-    let gce = r#"
-apiVersion: karpenter.k8s.gcp/v1alpha1
-kind: GCENodeClass
-metadata:
-  name: secondary-boot
-spec:
-  imageSelectorTerms: [{alias: ContainerOptimizedOS@latest}]
-  disks: [{category: pd-balanced, sizeGiB: 100, boot: true}, {category: pd-balanced, sizeGiB: 50, secondaryBootImage: projects/p/global/images/preload}]
-"#;
     assert_rejected(
-        gce,
-        "secondaryBootImage",
-        "secondaryBootImage is not supported by kubectl-karpenter yet",
+        &gce_node_class(
+            "channel",
+            "{family: ContainerOptimizedOS, channel: stable}",
+            "",
+        ),
+        "channel",
+        "only 'cluster' is supported by kubectl-karpenter yet",
+    );
+}
+
+fn gce_node_class(name: &str, image: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: karpenter.k8s.gcp/v1alpha1\nkind: GCENodeClass\nmetadata:\n  name: {name}\nspec:\n  imageSelectorTerms: [{image}]\n{extra}\n"
+    )
+}
+
+#[test]
+fn a_gce_node_class_is_checked_by_the_gcp_providers_rules() {
+    for (name, image, extra, field, reason) in [
+        (
+            "bare-family",
+            "{family: ContainerOptimizedOS}",
+            "",
+            "imageSelectorTerms",
+            "family requires either channel or version to be set",
+        ),
+        (
+            "two-selectors",
+            "{alias: ContainerOptimizedOS@latest, id: my-image}",
+            "",
+            "imageSelectorTerms",
+            "exactly one of alias, id, or family must be set",
+        ),
+        (
+            "cos-pin",
+            "{family: ContainerOptimizedOS, version: cos-stable-117}",
+            "",
+            "imageSelectorTerms",
+            "ContainerOptimizedOS version must be 'latest' or 'milestone.build.build.build'",
+        ),
+        (
+            "reserved-metadata",
+            "{alias: ContainerOptimizedOS@latest}",
+            "  metadata: {kube-env: \"KUBELET_ARGS: --v=9\"}",
+            "spec.metadata",
+            "spec.metadata contains a reserved GKE metadata key",
+        ),
+        (
+            "iops",
+            "{alias: ContainerOptimizedOS@latest}",
+            "  disks: [{boot: true, category: pd-balanced, sizeGiB: 100, provisionedIOPS: 5000}]",
+            "disks",
+            "provisionedIOPS is only applicable for pd-extreme",
+        ),
+        (
+            "eviction",
+            "{alias: ContainerOptimizedOS@latest}",
+            "  kubeletConfiguration: {evictionHard: {memory.available: lots}}",
+            "evictionHard",
+            "evictionHard values must be a percentage or a resource.Quantity",
+        ),
+        (
+            "tag",
+            "{alias: ContainerOptimizedOS@latest}",
+            "  networkTags: [Not_A_Tag]",
+            "networkTags",
+            "should match",
+        ),
+    ] {
+        assert_rejected(&gce_node_class(name, image, extra), field, reason);
+    }
+    let valid = gce_node_class(
+        "pinned",
+        "{family: Ubuntu2404, version: v20260416}",
+        "  disks: [{boot: true, category: hyperdisk-balanced, provisionedIOPS: 3000, provisionedThroughput: 140}, {category: pd-balanced, secondaryBootImage: projects/p/global/images/preload, secondaryBootMode: CONTAINER_IMAGE_CACHE}]\n  gpuDriverVersion: latest",
+    );
+    let out = rig().kubectl_with_input(
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        &valid,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -12,6 +12,7 @@ use super::{
     NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate, gce_label_key,
     gce_label_value,
 };
+use crate::apis::gcenodeclass::{Disk, GCENodeClassSpec, RESERVED_METADATA_KEYS};
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::provider::{CloudError, Instance};
 use crate::scheduling::InstanceType;
@@ -140,7 +141,7 @@ pub fn instance_name(cluster: &str, claim: &str) -> String {
     name.trim_end_matches('-').to_owned()
 }
 
-fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&str>) -> Value {
+fn disk_json(disk: &Disk, zone: &str, image: Option<&str>) -> Value {
     let category = disk
         .category
         .clone()
@@ -149,9 +150,22 @@ fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&
         return json!({"type": "SCRATCH", "interface": "NVME", "autoDelete": true,
             "initializeParams": {"diskType": format!("zones/{zone}/diskTypes/local-ssd"), "diskSizeGb": "375"}});
     }
-    let mut params = json!({"diskSizeGb": disk.size_gib.to_string(), "diskType": format!("zones/{zone}/diskTypes/{category}")});
+    let mut params = json!({"diskType": format!("zones/{zone}/diskTypes/{category}")});
+    if let Some(size) = disk.size_gib {
+        params["diskSizeGb"] = json!(size.to_string());
+    }
+    let mut value = json!({"type": "PERSISTENT", "boot": image.is_some(), "autoDelete": true});
     if let Some(image) = image {
         params["sourceImage"] = json!(image);
+    } else if let Some(preload) = disk
+        .secondary_boot_image
+        .as_deref()
+        .filter(|i| !i.is_empty())
+    {
+        // A secondary boot disk, as the GCP provider makes it (`instance.go`): made from the
+        // image, under the device name GKE's bootstrap looks for.
+        params["sourceImage"] = json!(preload);
+        value["deviceName"] = json!(format!("gke-{}-disk", image_name(preload)));
     }
     if let Some(iops) = disk.provisioned_iops {
         params["provisionedIops"] = json!(iops.to_string());
@@ -159,11 +173,43 @@ fn disk_json(disk: &crate::apis::gcenodeclass::Disk, zone: &str, image: Option<&
     if let Some(throughput) = disk.provisioned_throughput {
         params["provisionedThroughput"] = json!(throughput.to_string());
     }
-    let mut value = json!({"type": "PERSISTENT", "boot": image.is_some(), "autoDelete": true, "initializeParams": params});
+    value["initializeParams"] = params;
     if let Some(key) = &disk.kms_key_name {
         value["diskEncryptionKey"] = json!({"kmsKeyName": key});
+        if let Some(account) = &disk.kms_key_service_account {
+            value["diskEncryptionKey"]["kmsKeyServiceAccount"] = json!(account);
+        }
     }
     value
+}
+
+/// An image's name: the last part of its path.
+fn image_name(image: &str) -> &str {
+    image.rsplit('/').next().unwrap_or(image)
+}
+
+/// The node labels GKE's bootstrap reads to mount the class's secondary boot disks
+/// (`cloud.google.com/gke-secondary-boot-disk-IMAGE=MODE.PROJECT`), as the GCP provider sets
+/// them: one per non-boot disk with an image and a mode other than `MODE_UNSPECIFIED`.
+fn secondary_boot_disk_labels(spec: &GCENodeClassSpec, project: &str) -> Vec<String> {
+    spec.disks
+        .iter()
+        .filter(|d| !d.boot)
+        .filter_map(|d| {
+            let image = d
+                .secondary_boot_image
+                .as_deref()
+                .filter(|i| !i.is_empty())?;
+            let mode = d
+                .secondary_boot_mode
+                .as_deref()
+                .filter(|m| !m.is_empty() && *m != "MODE_UNSPECIFIED")?;
+            Some(format!(
+                "cloud.google.com/gke-secondary-boot-disk-{}={mode}.{project}",
+                image_name(image)
+            ))
+        })
+        .collect()
 }
 
 /// The instance labels: the node class's, then cluster (name and location, ours and GKE's),
@@ -229,17 +275,15 @@ pub fn instance_body(
             "onHostMaintenance": if accelerated { "TERMINATE" } else { "MIGRATE" }})
     };
     let mut disks: Vec<Value> = Vec::new();
-    let boot =
-        spec.disks
-            .iter()
-            .find(|d| d.boot)
-            .cloned()
-            .unwrap_or(crate::apis::gcenodeclass::Disk {
-                size_gib: i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).unwrap_or(100),
-                category: Some("pd-balanced".to_owned()),
-                boot: true,
-                ..Default::default()
-            });
+    let default_boot_gib = i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).ok();
+    let mut boot = spec.disks.iter().find(|d| d.boot).cloned().unwrap_or(Disk {
+        category: Some("pd-balanced".to_owned()),
+        boot: true,
+        ..Default::default()
+    });
+    // Unsized, Compute Engine would make the boot disk the image's size (10 GB for COS), too
+    // small for a node's images; the catalogue counts ephemeral storage on this default.
+    boot.size_gib = boot.size_gib.or(default_boot_gib);
     disks.push(disk_json(&boot, zone, Some(&attempt.image.source)));
     disks.extend(
         spec.disks
@@ -300,7 +344,14 @@ pub fn instance_body(
     let mut metadata: BTreeMap<String, String> = template
         .map(|t| t.metadata.iter().cloned().collect())
         .unwrap_or_default();
-    metadata.extend(spec.metadata.clone());
+    // The CRD refuses the keys GKE's bootstrap owns; a class stored before that rule is kept
+    // from overwriting them here too.
+    metadata.extend(
+        spec.metadata
+            .iter()
+            .filter(|(k, _)| !RESERVED_METADATA_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim_name.clone());
     if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
         metadata.insert(NODE_POOL_METADATA.to_owned(), pool.clone());
@@ -322,14 +373,13 @@ pub fn instance_body(
             .iter()
             .map(|(k, v)| format!("{k}={v}")),
     );
-    // GKE's GPU driver installer picks the nodes to install on by this label.
-    if accelerated && let Some(version) = &spec.gpu_driver_version {
-        let version = match version.as_str() {
-            "INSTALLATION_DISABLED" => "disabled".to_owned(),
-            other => other.to_ascii_lowercase(),
-        };
+    // GKE's GPU driver installer picks the nodes to install on by this label; the provider
+    // labels every GPU node, with `default` when the class says nothing (`instance.go`).
+    if accelerated {
+        let version = spec.gpu_driver_version.as_deref().unwrap_or("default");
         kube_labels.push(format!("cloud.google.com/gke-gpu-driver-version={version}"));
     }
+    kube_labels.extend(secondary_boot_disk_labels(spec, &config.project));
     metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
     if let (Some(kubelet), Some(env)) = (&spec.kubelet_configuration, metadata.get_mut("kube-env"))
     {

@@ -708,7 +708,8 @@ impl GcpProvider {
             .disks
             .iter()
             .find(|d| d.boot)
-            .and_then(|d| u64::try_from(d.size_gib).ok())
+            .and_then(|d| d.size_gib)
+            .and_then(|gib| u64::try_from(gib).ok())
             .unwrap_or(catalogue::DEFAULT_BOOT_DISK_GIB);
         snapshot
             .types

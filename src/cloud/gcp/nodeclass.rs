@@ -192,8 +192,63 @@ pub fn lookups(
                     .collect()
             }
         },
-        Some(pinned) => vec![(image_project.to_owned(), pinned.to_owned(), false)],
+        Some(pinned) => pinned_images(&os, pinned, template_image)?,
     })
+}
+
+/// The images of a pinned version, as the GCP provider finds them (`containeroptimizedos.go`,
+/// `ubuntu.go`): the GKE node image the cluster's node pool boots, with its version part
+/// swapped for the pin (COS `121-18867-90-4` for `125.19216.104.126`; Ubuntu `-v20251101` for
+/// `-v20260416`), and its Arm sibling. Without a GKE node image to start from, a COS pin is the
+/// public `cos-cloud` image of that version; an Ubuntu pin cannot be found.
+fn pinned_images(
+    os: &str,
+    pinned: &str,
+    template_image: Option<&str>,
+) -> Result<Vec<Lookup>, String> {
+    let cos = os == "ContainerOptimizedOS";
+    let rendered = pinned.trim_start_matches('v').replace('.', "-");
+    let swap = |name: &str| -> Option<String> {
+        if cos {
+            // gke-1334-gke1000000-cos[-arm64]-121-18867-90-4-c-pre
+            let (head, rest) = name.split_once("-cos-")?;
+            let (arch, _) = match rest.strip_prefix("arm64-") {
+                Some(tail) => ("arm64-", tail),
+                None => ("", rest),
+            };
+            rest.ends_with("-c-pre")
+                .then(|| format!("{head}-cos-{arch}{rendered}-c-pre"))
+        } else {
+            // ubuntu-gke-2404-1-34-amd64-v20251101
+            let at = name.rfind("-v")?;
+            let date = &name[at + 2..];
+            let digits = date.find('-').map_or(date, |end| &date[..end]);
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| format!("{}-{pinned}{}", &name[..at], &date[digits.len()..]))
+        }
+    };
+    if let Some(gke) = gke_images(os, template_image) {
+        let swapped: Option<Vec<Lookup>> = gke
+            .into_iter()
+            .map(|(project, name, is_family)| swap(&name).map(|n| (project, n, is_family)))
+            .collect();
+        if let Some(swapped) = swapped {
+            return Ok(swapped);
+        }
+    }
+    if cos {
+        return Ok(vec![
+            ("cos-cloud".to_owned(), format!("cos-{rendered}"), false),
+            (
+                "cos-cloud".to_owned(),
+                format!("cos-arm64-{rendered}"),
+                false,
+            ),
+        ]);
+    }
+    Err(format!(
+        "{os} version {pinned} is pinned on the GKE node image the cluster's node pools boot, and the node template boots none"
+    ))
 }
 
 fn arch_of(image: &google_cloud_compute_v1::model::Image) -> String {
@@ -395,7 +450,7 @@ mod tests {
         assert_eq!(cos[0], ("cos-cloud".into(), "cos-stable".into(), true));
         assert_eq!(cos[1].1, "cos-arm64-stable");
         let pinned = lookups(
-            &term(Some("ContainerOptimizedOS@cos-stable-117"), None, None),
+            &term(Some("ContainerOptimizedOS@125.19216.104.126"), None, None),
             None,
             "p",
             None,
@@ -403,7 +458,14 @@ mod tests {
         .unwrap();
         assert_eq!(
             pinned,
-            vec![("cos-cloud".into(), "cos-stable-117".into(), false)]
+            vec![
+                ("cos-cloud".into(), "cos-125-19216-104-126".into(), false),
+                (
+                    "cos-cloud".into(),
+                    "cos-arm64-125-19216-104-126".into(),
+                    false
+                )
+            ]
         );
         let ubuntu = lookups(&term(None, Some("Ubuntu2204"), None), None, "p", None).unwrap();
         assert_eq!(ubuntu[1].1, "ubuntu-2204-lts-arm64");
@@ -449,11 +511,26 @@ mod tests {
         // The family with no version is the same as @latest.
         let family = term(None, Some("ContainerOptimizedOS"), None);
         assert_eq!(lookups(&family, None, "p", Some(template)).unwrap(), found);
-        // A pinned version is what the user pinned, whatever the template boots.
-        let pinned = term(Some("ContainerOptimizedOS@cos-stable-117"), None, None);
+        // A pinned version is the template's GKE image at that COS version.
+        let pinned = ImageSelectorTerm {
+            family: Some("ContainerOptimizedOS".into()),
+            version: Some("125.19216.104.126".into()),
+            ..Default::default()
+        };
         assert_eq!(
-            lookups(&pinned, None, "p", Some(template)).unwrap()[0].0,
-            "cos-cloud"
+            lookups(&pinned, None, "p", Some(template)).unwrap(),
+            vec![
+                (
+                    "gke-node-images".into(),
+                    "gke-1334-gke1000000-cos-125-19216-104-126-c-pre".into(),
+                    false
+                ),
+                (
+                    "gke-node-images".into(),
+                    "gke-1334-gke1000000-cos-arm64-125-19216-104-126-c-pre".into(),
+                    false
+                ),
+            ]
         );
         // A template booting Ubuntu says nothing about COS: the public family it is.
         let ubuntu_template =
@@ -489,5 +566,15 @@ mod tests {
             jammy[0],
             ("ubuntu-os-cloud".into(), "ubuntu-2204-lts".into(), true)
         );
+        let pinned = ImageSelectorTerm {
+            family: Some("Ubuntu2404".into()),
+            version: Some("v20260416".into()),
+            ..Default::default()
+        };
+        let found = lookups(&pinned, None, "p", Some(template)).unwrap();
+        assert_eq!(found[0].1, "ubuntu-gke-2404-1-34-amd64-v20260416");
+        assert_eq!(found[1].1, "ubuntu-gke-2404-1-34-arm64-v20260416");
+        let error = lookups(&pinned, None, "p", None).unwrap_err();
+        assert!(error.contains("node template boots none"), "{error}");
     }
 }
