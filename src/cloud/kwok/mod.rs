@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Nodes per page when listing the simulated instances (client-go's pager default).
@@ -53,17 +53,30 @@ impl KwokProvider {
     }
 
     fn instance_from_node(&self, node: &Node) -> Option<Instance> {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let status = node.status.as_ref();
+        let quantities = |q: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| {
+            q.and_then(|q| ResourceList::from_quantities(q).ok())
+                .unwrap_or_default()
+        };
+        let capacity = quantities(status.and_then(|s| s.capacity.as_ref()));
+        let allocatable = quantities(status.and_then(|s| s.allocatable.as_ref()));
+        self.instance_from_metadata(&node.metadata, capacity, allocatable)
+    }
+
+    /// The instance a simulated node's metadata describes, with the resources given.
+    fn instance_from_metadata(
+        &self,
+        metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        capacity: ResourceList,
+        allocatable: ResourceList,
+    ) -> Option<Instance> {
+        let labels = metadata.labels.clone().unwrap_or_default();
         if labels.get(labels::KWOK_NODE).map(String::as_str) != Some(labels::KWOK_NODE_FAKE) {
             return None;
         }
-        let name = node.metadata.name.clone()?;
-        let status = node.status.clone().unwrap_or_default();
-        let quantities = |q: Option<
-            BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-        >| {
-            ResourceList::from_quantities(&q.unwrap_or_default()).unwrap_or_default()
-        };
+        let name = metadata.name.clone()?;
         Some(Instance {
             provider_id: ProviderId::Kwok { name: name.clone() },
             node_claim: labels.get(NODE_CLAIM_LABEL).cloned(),
@@ -78,13 +91,13 @@ impl KwokProvider {
                 .cloned()
                 .unwrap_or_default(),
             image_id: None,
-            capacity: quantities(status.capacity),
-            allocatable: quantities(status.allocatable),
+            capacity,
+            allocatable,
             price: labels
                 .get(labels::INSTANCE_PRICE)
                 .and_then(|p| p.parse().ok()),
-            created: node.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            terminating: node.metadata.deletion_timestamp.is_some(),
+            created: metadata.creation_timestamp.as_ref().map(|t| t.0),
+            terminating: metadata.deletion_timestamp.is_some(),
             labels,
             annotations: BTreeMap::new(),
         })
@@ -353,15 +366,34 @@ impl CloudProvider for KwokProvider {
         );
         // In pages, as client-go's pager lists (500 a page): an unpaged answer holds the whole
         // body and every decoded Node at once, thousands of them on a large simulated fleet.
+        // Metadata only: a page of whole Nodes (conditions, images, the kubelet's status) was
+        // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`).
+        // A simulated node's resources are its type's in the catalogue, as `create` made them.
+        let by_name: HashMap<&str, &InstanceType> = self
+            .catalogue
+            .iter()
+            .map(|it| (it.name.as_str(), it))
+            .collect();
         let mut params = ListParams::default().labels(&selector).limit(LIST_PAGE);
         let mut instances = Vec::new();
         loop {
             let page = self
                 .nodes
-                .list(&params)
+                .list_metadata(&params)
                 .await
                 .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
-            instances.extend(page.items.iter().filter_map(|n| self.instance_from_node(n)));
+            instances.extend(page.items.iter().filter_map(|n| {
+                let of_type = n
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::INSTANCE_TYPE))
+                    .and_then(|t| by_name.get(t.as_str()));
+                let (capacity, allocatable) = of_type
+                    .map(|it| (it.capacity.clone(), it.allocatable()))
+                    .unwrap_or_default();
+                self.instance_from_metadata(&n.metadata, capacity, allocatable)
+            }));
             match page.metadata.continue_.filter(|token| !token.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(instances),
