@@ -11,7 +11,7 @@
 use super::{Context, Error, conditions};
 use crate::apis::NodeClaim;
 use crate::apis::nodeclaim::conditions as cond;
-use crate::cloud::{CloudProvider, ProviderId};
+use crate::cloud::{CloudProvider, Instance, ProviderId};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -29,14 +29,24 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
             super::names::GARBAGE_COLLECTION,
             ctx.settings.stuck_pass_after,
         );
-        match collect(&ctx).await {
+        // One listing serves both directions: at thousands of nodes each list is pages of
+        // objects to decode, and the second direction confirms with a `get` of its own anyway.
+        let instances = match ctx.provider.list().await {
+            Ok(instances) => instances,
+            Err(e) => {
+                let e = Error::cloud("listing instances")(e);
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "garbage collection failed");
+                continue;
+            }
+        };
+        match collect(&ctx, &instances).await {
             Ok(0) => {}
             Ok(deleted) => info!(instances = deleted, "garbage-collected orphaned instances"),
             Err(e) => {
                 warn!(error = %e, cause = ?std::error::Error::source(&e), "garbage collection failed")
             }
         }
-        match collect_claims_without_instances(&ctx).await {
+        match collect_claims_without_instances(&ctx, &instances).await {
             Ok(0) => {}
             Ok(deleted) => info!(
                 nodeclaims = deleted,
@@ -49,14 +59,12 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     }
 }
 
-/// One pass: deletes every instance older than the grace period that no NodeClaim owns, and
-/// returns how many it deleted.
-pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error> {
-    let instances = ctx
-        .provider
-        .list()
-        .await
-        .map_err(Error::cloud("listing instances"))?;
+/// One pass over `instances` (the provider's list): deletes every instance older than the grace
+/// period that no NodeClaim owns, and returns how many it deleted.
+pub async fn collect<P: CloudProvider>(
+    ctx: &Context<P>,
+    instances: &[Instance],
+) -> Result<usize, Error> {
     // Read the claims after the instances: a claim created in between is then seen, never the
     // other way round.
     let claims = ctx.claims.state();
@@ -113,12 +121,8 @@ pub async fn collect<P: CloudProvider>(ctx: &Context<P>) -> Result<usize, Error>
 /// with a `get` of its own. Returns how many it deleted.
 pub async fn collect_claims_without_instances<P: CloudProvider>(
     ctx: &Context<P>,
+    instances: &[Instance],
 ) -> Result<usize, Error> {
-    let instances = ctx
-        .provider
-        .list()
-        .await
-        .map_err(Error::cloud("listing instances"))?;
     let listed: HashMap<String, bool> = instances
         .iter()
         .map(|i| (i.provider_id.to_string(), i.terminating))
