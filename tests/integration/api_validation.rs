@@ -384,23 +384,27 @@ fn a_volume_without_size_or_snapshot_is_rejected() {
     );
 }
 
-#[test]
-fn kubelet_settings_without_a_typed_field_are_kept_not_pruned() {
-    let manifest = ec2_node_class(
-        "open-kubelet",
-        "{alias: al2023@latest}",
-        "  kubelet: {maxPods: 58, registryPullQPS: 10, containerLogMaxSize: 50Mi}",
-    );
+/// The object as the API server would store it; fails the test if the server refuses it.
+fn accepted(manifest: &str) -> serde_json::Value {
     let out = rig().kubectl_with_input(
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],
-        &manifest,
+        manifest,
     );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn kubelet_settings_without_a_typed_field_are_kept_not_pruned() {
+    let created = accepted(&ec2_node_class(
+        "open-kubelet",
+        "{alias: al2023@latest}",
+        "  kubelet: {maxPods: 58, registryPullQPS: 10, containerLogMaxSize: 50Mi}",
+    ));
     assert_eq!(
         created["spec"]["kubelet"],
         serde_json::json!({"maxPods": 58, "registryPullQPS": 10, "containerLogMaxSize": "50Mi"})
@@ -506,18 +510,13 @@ fn a_gce_node_class_is_checked_by_the_gcp_providers_rules() {
     ] {
         assert_rejected(&gce_node_class(name, image, extra), field, reason);
     }
-    let valid = gce_node_class(
+    let created = accepted(&gce_node_class(
         "pinned",
         "{family: Ubuntu2404, version: v20260416}",
-        "  disks: [{boot: true, category: hyperdisk-balanced, provisionedIOPS: 3000, provisionedThroughput: 140}, {category: pd-balanced, secondaryBootImage: projects/p/global/images/preload, secondaryBootMode: CONTAINER_IMAGE_CACHE}]\n  gpuDriverVersion: latest",
-    );
-    let out = rig().kubectl_with_input(
-        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
-        &valid,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        "  disks: [{boot: true, category: hyperdisk-balanced, provisionedIOPS: 3000, provisionedThroughput: 140}, {category: pd-balanced, secondaryBootImage: projects/p/global/images/preload, secondaryBootMode: CONTAINER_IMAGE_CACHE}]",
+    ));
+    assert_eq!(
+        created["spec"]["gpuDriverVersion"], "default",
+        "the provider's default"
     );
 }

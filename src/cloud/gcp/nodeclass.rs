@@ -212,9 +212,10 @@ fn pinned_images(
         if cos {
             // gke-1334-gke1000000-cos[-arm64]-121-18867-90-4-c-pre
             let (head, rest) = name.split_once("-cos-")?;
-            let (arch, _) = match rest.strip_prefix("arm64-") {
-                Some(tail) => ("arm64-", tail),
-                None => ("", rest),
+            let arch = if rest.starts_with("arm64-") {
+                "arm64-"
+            } else {
+                ""
             };
             rest.ends_with("-c-pre")
                 .then(|| format!("{head}-cos-{arch}{rendered}-c-pre"))
