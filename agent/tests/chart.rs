@@ -155,6 +155,11 @@ fn each_provider_renders_two_leader_electing_replicas_spread_and_guarded() {
             Some("true")
         );
         assert_eq!(env_value(deployment, "LOG_FORMAT").as_deref(), Some("json"));
+        assert_eq!(
+            env_value(deployment, "MIMALLOC_ALLOW_THP").as_deref(),
+            Some("0"),
+            "the agent's heap stays off transparent huge pages"
+        );
         assert_eq!(spec["priorityClassName"], "system-cluster-critical");
         assert_eq!(spec["serviceAccountName"], "karpenter");
         assert_eq!(

@@ -190,8 +190,10 @@ impl<'a> PoolInput<'a> {
 pub struct ExistingNode<'a, P = Pod> {
     /// The node's name.
     pub name: String,
-    /// Its labels.
-    pub labels: BTreeMap<String, String>,
+    /// Its labels, borrowed from the Node where there is one: a round reads every Node, and
+    /// copying their labels was the largest part of a round's memory (5.5 MiB at 1,250 Nodes,
+    /// measured with `tests/agent/heap.sh`).
+    pub labels: Cow<'a, BTreeMap<String, String>>,
     /// Taints pods must tolerate. Leave out startup taints and the known ephemeral taints of a
     /// Karpenter node that is still initializing: they are about to go away.
     pub taints: Vec<Taint>,
@@ -204,11 +206,15 @@ pub struct ExistingNode<'a, P = Pod> {
 
 impl<'a, P> ExistingNode<'a, P> {
     /// Reads a Node's name, labels, taints and allocatable.
-    pub fn from_node(node: &Node, pods: Vec<&'a P>) -> Result<Self, QuantityError> {
+    pub fn from_node(node: &'a Node, pods: Vec<&'a P>) -> Result<Self, QuantityError> {
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         Ok(Self {
             name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node.metadata.labels.clone().unwrap_or_default(),
+            labels: node
+                .metadata
+                .labels
+                .as_ref()
+                .map_or_else(Cow::default, Cow::Borrowed),
             taints: node
                 .spec
                 .as_ref()

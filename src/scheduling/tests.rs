@@ -430,9 +430,10 @@ fn existing_nodes_with_room_are_used_before_new_claims() {
     let running = pod("running", "3", "4Gi", json!({}));
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())]
-            .into_iter()
-            .collect(),
+        labels: Cow::Owned(BTreeMap::from([(
+            labels::ZONE.to_owned(),
+            "zone-a".to_owned(),
+        )])),
         allocatable: ResourceList::new()
             .with(CPU, 3900)
             .with(MEMORY, 15 << 30)
@@ -909,9 +910,10 @@ fn existing_pods_with_anti_affinity_keep_the_pods_they_select_away() {
     );
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: [(labels::HOSTNAME.to_owned(), "node-1".to_owned())]
-            .into_iter()
-            .collect(),
+        labels: Cow::Owned(BTreeMap::from([(
+            labels::HOSTNAME.to_owned(),
+            "node-1".to_owned(),
+        )])),
         allocatable: ResourceList::new()
             .with(CPU, 8000)
             .with(MEMORY, 32 << 30)
@@ -1220,7 +1222,7 @@ proptest! {
         let pods = build_pods(&cases);
         let nodes: Vec<ExistingNode> = free_m.iter().enumerate().map(|(i, m)| ExistingNode {
             name: format!("n{i}"),
-            labels: [(labels::ZONE.to_owned(), ZONES[i % 3].to_owned()), (labels::HOSTNAME.to_owned(), format!("n{i}"))].into_iter().collect(),
+            labels: Cow::Owned(BTreeMap::from([(labels::ZONE.to_owned(), ZONES[i % 3].to_owned()), (labels::HOSTNAME.to_owned(), format!("n{i}"))])),
             allocatable: ResourceList::new().with(CPU, *m).with(MEMORY, 4 << 30).with(PODS, 4),
             ..ExistingNode::default()
         }).collect();
@@ -1694,9 +1696,10 @@ fn a_pod_on_a_zonal_volume_gets_a_node_in_the_volumes_zone_not_where_the_node_ne
     let catalogue = general_catalogue();
     let node = ExistingNode {
         name: "node-a".to_owned(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())]
-            .into_iter()
-            .collect(),
+        labels: Cow::Owned(BTreeMap::from([(
+            labels::ZONE.to_owned(),
+            "zone-a".to_owned(),
+        )])),
         allocatable: ResourceList::new()
             .with(CPU, 8000)
             .with(MEMORY, 32 << 30)
