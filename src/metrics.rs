@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 
 /// Label set of error counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -129,21 +130,26 @@ pub struct BuildLabels {
 /// Label set of `karpenter_pods_state`, upstream's: the pod, its first owner (as a self link),
 /// its node and whether it is bound, the node's pool, zone, architecture, capacity type and
 /// instance type, the pod's phase and readiness, and whether the node is one Karpenter manages.
+///
+/// There is one series a pod, so at 20,000 pods these are 20,000 label sets, held by the family
+/// and by the loop that keeps it current. The values are shared strings (a node's name, zone or
+/// instance type is the same for every pod on it) and the flags are `bool`s (written `true` and
+/// `false`, as upstream's `strconv.FormatBool`): a set of `String`s cost ~2 KB a pod.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodStateLabels {
-    pub name: String,
-    pub namespace: String,
-    pub owner: String,
-    pub node: String,
-    pub scheduled: String,
-    pub nodepool: String,
-    pub zone: String,
-    pub arch: String,
-    pub capacity_type: String,
-    pub instance_type: String,
-    pub phase: String,
-    pub ready: String,
-    pub managed: String,
+    pub name: Arc<str>,
+    pub namespace: Arc<str>,
+    pub owner: Arc<str>,
+    pub node: Arc<str>,
+    pub scheduled: bool,
+    pub nodepool: Arc<str>,
+    pub zone: Arc<str>,
+    pub arch: Arc<str>,
+    pub capacity_type: Arc<str>,
+    pub instance_type: Arc<str>,
+    pub phase: Arc<str>,
+    pub ready: bool,
+    pub managed: bool,
 }
 
 /// Label set of client-go's `leader_election_master_status`: the Lease's name.

@@ -21,6 +21,7 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
     let mut interval = tokio::time::interval(REFRESH);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut published: HashSet<PodStateLabels> = HashSet::new();
+    let mut strings = Strings::default();
     loop {
         interval.tick().await;
         let _pass = ctx
@@ -37,13 +38,12 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
             .state()
             .iter()
             .map(|pod| {
-                pod_state(
-                    pod,
-                    pod.node_name
-                        .as_deref()
-                        .and_then(|n| nodes.get(n))
-                        .map(AsRef::as_ref),
-                )
+                let node = pod
+                    .node_name
+                    .as_deref()
+                    .and_then(|n| nodes.get(n))
+                    .map(AsRef::as_ref);
+                pod_state(pod, node, &mut strings)
             })
             .collect();
         for gone in published.difference(&now) {
@@ -53,44 +53,73 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
             ctx.metrics.pods_state.get_or_create(labels).set(1);
         }
         published = now;
+        strings.forget_unused();
+    }
+}
+
+/// One copy of each label value the series share (a node's name and offering, a phase, an
+/// owner), so that a value on thousands of pods is held once.
+#[derive(Default)]
+pub struct Strings(HashSet<Arc<str>>);
+
+impl Strings {
+    /// The shared copy of `value`.
+    fn get(&mut self, value: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(value) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(value);
+        self.0.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// Drops the values no series holds any more (a node that is gone, a ReplicaSet replaced).
+    fn forget_unused(&mut self) {
+        self.0.retain(|value| Arc::strong_count(value) > 1);
     }
 }
 
 /// The labels of one pod's series, as upstream's `makeLabels`.
-pub fn pod_state(pod: &CachedPod, node: Option<&Node>) -> PodStateLabels {
+pub fn pod_state(pod: &CachedPod, node: Option<&Node>, strings: &mut Strings) -> PodStateLabels {
     let owner = pod
         .metadata
         .owner_references
         .as_ref()
         .and_then(|o| o.first())
         .map(|o| {
-            format!(
+            strings.get(&format!(
                 "/apis/{}/namespaces/{}/{}s/{}",
                 o.api_version,
                 pod.namespace().unwrap_or_default(),
                 o.kind.to_lowercase(),
                 o.name
-            )
+            ))
         })
         .unwrap_or_default();
-    let node_label = |key: &str| {
-        node.and_then(|n| n.labels().get(key).cloned())
+    let mut node_label = |key: &str| {
+        node.and_then(|n| n.labels().get(key))
+            .map(|value| strings.get(value))
             .unwrap_or_default()
     };
     let nodepool = node_label(labels::NODE_POOL);
+    let zone = node_label(labels::ZONE);
+    let arch = node_label(labels::ARCH);
+    let capacity_type = node_label(labels::CAPACITY_TYPE);
+    let instance_type = node_label(labels::INSTANCE_TYPE);
     PodStateLabels {
-        name: pod.name_any(),
-        namespace: pod.namespace().unwrap_or_default(),
+        // The one value no other series has.
+        name: Arc::from(pod.metadata.name.as_deref().unwrap_or_default()),
+        namespace: strings.get(pod.metadata.namespace.as_deref().unwrap_or_default()),
         owner,
-        node: pod.node_name.clone().unwrap_or_default(),
-        scheduled: pod.node_name.is_some().to_string(),
-        zone: node_label(labels::ZONE),
-        arch: node_label(labels::ARCH),
-        capacity_type: node_label(labels::CAPACITY_TYPE),
-        instance_type: node_label(labels::INSTANCE_TYPE),
-        phase: pod.phase().unwrap_or_default().to_owned(),
-        ready: pod.is_ready().to_string(),
-        managed: (!nodepool.is_empty()).to_string(),
+        node: strings.get(pod.node_name.as_deref().unwrap_or_default()),
+        scheduled: pod.node_name.is_some(),
+        zone,
+        arch,
+        capacity_type,
+        instance_type,
+        phase: strings.get(pod.phase().unwrap_or_default()),
+        ready: pod.is_ready(),
+        managed: !nodepool.is_empty(),
         nodepool,
     }
 }
@@ -117,21 +146,21 @@ mod tests {
         }))
         .expect("a node");
         assert_eq!(
-            pod_state(&pod, Some(&node)),
+            pod_state(&pod, Some(&node), &mut Strings::default()),
             PodStateLabels {
                 name: "web-1".into(),
                 namespace: "shop".into(),
                 owner: "/apis/apps/v1/namespaces/shop/replicasets/web-7d9".into(),
                 node: "node-a".into(),
-                scheduled: "true".into(),
+                scheduled: true,
                 nodepool: "default".into(),
                 zone: "us-west-2a".into(),
                 arch: "arm64".into(),
                 capacity_type: "spot".into(),
                 instance_type: "m7g.large".into(),
                 phase: "Running".into(),
-                ready: "true".into(),
-                managed: "true".into(),
+                ready: true,
+                managed: true,
             }
         );
     }
@@ -144,15 +173,62 @@ mod tests {
             "status": {"phase": "Pending"},
         }))
         .expect("a pod");
-        let labels = pod_state(&pod, None);
+        let labels = pod_state(&pod, None, &mut Strings::default());
         assert_eq!(
             (
-                labels.scheduled.as_str(),
-                labels.managed.as_str(),
-                labels.owner.as_str(),
-                labels.phase.as_str()
+                labels.scheduled,
+                labels.managed,
+                &*labels.owner,
+                &*labels.phase
             ),
-            ("false", "false", "", "Pending")
+            (false, false, "", "Pending")
         );
+    }
+
+    #[test]
+    fn the_series_reads_as_upstreams_with_true_and_false_spelled_out() {
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1"},
+            "spec": {"containers": [{"name": "app", "image": "nginx"}]},
+            "status": {"phase": "Pending"},
+        }))
+        .expect("a pod");
+        let metrics = crate::metrics::Metrics::new();
+        metrics
+            .pods_state
+            .get_or_create(&pod_state(&pod, None, &mut Strings::default()))
+            .set(1);
+        let text = metrics.encode().expect("the exposition");
+        let series = text
+            .lines()
+            .find(|l| l.starts_with("karpenter_pods_state{"))
+            .expect("a series");
+        assert!(
+            series.contains(r#"name="web-1",namespace="shop",owner="",node="",scheduled="false""#)
+                && series.contains(r#"phase="Pending",ready="false",managed="false"} 1"#),
+            "{series}"
+        );
+    }
+
+    #[test]
+    fn pods_on_one_node_share_its_labels_and_a_gone_node_is_forgotten() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "us-west-2a"}},
+        }))
+        .expect("a node");
+        let mut strings = Strings::default();
+        let on_node = |name: &str, strings: &mut Strings| {
+            let pod: CachedPod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "shop"},
+                "spec": {"nodeName": "node-a", "containers": [{"name": "app"}]},
+            }))
+            .expect("a pod");
+            pod_state(&pod, Some(&node), strings)
+        };
+        let (a, b) = (on_node("a", &mut strings), on_node("b", &mut strings));
+        assert!(Arc::ptr_eq(&a.zone, &b.zone) && Arc::ptr_eq(&a.node, &b.node));
+        drop((a, b));
+        strings.forget_unused();
+        assert!(strings.0.is_empty());
     }
 }

@@ -484,12 +484,11 @@ fn carry_out(
 fn pending_status() -> crate::state::CachedPodStatus {
     crate::state::CachedPodStatus {
         phase: Some("Pending".to_owned()),
-        conditions: vec![k8s_openapi::api::core::v1::PodCondition {
-            type_: "PodScheduled".to_owned(),
+        scheduled: Some(crate::state::ScheduledCondition {
             status: "False".to_owned(),
             reason: Some("Unschedulable".to_owned()),
-            ..Default::default()
-        }],
+        }),
+        ready: false,
     }
 }
 

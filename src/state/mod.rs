@@ -20,5 +20,5 @@ pub use input::{
     provisionable_pods, scheduling_input,
 };
 pub use node_cache::trim_node;
-pub use pod_cache::{CachedPod, CachedPodStatus, SharedSpecs};
+pub use pod_cache::{CachedPod, CachedPodStatus, ScheduledCondition, SharedSpecs};
 pub use usage::usage_by_pool;

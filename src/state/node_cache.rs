@@ -18,6 +18,15 @@ pub fn trim_node(node: &mut Node) {
         // never read, and each costs two allocations a node.
         annotations.retain(|key, _| key.starts_with("karpenter.sh/"));
     }
+    // An emptied map keeps its 544-byte node.
+    if node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.is_empty())
+    {
+        node.metadata.annotations = None;
+    }
     if let Some(status) = node.status.as_mut() {
         status.images = None;
         status.volumes_attached = None;

@@ -30,15 +30,54 @@ pub struct CachedPod {
     pub status: CachedPodStatus,
 }
 
-/// The status fields the agent reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The status fields the agent reads: the phase, the kube-scheduler's verdict and readiness.
+/// Two `PodCondition`s cost ~370 B a pod, 7 MiB at 20,000 pods; this is a tenth of that.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CachedPodStatus {
-    #[serde(default)]
     pub phase: Option<String>,
-    /// Only `PodScheduled` and `Ready` are kept, without their messages.
+    /// The `PodScheduled` condition, if the kube-scheduler has set one.
+    pub scheduled: Option<ScheduledCondition>,
+    /// Whether the `Ready` condition is True (upstream's `karpenter_pods_state`).
+    pub ready: bool,
+}
+
+/// What provisioning reads of `PodScheduled`: whether the kube-scheduler placed the pod, and
+/// why not (`Unschedulable` is the verdict Karpenter acts on).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduledCondition {
+    pub status: String,
+    pub reason: Option<String>,
+}
+
+/// The status as the API sends it, less every field no type here names.
+#[derive(Default, Deserialize)]
+struct WireStatus {
     #[serde(default)]
-    pub conditions: Vec<PodCondition>,
+    phase: Option<String>,
+    #[serde(default)]
+    conditions: Vec<PodCondition>,
+}
+
+impl From<WireStatus> for CachedPodStatus {
+    fn from(wire: WireStatus) -> Self {
+        let mut status = Self {
+            phase: wire.phase,
+            ..Self::default()
+        };
+        for condition in wire.conditions {
+            match condition.type_.as_str() {
+                "PodScheduled" => {
+                    status.scheduled = Some(ScheduledCondition {
+                        status: condition.status,
+                        reason: condition.reason,
+                    })
+                }
+                "Ready" => status.ready = condition.status == "True",
+                _ => {}
+            }
+        }
+        status
+    }
 }
 
 /// A pod as the API sends it, less every field no type here names.
@@ -49,7 +88,7 @@ struct WirePod {
     #[serde(default)]
     spec: Option<PodSpec>,
     #[serde(default)]
-    status: Option<CachedPodStatus>,
+    status: Option<WireStatus>,
 }
 
 impl From<WirePod> for CachedPod {
@@ -58,24 +97,20 @@ impl From<WirePod> for CachedPod {
         if let Some(annotations) = metadata.annotations.as_mut() {
             annotations.retain(|key, _| annotation_kept(key));
         }
+        // An emptied map keeps its 544-byte node.
+        if metadata.annotations.as_ref().is_some_and(|a| a.is_empty()) {
+            metadata.annotations = None;
+        }
         metadata.generate_name = None;
         metadata.managed_fields = None;
         let mut spec = wire.spec.unwrap_or_default();
         let node_name = spec.node_name.take();
         trim_spec(&mut spec);
-        let mut status = wire.status.unwrap_or_default();
-        // PodScheduled: provisioning; Ready: upstream's `karpenter_pods_state`.
-        status
-            .conditions
-            .retain(|c| c.type_ == "PodScheduled" || c.type_ == "Ready");
-        for condition in &mut status.conditions {
-            condition.message = None;
-        }
         Self {
             metadata,
             spec: Arc::new(spec),
             node_name,
-            status,
+            status: wire.status.unwrap_or_default().into(),
         }
     }
 }
@@ -141,7 +176,7 @@ impl From<Pod> for CachedPod {
         WirePod {
             metadata: pod.metadata,
             spec: pod.spec,
-            status: Some(CachedPodStatus {
+            status: Some(WireStatus {
                 phase: status.phase,
                 conditions: status.conditions.unwrap_or_default(),
             }),
@@ -173,18 +208,12 @@ impl CachedPod {
 
     /// Whether the pod's `Ready` condition is True.
     pub fn is_ready(&self) -> bool {
-        self.status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+        self.status.ready
     }
 
     /// The `PodScheduled` condition.
-    pub fn scheduled_condition(&self) -> Option<&PodCondition> {
-        self.status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "PodScheduled")
+    pub fn scheduled_condition(&self) -> Option<&ScheduledCondition> {
+        self.status.scheduled.as_ref()
     }
 }
 
@@ -281,18 +310,12 @@ mod tests {
             "the node name lives beside the spec, so replicas can share it"
         );
         assert_eq!(pod.phase(), Some("Pending"));
-        let scheduled = pod.scheduled_condition().expect("PodScheduled");
         assert_eq!(
-            (scheduled.reason.as_deref(), scheduled.message.as_deref()),
-            (Some("Unschedulable"), None)
-        );
-        assert_eq!(
-            pod.status
-                .conditions
-                .iter()
-                .map(|c| c.type_.as_str())
-                .collect::<Vec<_>>(),
-            ["PodScheduled", "Ready"]
+            pod.scheduled_condition(),
+            Some(&ScheduledCondition {
+                status: "False".to_owned(),
+                reason: Some("Unschedulable".to_owned()),
+            })
         );
         assert!(!pod.is_ready());
         assert_eq!(
@@ -367,10 +390,8 @@ mod tests {
         let converted = CachedPod::from(api);
         assert_eq!(converted.node_name, watched.node_name);
         assert_eq!(
-            converted
-                .scheduled_condition()
-                .and_then(|c| c.message.as_deref()),
-            None
+            converted.scheduled_condition().map(|c| c.status.as_str()),
+            Some("True")
         );
     }
 }

@@ -251,9 +251,11 @@ async fn publish<P>(
         action: reason.to_owned(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &claim.object_ref(&())).await {
-        warn!(nodeclaim = %claim.name_any(), error = %e, "could not publish event");
-    }
+    // Each of a claim's Events marks a step it takes once (a changed launch failure is a new
+    // step): there is no series to fold repeats into.
+    ctx.notices
+        .publish_once(&event, &claim.object_ref(&()))
+        .await;
 }
 
 async fn add_claim_finalizer<P>(claim: &NodeClaim, ctx: &Context<P>) -> Result<(), Error> {
