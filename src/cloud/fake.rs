@@ -10,7 +10,9 @@
 //! Its machines carry `kwok://` provider ids (the seam has no scheme of its own for fakes), and it
 //! owns exactly those.
 
-use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::provider::{
+    CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
+};
 use super::unavailable::{self, UnavailableOfferings};
 use crate::apis::{NodeClaim, NodeClassReference, labels};
 use crate::resources::{CPU, MEMORY, PODS, ResourceList};
@@ -463,9 +465,13 @@ impl CloudProvider for FakeProvider {
         Ok(self.state().instances.get(id).cloned())
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<ListedInstance>, CloudError> {
         self.record(Call::List, None)?;
-        Ok(self.instances())
+        Ok(self
+            .instances()
+            .into_iter()
+            .map(ListedInstance::from)
+            .collect())
     }
 
     async fn instance_types(
@@ -689,7 +695,7 @@ mod tests {
             .unwrap();
         let id = instance.provider_id.clone();
         assert_eq!(fake.get(&id).await.unwrap(), Some(instance.clone()));
-        assert_eq!(fake.list().await.unwrap(), [instance]);
+        assert_eq!(fake.list().await.unwrap(), [ListedInstance::from(instance)]);
         assert_eq!(fake.delete(&id).await.unwrap(), DeleteOutcome::Terminating);
         assert_eq!(fake.delete(&id).await.unwrap(), DeleteOutcome::Gone);
         assert_eq!(fake.get(&id).await.unwrap(), None);

@@ -8,7 +8,7 @@
 //!
 //! It dereferences to the provider, so a provider's own methods stay in reach.
 
-use super::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::{CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId};
 use crate::apis::{NodeClaim, NodeClassReference, labels};
 use crate::metrics::{CloudCallLabels, CloudErrorLabels, Metrics};
 use crate::scheduling::InstanceType;
@@ -132,7 +132,7 @@ impl<P: CloudProvider> CloudProvider for Metered<P> {
         self.measure("Get", String::new, self.inner.get(id)).await
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<ListedInstance>, CloudError> {
         // List covers every NodePool: no single one to label (as upstream).
         self.measure("List", String::new, self.inner.list()).await
     }

@@ -27,6 +27,6 @@ pub mod repair;
 pub use metered::Metered;
 pub use provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, KubeletIdentity,
-    ProviderId,
+    ListedInstance, ProviderId,
 };
 pub use repair::RepairPolicy;

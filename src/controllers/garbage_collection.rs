@@ -11,7 +11,7 @@
 use super::{Context, Error, conditions};
 use crate::apis::NodeClaim;
 use crate::apis::nodeclaim::conditions as cond;
-use crate::cloud::{CloudProvider, Instance, ProviderId};
+use crate::cloud::{CloudProvider, ListedInstance, ProviderId};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -63,7 +63,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 /// period that no NodeClaim owns, and returns how many it deleted.
 pub async fn collect<P: CloudProvider>(
     ctx: &Context<P>,
-    instances: &[Instance],
+    instances: &[ListedInstance],
 ) -> Result<usize, Error> {
     // Read the claims after the instances: a claim created in between is then seen, never the
     // other way round.
@@ -121,7 +121,7 @@ pub async fn collect<P: CloudProvider>(
 /// with a `get` of its own. Returns how many it deleted.
 pub async fn collect_claims_without_instances<P: CloudProvider>(
     ctx: &Context<P>,
-    instances: &[Instance],
+    instances: &[ListedInstance],
 ) -> Result<usize, Error> {
     let listed: HashMap<String, bool> = instances
         .iter()

@@ -851,7 +851,7 @@ async fn two_clusters_of_one_name_in_one_project_never_see_each_others_vms_or_te
     ] {
         assert_eq!(vm["labels"][key], value, "label {key}");
     }
-    let ids = |list: Vec<karpenter_core::cloud::Instance>| {
+    let ids = |list: Vec<karpenter_core::cloud::ListedInstance>| {
         list.into_iter().map(|i| i.provider_id).collect::<Vec<_>>()
     };
     assert_eq!(

@@ -25,7 +25,9 @@ pub mod price_feed;
 pub mod pricing;
 pub mod userdata;
 
-use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::provider::{
+    CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
+};
 use super::unavailable::{self, UnavailableOfferings};
 use crate::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use crate::scheduling::InstanceType;
@@ -937,7 +939,7 @@ impl CloudProvider for AwsProvider {
         Ok(self.instance_from_ec2(&instance, &snapshot))
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<ListedInstance>, CloudError> {
         let filters = vec![
             self.cluster_filter(),
             Filter::builder()
@@ -958,6 +960,7 @@ impl CloudProvider for AwsProvider {
         Ok(instances
             .iter()
             .filter_map(|i| self.instance_from_ec2(i, &snapshot))
+            .map(ListedInstance::from)
             .collect())
     }
 

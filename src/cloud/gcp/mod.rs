@@ -22,7 +22,9 @@ pub mod nodeclass;
 
 pub use node_template::NodeTemplate;
 
-use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::provider::{
+    CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
+};
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{GCENodeClass, GCENodeClassStatus, NodeClaim, NodeClassReference, labels};
 use crate::cloud::gcp_prices;
@@ -986,7 +988,7 @@ impl CloudProvider for GcpProvider {
         self.instance_by_name(zone, name).await
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<ListedInstance>, CloudError> {
         let filter = format!(
             "(labels.{CLUSTER_LABEL} = \"{}\") AND (labels.{NODE_POOL_LABEL}:*)",
             gce_label_value(&self.config.cluster_name)
@@ -1017,6 +1019,7 @@ impl CloudProvider for GcpProvider {
             .iter()
             .filter(|i| self.config.owns_labels(&i.labels))
             .filter_map(|i| self.instance_from_api(i, &snapshot))
+            .map(ListedInstance::from)
             .collect())
     }
 

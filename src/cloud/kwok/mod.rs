@@ -9,7 +9,9 @@
 
 pub mod catalogue;
 
-use super::provider::{CloudError, CloudProvider, DeleteOutcome, Instance, ProviderId};
+use super::provider::{
+    CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
+};
 use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
 use crate::resources::ResourceList;
 use crate::scheduling::InstanceType;
@@ -20,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Nodes per page when listing the simulated instances (client-go's pager default).
@@ -357,7 +359,7 @@ impl CloudProvider for KwokProvider {
         Ok(node.as_ref().and_then(|n| self.instance_from_node(n)))
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+    async fn list(&self) -> Result<Vec<ListedInstance>, CloudError> {
         let selector = format!(
             "{}={},{}",
             labels::KWOK_NODE,
@@ -368,12 +370,6 @@ impl CloudProvider for KwokProvider {
         // body and every decoded Node at once, thousands of them on a large simulated fleet.
         // Metadata only: a page of whole Nodes (conditions, images, the kubelet's status) was
         // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`).
-        // A simulated node's resources are its type's in the catalogue, as `create` made them.
-        let by_name: HashMap<&str, &InstanceType> = self
-            .catalogue
-            .iter()
-            .map(|it| (it.name.as_str(), it))
-            .collect();
         let mut params = ListParams::default().labels(&selector).limit(LIST_PAGE);
         let mut instances = Vec::new();
         loop {
@@ -382,17 +378,20 @@ impl CloudProvider for KwokProvider {
                 .list_metadata(&params)
                 .await
                 .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
-            instances.extend(page.items.iter().filter_map(|n| {
-                let of_type = n
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::INSTANCE_TYPE))
-                    .and_then(|t| by_name.get(t.as_str()));
-                let (capacity, allocatable) = of_type
-                    .map(|it| (it.capacity.clone(), it.allocatable()))
-                    .unwrap_or_default();
-                self.instance_from_metadata(&n.metadata, capacity, allocatable)
+            instances.extend(page.items.into_iter().filter_map(|n| {
+                let mut labels = n.metadata.labels?;
+                if labels.get(labels::KWOK_NODE).map(String::as_str) != Some(labels::KWOK_NODE_FAKE)
+                {
+                    return None;
+                }
+                Some(ListedInstance {
+                    provider_id: ProviderId::Kwok {
+                        name: n.metadata.name?,
+                    },
+                    node_claim: labels.remove(NODE_CLAIM_LABEL),
+                    created: n.metadata.creation_timestamp.map(|t| t.0),
+                    terminating: n.metadata.deletion_timestamp.is_some(),
+                })
             }));
             match page.metadata.continue_.filter(|token| !token.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
