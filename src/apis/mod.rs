@@ -18,6 +18,7 @@ pub mod gcenodeclass;
 mod human_duration;
 pub mod kwoknodeclass;
 pub mod labels;
+pub mod metadata_list;
 pub mod nodeclaim;
 pub mod nodepool;
 mod nodepool_hash;

@@ -12,21 +12,31 @@ pub mod catalogue;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
-use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
+use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels, metadata_list};
 use crate::resources::ResourceList;
 use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Nodes per page when listing the simulated instances (client-go's pager default).
-const LIST_PAGE: u32 = 500;
+/// What listing the simulated instances reads of each Node.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedMeta {
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
+}
 
 /// Upstream's simulated node fault (`KWOKUnhealthyCondition` in its kwok provider).
 pub const KWOK_UNHEALTHY: &str = "KWOKUnhealthy";
@@ -34,6 +44,7 @@ pub const KWOK_UNHEALTHY: &str = "KWOKUnhealthy";
 /// Launches Node objects for kwok to animate.
 #[derive(Clone)]
 pub struct KwokProvider {
+    client: Client,
     nodes: Api<Node>,
     node_classes: Api<KWOKNodeClass>,
     catalogue: Arc<[InstanceType]>,
@@ -49,7 +60,8 @@ impl KwokProvider {
     pub fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
         Self {
             nodes: Api::all(client.clone()),
-            node_classes: Api::all(client),
+            node_classes: Api::all(client.clone()),
+            client,
             catalogue: catalogue.into(),
         }
     }
@@ -366,38 +378,28 @@ impl CloudProvider for KwokProvider {
             labels::KWOK_NODE_FAKE,
             NODE_CLAIM_LABEL
         );
-        // In pages, as client-go's pager lists (500 a page): an unpaged answer holds the whole
-        // body and every decoded Node at once, thousands of them on a large simulated fleet.
         // Metadata only: a page of whole Nodes (conditions, images, the kubelet's status) was
-        // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`).
-        let mut params = ListParams::default().labels(&selector).limit(LIST_PAGE);
-        let mut instances = Vec::new();
-        loop {
-            let page = self
-                .nodes
-                .list_metadata(&params)
-                .await
-                .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
-            instances.extend(page.items.into_iter().filter_map(|n| {
-                let mut labels = n.metadata.labels?;
-                if labels.get(labels::KWOK_NODE).map(String::as_str) != Some(labels::KWOK_NODE_FAKE)
-                {
-                    return None;
-                }
-                Some(ListedInstance {
-                    provider_id: ProviderId::Kwok {
-                        name: n.metadata.name?,
-                    },
-                    node_claim: labels.remove(NODE_CLAIM_LABEL),
-                    created: n.metadata.creation_timestamp.map(|t| t.0),
-                    terminating: n.metadata.deletion_timestamp.is_some(),
-                })
-            }));
-            match page.metadata.continue_.filter(|token| !token.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(instances),
-            }
-        }
+        // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`);
+        // and of the metadata only what a listing holds, in pages (see `apis::metadata_list`):
+        // kwok's managed fields on a Node are larger decoded than the rest of it.
+        let listed: Vec<ListedMeta> = metadata_list::list_metadata::<Node, _>(
+            &self.client,
+            &ListParams::default().labels(&selector),
+        )
+        .await
+        .map_err(|e| CloudError::api("listing the simulated nodes", e))?;
+        Ok(listed
+            .into_iter()
+            .filter(|n| {
+                n.labels.get(labels::KWOK_NODE).map(String::as_str) == Some(labels::KWOK_NODE_FAKE)
+            })
+            .map(|mut n| ListedInstance {
+                provider_id: ProviderId::Kwok { name: n.name },
+                node_claim: n.labels.remove(NODE_CLAIM_LABEL),
+                created: n.creation_timestamp.map(|t| t.0),
+                terminating: n.deletion_timestamp.is_some(),
+            })
+            .collect())
     }
 
     /// The catalogue, for a KWOKNodeClass that exists (as upstream's kwok provider resolves
