@@ -78,8 +78,8 @@ impl Notices {
     }
 
     /// Publishes `event` about `regarding` as a new Event, without remembering it: for Events
-    /// that happen once to an object (a claim launched, an instance found gone, a claim
-    /// expired). kube's [`Recorder`] keeps every Event it published for six minutes, to fold a
+    /// that happen once to an object (the lifecycle's: a claim launched, its launch failing
+    /// for a new reason, its instance found gone). kube's [`Recorder`] keeps every Event it published for six minutes, to fold a
     /// repeat into its series; at ~2.4 KB an Event, that was 12 MiB of the agent's heap in a
     /// 5,000-node scale-out (heaptrack, `tests/agent/heap.sh`), for repeats that never come.
     /// Failures are logged, not returned.
