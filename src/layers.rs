@@ -1,5 +1,5 @@
 //! The layer rule, checked by reading the source: every `crate::…` path in library code must
-//! point down. From the bottom: `resources`, `metrics` and `proxy`; `apis`; `scheduling` (pure: no client,
+//! point down. From the bottom: `resources`, `metrics`, `proxy` and `interner`; `apis`; `scheduling` (pure: no client,
 //! no cloud SDK, no async) and `convert` (manifests of retired API versions to v1, pure); `cloud` (the provider seam and SDK calls, no Kubernetes writes);
 //! `state` (watched stores and the pure step from them to the scheduler's input); `disruption`
 //! (the pure decisions of which nodes to give back); `explain` (pure facts) `simulate` (a plan and its price for manifests, pure) and `migrate` (Cluster Autoscaler's node groups as NodePools, pure); `controllers` and `setup` on top, side by side, neither importing the other.
@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("resources", 0),
     ("metrics", 0),
     ("proxy", 0),
+    ("interner", 0),
     ("apis", 1),
     ("scheduling", 2),
     ("convert", 2),

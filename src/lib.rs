@@ -11,6 +11,7 @@ pub mod controllers;
 pub mod convert;
 pub mod disruption;
 pub mod explain;
+pub mod interner;
 #[cfg(test)]
 mod layers;
 pub mod metrics;

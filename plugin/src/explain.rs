@@ -13,6 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
 use karpenter_core::explain::{self, ClaimExplanation, human_duration, provisioned_for};
+use karpenter_core::state::CachedNode;
 use kube::api::{Api, ListParams};
 use std::fmt::Write as _;
 
@@ -261,7 +262,7 @@ pub async fn fetch(
         explain::Cluster {
             node_pools: pool,
             node_claims,
-            nodes: node,
+            nodes: node.into_iter().map(CachedNode::from).collect(),
             pods,
             events,
             pod_disruption_budgets: pdbs,

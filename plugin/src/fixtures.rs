@@ -4,10 +4,11 @@
 
 #![allow(clippy::expect_used)]
 
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
 use karpenter_core::explain::Cluster;
+use karpenter_core::state::CachedNode;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -68,7 +69,7 @@ pub fn our_claim(name: &str, instance_type: &str, node: Option<&str>, created: &
     }))
 }
 
-fn node(name: &str, price: Option<&str>, created: &str) -> Node {
+fn node(name: &str, price: Option<&str>, created: &str) -> CachedNode {
     let mut node_labels = serde_json::Map::new();
     if let Some(p) = price {
         node_labels.insert(labels::INSTANCE_PRICE.to_owned(), json!(p));
@@ -172,7 +173,7 @@ pub fn upstream_cluster() -> Cluster {
             "conditions": conditions("2026-03-02T09:00:30Z", true),
         },
     }));
-    let node: Node = object(json!({
+    let node: CachedNode = object(json!({
         "metadata": {"name": "ip-10-0-1-23.eu-west-1.compute.internal", "creationTimestamp": "2026-03-02T09:01:00Z",
             "labels": {labels::NODE_POOL: "general", labels::INSTANCE_TYPE: "m6i.large", labels::CAPACITY_TYPE: "spot", labels::ZONE: "eu-west-1b"}},
         "spec": {"providerID": "aws:///eu-west-1b/i-0abc"},

@@ -17,6 +17,7 @@ use karpenter_core::migrate::{self, Cloud, NodeGroup};
 use karpenter_core::scheduling::InstanceType;
 use karpenter_core::setup::manifests::Manifest;
 use karpenter_core::simulate::{self, Workloads};
+use karpenter_core::state::CachedNode;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::path::PathBuf;
@@ -317,12 +318,15 @@ fn prices(
         .iter()
         .flat_map(|g| g.nodes.iter().map(String::as_str))
         .collect();
-    let group_nodes: Vec<std::sync::Arc<Node>> = nodes
-        .iter()
-        .filter(|n| in_groups.contains(n.metadata.name.as_deref().unwrap_or_default()))
-        .cloned()
-        .map(std::sync::Arc::new)
-        .collect();
+    let group_nodes: Vec<std::sync::Arc<CachedNode>> = CachedNode::all(
+        nodes
+            .iter()
+            .filter(|n| in_groups.contains(n.metadata.name.as_deref().unwrap_or_default()))
+            .cloned(),
+    )
+    .into_iter()
+    .map(std::sync::Arc::new)
+    .collect();
     let today = simulate::fleet(&group_nodes, catalogue);
     let mut workloads = Workloads::default();
     let mut daemon_sets = std::collections::BTreeSet::new();

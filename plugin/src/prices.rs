@@ -11,6 +11,7 @@ use karpenter_core::cloud::gcp_prices;
 use karpenter_core::cloud::kwok::catalogue;
 use karpenter_core::explain::ListPrices;
 use karpenter_core::scheduling::InstanceType;
+use karpenter_core::state::CachedNode;
 use std::sync::OnceLock;
 
 fn shipped() -> &'static [InstanceType] {
@@ -50,24 +51,41 @@ fn price(instance_type: &str, capacity_type: &str, region: &str) -> Option<f64> 
         })
 }
 
+/// An object whose labels say what it runs: a claim's metadata or a Node.
+pub trait Labelled {
+    /// The value of the label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labelled for ObjectMeta {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+impl Labelled for CachedNode {
+    fn label(&self, key: &str) -> Option<&str> {
+        CachedNode::label(self, key)
+    }
+}
+
 /// The list prices of what `objects` (claims and nodes) run, by their instance type, capacity
 /// type and region labels.
-pub fn list_prices<'a>(objects: impl IntoIterator<Item = &'a ObjectMeta>) -> ListPrices {
+pub fn list_prices<'a, L: Labelled + ?Sized + 'a>(
+    objects: impl IntoIterator<Item = &'a L>,
+) -> ListPrices {
     let mut out = ListPrices::new();
-    for meta in objects {
-        let Some(object_labels) = meta.labels.as_ref() else {
+    for object in objects {
+        let Some(instance_type) = object.label(labels::INSTANCE_TYPE) else {
             continue;
         };
-        let Some(instance_type) = object_labels.get(labels::INSTANCE_TYPE) else {
-            continue;
-        };
-        let capacity_type = object_labels
-            .get(labels::CAPACITY_TYPE)
-            .map_or(labels::CAPACITY_TYPE_ON_DEMAND, String::as_str);
-        let region = object_labels
-            .get(labels::REGION)
-            .map_or(pricing::FALLBACK_REGION, String::as_str);
-        let key = (instance_type.clone(), capacity_type.to_owned());
+        let capacity_type = object
+            .label(labels::CAPACITY_TYPE)
+            .unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
+        let region = object
+            .label(labels::REGION)
+            .unwrap_or(pricing::FALLBACK_REGION);
+        let key = (instance_type.to_owned(), capacity_type.to_owned());
         if out.contains_key(&key) {
             continue;
         }

@@ -22,8 +22,8 @@ use karpenter_core::disruption;
 use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
 use karpenter_core::simulate::disruption::DisruptionPlan;
 use karpenter_core::simulate::{self, Report};
-use karpenter_core::state::CachedPod;
 use karpenter_core::state::input::{Catalogues, Snapshot};
+use karpenter_core::state::{CachedNode, CachedPod};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -275,14 +275,16 @@ pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Resu
         .into_iter()
         .map(|p| Arc::new(CachedPod::from(p)))
         .collect();
-    let nodes: Vec<Arc<Node>> = Api::<Node>::all(client.clone())
-        .list(&list)
-        .await
-        .context("listing nodes")?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect();
+    let nodes: Vec<Arc<CachedNode>> = CachedNode::all(
+        Api::<Node>::all(client.clone())
+            .list(&list)
+            .await
+            .context("listing nodes")?
+            .items,
+    )
+    .into_iter()
+    .map(Arc::new)
+    .collect();
     let claims: Vec<Arc<NodeClaim>> = Api::<NodeClaim>::all(client.clone())
         .list(&list)
         .await

@@ -116,7 +116,7 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
     Ok(explain::Cluster {
         node_pools,
         node_claims,
-        nodes,
+        nodes: karpenter_core::state::CachedNode::all(nodes),
         pods,
         events,
         pod_disruption_budgets: Vec::new(),

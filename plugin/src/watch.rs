@@ -9,15 +9,17 @@
 
 use crate::cluster::Cluster;
 use crate::output::{Format, node_claim_name};
+use crate::prices::Labelled;
 use crate::status::{StatusArgs, claim_headers, claim_row};
 use crate::table::{Table, render_row};
 use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
+use karpenter_core::interner::Interner;
+use karpenter_core::state::CachedNode;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -75,28 +77,6 @@ impl PodChange {
     }
 }
 
-/// A Node cut to what a claim's row reads of it (name, labels, provider id, conditions): the
-/// watch holds every Node for as long as it runs.
-fn trim(node: Node) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: node.metadata.name,
-            labels: node.metadata.labels,
-            creation_timestamp: node.metadata.creation_timestamp,
-            deletion_timestamp: node.metadata.deletion_timestamp,
-            ..ObjectMeta::default()
-        },
-        spec: node.spec.map(|s| NodeSpec {
-            provider_id: s.provider_id,
-            ..NodeSpec::default()
-        }),
-        status: node.status.map(|s| NodeStatus {
-            conditions: s.conditions,
-            ..NodeStatus::default()
-        }),
-    }
-}
-
 /// What a row shows that can change; a new row prints when it does.
 fn row_key(s: &ClaimSummary) -> (String, Option<String>, Option<String>) {
     (
@@ -110,9 +90,12 @@ fn row_key(s: &ClaimSummary) -> (String, Option<String>, Option<String>) {
 struct Follow {
     node_pool: Option<String>,
     claims: BTreeMap<String, NodeClaim>,
-    nodes: HashMap<String, Node>,
+    nodes: HashMap<String, CachedNode>,
     node_by_provider_id: HashMap<String, String>,
     shown: BTreeMap<String, ClaimSummary>,
+    /// The Nodes' shared label and condition strings: the watch holds every Node for as long
+    /// as it runs.
+    strings: Interner,
 }
 
 impl Follow {
@@ -124,6 +107,7 @@ impl Follow {
             nodes: HashMap::new(),
             node_by_provider_id: HashMap::new(),
             shown: BTreeMap::new(),
+            strings: Interner::default(),
         };
         for node in &snapshot.nodes {
             follow.put_node(node.clone());
@@ -152,17 +136,21 @@ impl Follow {
             .is_none_or(|wanted| pool == Some(wanted))
     }
 
-    fn put_node(&mut self, node: Node) {
-        let node = trim(node);
-        let name = node.metadata.name.clone().unwrap_or_default();
-        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) {
+    /// What the watch keeps of a Node it was sent.
+    fn cached(&mut self, node: Node) -> CachedNode {
+        CachedNode::new(node, &mut self.strings)
+    }
+
+    fn put_node(&mut self, node: CachedNode) {
+        let name = node.name.clone();
+        if let Some(id) = node.provider_id.clone() {
             self.node_by_provider_id.insert(id, name.clone());
         }
         self.nodes.insert(name, node);
     }
 
     /// The claim's Node: by provider id, else by `status.nodeName`.
-    fn node_of(&self, claim: &NodeClaim) -> Option<&Node> {
+    fn node_of(&self, claim: &NodeClaim) -> Option<&CachedNode> {
         let status = claim.status.as_ref()?;
         status
             .provider_id
@@ -176,7 +164,8 @@ impl Follow {
         let claim = self.claims.get(name)?;
         let node = self.node_of(claim);
         let list = crate::prices::list_prices(
-            std::iter::once(&claim.metadata).chain(node.map(|n| &n.metadata)),
+            std::iter::once(&claim.metadata as &dyn Labelled)
+                .chain(node.map(|n| n as &dyn Labelled)),
         );
         Some(explain::claim_summary(claim, node, &list))
     }
@@ -210,7 +199,8 @@ impl Follow {
             (Some(claim), _) => {
                 let node = self.node_of(&claim);
                 let list = crate::prices::list_prices(
-                    std::iter::once(&claim.metadata).chain(node.map(|n| &n.metadata)),
+                    std::iter::once(&claim.metadata as &dyn Labelled)
+                        .chain(node.map(|n| n as &dyn Labelled)),
                 );
                 Some(explain::claim_summary(&claim, node, &list))
             }
@@ -219,9 +209,9 @@ impl Follow {
     }
 
     /// Names of the claims whose row reads `node`.
-    fn claims_on(&self, node: &Node) -> Vec<String> {
-        let name = node.metadata.name.as_deref();
-        let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    fn claims_on(&self, node: &CachedNode) -> Vec<String> {
+        let name = Some(node.name.as_str());
+        let id = node.provider_id.as_deref();
         self.claims
             .iter()
             .filter(|(_, c)| {
@@ -234,7 +224,7 @@ impl Follow {
     }
 
     /// A Node was created or changed: the rows of its claims that changed with it.
-    fn node_seen(&mut self, node: Node) -> Vec<ClaimSummary> {
+    fn node_seen(&mut self, node: CachedNode) -> Vec<ClaimSummary> {
         let affected = self.claims_on(&node);
         self.put_node(node);
         affected.iter().filter_map(|c| self.refresh(c)).collect()
@@ -245,7 +235,7 @@ impl Follow {
         let Some(node) = self.nodes.remove(name) else {
             return Vec::new();
         };
-        if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+        if let Some(id) = node.provider_id.as_deref()
             && self.node_by_provider_id.get(id).map(String::as_str) == Some(name)
         {
             self.node_by_provider_id.remove(id);
@@ -450,7 +440,8 @@ pub async fn run(
             }
             Change::Node(Event::Seen(node)) => {
                 nodes_in_init.insert(node.metadata.name.clone().unwrap_or_default());
-                for s in follow.node_seen(*node) {
+                let node = follow.cached(*node);
+                for s in follow.node_seen(node) {
                     screen.show(&s, now);
                 }
             }
@@ -516,7 +507,7 @@ mod tests {
             .collect()
     }
 
-    fn ready_claim_and_node() -> (explain::Cluster, String, Node) {
+    fn ready_claim_and_node() -> (explain::Cluster, String, CachedNode) {
         let cluster = fixtures::cluster();
         let claim = cluster
             .node_claims
@@ -531,7 +522,7 @@ mod tests {
         let node = cluster
             .nodes
             .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(&node_name))
+            .find(|n| n.name == node_name)
             .expect("its node")
             .clone();
         (
@@ -541,14 +532,9 @@ mod tests {
         )
     }
 
-    fn set_ready(node: &mut Node, status: &str) {
-        let conditions = node
-            .status
-            .get_or_insert_with(Default::default)
-            .conditions
-            .get_or_insert_with(Vec::new);
-        for c in conditions.iter_mut().filter(|c| c.type_ == "Ready") {
-            c.status = status.to_owned();
+    fn set_ready(node: &mut CachedNode, status: &str) {
+        for c in node.conditions.iter_mut().filter(|c| &*c.type_ == "Ready") {
+            c.status = status.into();
         }
     }
 
@@ -579,7 +565,7 @@ mod tests {
     fn a_deleted_node_changes_its_claims_row() {
         let (cluster, claim, node) = ready_claim_and_node();
         let mut follow = Follow::new(&cluster, None);
-        let rows = follow.node_gone(node.metadata.name.as_deref().expect("name"));
+        let rows = follow.node_gone(&node.name);
         assert_eq!(named(&rows), [(claim, "NotReady(NodeDeleted)".to_owned())]);
     }
 
@@ -611,10 +597,6 @@ mod tests {
         let (cluster, _, node) = ready_claim_and_node();
         let mut follow = Follow::new(&cluster, Some("no-such-pool".to_owned()));
         assert!(follow.shown.is_empty());
-        assert!(
-            follow
-                .node_gone(node.metadata.name.as_deref().expect("name"))
-                .is_empty()
-        );
+        assert!(follow.node_gone(&node.name).is_empty());
     }
 }

@@ -7,7 +7,7 @@ use crate::apis::{ConsolidationPolicy, NodeClaim, NodePool, labels};
 use crate::metrics::{
     CreatedLabels, DisruptedLabels, NodeLabels, TerminatedLabels, termination_mode,
 };
-use k8s_openapi::api::core::v1::Node;
+use crate::state::CachedNode;
 use kube::ResourceExt;
 
 fn label(object: &impl ResourceExt, key: &str) -> String {
@@ -84,7 +84,7 @@ impl<P> Context<P> {
     }
 
     /// A Node that registered for one of this agent's claims.
-    pub fn count_node_created(&self, node: &Node) {
+    pub fn count_node_created(&self, node: &CachedNode) {
         self.metrics
             .nodes_created
             .get_or_create(&node_labels(node))
@@ -92,7 +92,7 @@ impl<P> Context<P> {
     }
 
     /// A Node that termination deleted.
-    pub fn count_node_terminated(&self, node: &Node) {
+    pub fn count_node_terminated(&self, node: &CachedNode) {
         self.metrics
             .nodes_terminated
             .get_or_create(&node_labels(node))
@@ -100,9 +100,10 @@ impl<P> Context<P> {
     }
 }
 
-fn node_labels(node: &Node) -> NodeLabels {
+fn node_labels(node: &CachedNode) -> NodeLabels {
+    let label = |key| node.label(key).unwrap_or_default().to_owned();
     NodeLabels {
-        nodepool: label(node, labels::NODE_POOL),
-        zone: label(node, labels::ZONE),
+        nodepool: label(labels::NODE_POOL),
+        zone: label(labels::ZONE),
     }
 }

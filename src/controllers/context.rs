@@ -5,9 +5,8 @@ use super::{FIELD_MANAGER, Notices, OwnWrites, Settings};
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::scheduling::VolumeTopology;
-use crate::state::CachedPod;
+use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -19,7 +18,7 @@ pub struct Context<P> {
     pub client: Client,
     pub provider: Arc<P>,
     pub claims: Store<NodeClaim>,
-    pub nodes: Store<Node>,
+    pub nodes: Store<CachedNode>,
     pub pools: Store<NodePool>,
     pub pods: Store<CachedPod>,
     pub recorder: Recorder,
@@ -56,7 +55,7 @@ impl<P: CloudProvider> Context<P> {
         client: Client,
         provider: Arc<P>,
         claims: Store<NodeClaim>,
-        nodes: Store<Node>,
+        nodes: Store<CachedNode>,
         pools: Store<NodePool>,
         pods: Store<CachedPod>,
         settings: Settings,
@@ -122,10 +121,10 @@ impl<P: CloudProvider> Context<P> {
     }
 
     /// The Node whose providerID is `provider_id`, if the reflector has seen one.
-    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<CachedNode>> {
         self.nodes
             .state()
             .into_iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+            .find(|n| n.provider_id.as_deref() == Some(provider_id))
     }
 }

@@ -53,7 +53,7 @@ pub use settings::Settings;
 
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::{CloudProvider, Metered};
-use crate::state::{CachedPod, pod_cache, trim_claim, trim_node};
+use crate::state::{CachedNode, CachedPod, pod_cache, trim_claim};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -192,6 +192,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
     // Every cloud call the loops make is timed and its errors counted, as upstream's decorator.
     let provider = Arc::new(Metered::new(provider, metrics.clone()));
     use futures::StreamExt;
+    use kube::runtime::reflector::Lookup;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
     use kube::{Api, ResourceExt};
 
@@ -201,7 +202,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
 
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
     let unreadable_claims = lenient_watch::Unreadable::default();
-    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (nodes, nodes_writer) = reflector::store::<CachedNode>();
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (pods, pods_writer) = reflector::store::<CachedPod>();
     let (namespaces, namespaces_writer) = reflector::store::<Namespace>();
@@ -211,31 +212,54 @@ async fn start_reporting<P: CloudProvider + 'static>(
     let (daemon_sets, daemon_sets_writer) = reflector::store::<DaemonSet>();
     let (pdbs, pdbs_writer) = reflector::store::<PodDisruptionBudget>();
 
-    // Each reflector runs as its own task; managed fields are dropped to keep memory down.
+    // A watch of an API kind as its store keeps it: retried with backoff, each object less its
+    // managed fields (which no loop reads) and what `trim` drops.
+    fn trimmed<K>(
+        events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+        trim: impl Fn(&mut K) + Send + Sync + 'static,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + Send + 'static,
+    {
+        events.default_backoff().modify(move |object: &mut K| {
+            object.managed_fields_mut().clear();
+            trim(object);
+        })
+    }
+
+    // The Node watch as its store keeps it: each Node as a `CachedNode`, whose label and
+    // condition strings one table shares among all Nodes (most of a Node's size otherwise).
+    fn cached_nodes(
+        events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<CachedNode>, watcher::Error>> + Send
+    {
+        let mut interner = crate::interner::Interner::default();
+        events.default_backoff().map(move |event| {
+            let mut cache = |node| CachedNode::new(node, &mut interner);
+            event.map(|event| match event {
+                watcher::Event::Apply(node) => watcher::Event::Apply(cache(node)),
+                watcher::Event::Delete(node) => watcher::Event::Delete(cache(node)),
+                watcher::Event::InitApply(node) => watcher::Event::InitApply(cache(node)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            })
+        })
+    }
+
+    // Each reflector runs as its own task.
     fn spawn_reflector<K>(
         health: &Arc<Health>,
         name: &'static str,
         events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
         writer: reflector::store::Writer<K>,
-        trim: impl Fn(&mut K) + Send + Sync + 'static,
         on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
     ) -> (&'static str, tokio::task::JoinHandle<()>)
     where
-        K: kube::Resource
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Lookup + Clone + std::fmt::Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
         let handle = spawn_watched(health, name, async move {
-            let stream = events.default_backoff().modify(move |object: &mut K| {
-                object.managed_fields_mut().clear();
-                trim(object);
-            });
-            reflector::reflector(writer, stream)
+            reflector::reflector(writer, events)
                 .for_each(|event| {
                     match &event {
                         Ok(event) => on_event(event),
@@ -255,14 +279,16 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "NodeClaim watch",
-            lenient_watch::watch(
-                client.clone(),
-                claims.clone(),
-                unreadable_claims.clone(),
-                lenient_watch::report_undecodable::<NodeClaim>(client.clone()),
+            trimmed(
+                lenient_watch::watch(
+                    client.clone(),
+                    claims.clone(),
+                    unreadable_claims.clone(),
+                    lenient_watch::report_undecodable::<NodeClaim>(client.clone()),
+                ),
+                trim_claim,
             ),
             claims_writer,
-            trim_claim,
             {
                 let recent = recent.clone();
                 let pending = pending.clone();
@@ -300,9 +326,11 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Node watch",
-            watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+            cached_nodes(watcher(
+                Api::<Node>::all(client.clone()),
+                watcher::Config::default(),
+            )),
             nodes_writer,
-            trim_node,
             {
                 let claims = claims.clone();
                 move |event| match event {
@@ -320,42 +348,48 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "NodePool watch",
-            lenient_watch::watch(
-                client.clone(),
-                pools.clone(),
-                lenient_watch::Unreadable::default(),
-                lenient_watch::report_undecodable::<NodePool>(client.clone()),
+            trimmed(
+                lenient_watch::watch(
+                    client.clone(),
+                    pools.clone(),
+                    lenient_watch::Unreadable::default(),
+                    lenient_watch::report_undecodable::<NodePool>(client.clone()),
+                ),
+                |_| {},
             ),
             pools_writer,
-            |_| {},
             |_| {},
         ),
         // Namespace labels, for pod (anti-)affinity terms with a `namespaceSelector`.
         spawn_reflector(
             &health,
             "Namespace watch",
-            watcher(
-                Api::<Namespace>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<Namespace>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                |ns: &mut Namespace| {
+                    ns.metadata.annotations = None;
+                    ns.spec = None;
+                    ns.status = None;
+                },
             ),
             namespaces_writer,
-            |ns: &mut Namespace| {
-                ns.metadata.annotations = None;
-                ns.spec = None;
-                ns.status = None;
-            },
             |_| {},
         ),
         // Claims, volumes and classes, for the topology of pods with persistent volumes.
         spawn_reflector(
             &health,
             "PersistentVolumeClaim watch",
-            watcher(
-                Api::<PersistentVolumeClaim>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<PersistentVolumeClaim>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                volumes::trim_claim,
             ),
             volume_claims_writer,
-            volumes::trim_claim,
             {
                 // A claim that gets bound (or created) changes where its pods may go, and the
                 // pods themselves may not change at all: plan them again.
@@ -370,23 +404,27 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "PersistentVolume watch",
-            watcher(
-                Api::<PersistentVolume>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<PersistentVolume>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                volumes::trim_volume,
             ),
             volumes_writer,
-            volumes::trim_volume,
             |_| {},
         ),
         spawn_reflector(
             &health,
             "StorageClass watch",
-            watcher(
-                Api::<StorageClass>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<StorageClass>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                volumes::trim_class,
             ),
             classes_writer,
-            volumes::trim_class,
             |_| {},
         ),
         // DaemonSets (their pods are overhead on every new node) and PodDisruptionBudgets (for
@@ -395,40 +433,46 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "DaemonSet watch",
-            watcher(
-                Api::<DaemonSet>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<DaemonSet>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                |ds: &mut DaemonSet| {
+                    ds.metadata.annotations = None;
+                    ds.status = None;
+                },
             ),
             daemon_sets_writer,
-            |ds: &mut DaemonSet| {
-                ds.metadata.annotations = None;
-                ds.status = None;
-            },
             |_| {},
         ),
         spawn_reflector(
             &health,
             "PodDisruptionBudget watch",
-            watcher(
-                Api::<PodDisruptionBudget>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<PodDisruptionBudget>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                |pdb: &mut PodDisruptionBudget| pdb.metadata.annotations = None,
             ),
             pdbs_writer,
-            |pdb: &mut PodDisruptionBudget| pdb.metadata.annotations = None,
             |_| {},
         ),
         spawn_reflector(
             &health,
             "Pod watch",
-            watcher(
-                Api::<CachedPod>::all(client.clone()),
-                watcher::Config::default(),
+            trimmed(
+                watcher(
+                    Api::<CachedPod>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                {
+                    let shared = pod_cache::SharedSpecs::default();
+                    move |pod: &mut CachedPod| shared.share(pod)
+                },
             ),
             pods_writer,
-            {
-                let shared = pod_cache::SharedSpecs::default();
-                move |pod: &mut CachedPod| shared.share(pod)
-            },
             {
                 let pod_events = pod_events.clone();
                 move |event| match event {

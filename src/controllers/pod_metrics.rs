@@ -5,9 +5,9 @@
 
 use super::Context;
 use crate::apis::labels;
+use crate::interner::Interner;
 use crate::metrics::PodStateLabels;
-use crate::state::CachedPod;
-use k8s_openapi::api::core::v1::Node;
+use crate::state::{CachedNode, CachedPod};
 use kube::ResourceExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,17 +21,17 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
     let mut interval = tokio::time::interval(REFRESH);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut published: HashSet<PodStateLabels> = HashSet::new();
-    let mut strings = Strings::default();
+    let mut strings = Interner::default();
     loop {
         interval.tick().await;
         let _pass = ctx
             .health
             .pass(super::names::POD_METRICS, ctx.settings.stuck_pass_after);
-        let nodes: HashMap<String, Arc<Node>> = ctx
+        let nodes: HashMap<String, Arc<CachedNode>> = ctx
             .nodes
             .state()
             .into_iter()
-            .map(|n| (n.name_any(), n))
+            .map(|n| (n.name.clone(), n))
             .collect();
         let now: HashSet<PodStateLabels> = ctx
             .pods
@@ -57,30 +57,12 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
     }
 }
 
-/// One copy of each label value the series share (a node's name and offering, a phase, an
-/// owner), so that a value on thousands of pods is held once.
-#[derive(Default)]
-pub struct Strings(HashSet<Arc<str>>);
-
-impl Strings {
-    /// The shared copy of `value`.
-    fn get(&mut self, value: &str) -> Arc<str> {
-        if let Some(shared) = self.0.get(value) {
-            return Arc::clone(shared);
-        }
-        let shared: Arc<str> = Arc::from(value);
-        self.0.insert(Arc::clone(&shared));
-        shared
-    }
-
-    /// Drops the values no series holds any more (a node that is gone, a ReplicaSet replaced).
-    fn forget_unused(&mut self) {
-        self.0.retain(|value| Arc::strong_count(value) > 1);
-    }
-}
-
 /// The labels of one pod's series, as upstream's `makeLabels`.
-pub fn pod_state(pod: &CachedPod, node: Option<&Node>, strings: &mut Strings) -> PodStateLabels {
+pub fn pod_state(
+    pod: &CachedPod,
+    node: Option<&CachedNode>,
+    strings: &mut Interner,
+) -> PodStateLabels {
     let owner = pod
         .metadata
         .owner_references
@@ -97,7 +79,7 @@ pub fn pod_state(pod: &CachedPod, node: Option<&Node>, strings: &mut Strings) ->
         })
         .unwrap_or_default();
     let mut node_label = |key: &str| {
-        node.and_then(|n| n.labels().get(key))
+        node.and_then(|n| n.label(key))
             .map(|value| strings.get(value))
             .unwrap_or_default()
     };
@@ -138,7 +120,7 @@ mod tests {
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }))
         .expect("a pod");
-        let node: Node = serde_json::from_value(serde_json::json!({
+        let node: CachedNode = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "node-a", "labels": {
                 "karpenter.sh/nodepool": "default", "topology.kubernetes.io/zone": "us-west-2a",
                 "kubernetes.io/arch": "arm64", "karpenter.sh/capacity-type": "spot",
@@ -146,7 +128,7 @@ mod tests {
         }))
         .expect("a node");
         assert_eq!(
-            pod_state(&pod, Some(&node), &mut Strings::default()),
+            pod_state(&pod, Some(&node), &mut Interner::default()),
             PodStateLabels {
                 name: "web-1".into(),
                 namespace: "shop".into(),
@@ -173,7 +155,7 @@ mod tests {
             "status": {"phase": "Pending"},
         }))
         .expect("a pod");
-        let labels = pod_state(&pod, None, &mut Strings::default());
+        let labels = pod_state(&pod, None, &mut Interner::default());
         assert_eq!(
             (
                 labels.scheduled,
@@ -196,7 +178,7 @@ mod tests {
         let metrics = crate::metrics::Metrics::new();
         metrics
             .pods_state
-            .get_or_create(&pod_state(&pod, None, &mut Strings::default()))
+            .get_or_create(&pod_state(&pod, None, &mut Interner::default()))
             .set(1);
         let text = metrics.encode().expect("the exposition");
         let series = text
@@ -212,12 +194,12 @@ mod tests {
 
     #[test]
     fn pods_on_one_node_share_its_labels_and_a_gone_node_is_forgotten() {
-        let node: Node = serde_json::from_value(serde_json::json!({
+        let node: CachedNode = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "us-west-2a"}},
         }))
         .expect("a node");
-        let mut strings = Strings::default();
-        let on_node = |name: &str, strings: &mut Strings| {
+        let mut strings = Interner::default();
+        let on_node = |name: &str, strings: &mut Interner| {
             let pod: CachedPod = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "namespace": "shop"},
                 "spec": {"nodeName": "node-a", "containers": [{"name": "app"}]},
@@ -229,6 +211,6 @@ mod tests {
         assert!(Arc::ptr_eq(&a.zone, &b.zone) && Arc::ptr_eq(&a.node, &b.node));
         drop((a, b));
         strings.forget_unused();
-        assert!(strings.0.is_empty());
+        assert!(strings.is_empty());
     }
 }

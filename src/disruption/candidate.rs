@@ -8,8 +8,7 @@ use super::candidates::{
     ClaimView, Disruptability, disruptability, is_disrupting, is_reschedulable,
 };
 use crate::apis::{NodeClaim, NodePool, labels};
-use crate::state::{CachedPod, Snapshot};
-use k8s_openapi::api::core::v1::Node;
+use crate::state::{CachedNode, CachedPod, Snapshot};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashMap;
@@ -22,7 +21,7 @@ pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost"
 #[derive(Clone, Debug)]
 pub struct Candidate<'a> {
     pub claim: &'a NodeClaim,
-    pub node: Option<&'a Node>,
+    pub node: Option<&'a CachedNode>,
     pub pool: Option<&'a NodePool>,
     /// The pods that would have to move (see [`is_reschedulable`]).
     pub pods: Vec<&'a CachedPod>,
@@ -52,9 +51,7 @@ impl Candidate<'_> {
 
     /// Its Node's name.
     pub fn node_name(&self) -> &str {
-        self.node
-            .and_then(|n| n.metadata.name.as_deref())
-            .unwrap_or_default()
+        self.node.map(|n| n.name.as_str()).unwrap_or_default()
     }
 }
 
@@ -94,11 +91,11 @@ pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
     ((total - age) / total).clamp(0.0, 1.0)
 }
 
-fn label(claim: &NodeClaim, node: Option<&Node>, key: &str) -> String {
-    node.and_then(|n| n.metadata.labels.as_ref()?.get(key))
-        .or_else(|| claim.metadata.labels.as_ref()?.get(key))
-        .cloned()
+fn label(claim: &NodeClaim, node: Option<&CachedNode>, key: &str) -> String {
+    node.and_then(|n| n.label(key))
+        .or_else(|| claim.metadata.labels.as_ref()?.get(key).map(String::as_str))
         .unwrap_or_default()
+        .to_owned()
 }
 
 /// Judges every claim of the snapshot: its node and pods, what blocks it, its price and
@@ -108,10 +105,10 @@ pub fn candidates<'a>(
     pdbs: &[PodDisruptionBudget],
     now: Timestamp,
 ) -> Vec<Candidate<'a>> {
-    let nodes_by_provider_id: HashMap<&str, &Node> = snapshot
+    let nodes_by_provider_id: HashMap<&str, &CachedNode> = snapshot
         .nodes
         .iter()
-        .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n.as_ref())))
+        .filter_map(|n| Some((n.provider_id.as_deref()?, n.as_ref())))
         .collect();
     let mut pods_by_node: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
     for pod in snapshot.pods.iter() {
@@ -124,7 +121,7 @@ pub fn candidates<'a>(
         .iter()
         .filter_map(|p| Some((p.metadata.name.as_deref()?, p.as_ref())))
         .collect();
-    let node_of = |claim: &NodeClaim| -> Option<&'a Node> {
+    let node_of = |claim: &NodeClaim| -> Option<&'a CachedNode> {
         let id = claim.status.as_ref()?.provider_id.as_deref()?;
         nodes_by_provider_id.get(id).copied()
     };
@@ -168,8 +165,7 @@ pub fn candidates<'a>(
                 .map(String::as_str);
             let pool = pool_name.and_then(|p| pools.get(p).copied());
             let all_pods: &[&CachedPod] = node
-                .and_then(|n| n.metadata.name.as_deref())
-                .and_then(|n| pods_by_node.get(n))
+                .and_then(|n| pods_by_node.get(n.name.as_str()))
                 .map_or(&[], Vec::as_slice);
             let pool_claims = pool_name
                 .and_then(|p| claims_by_pool.get(p))

@@ -15,8 +15,7 @@ use crate::apis::{
     ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, human_duration, labels,
 };
 use crate::scheduling::selector::Selector;
-use crate::state::CachedPod;
-use k8s_openapi::api::core::v1::Node;
+use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -95,11 +94,10 @@ pub fn is_reschedulable(pod: &CachedPod) -> bool {
 }
 
 /// Whether a node carries the taint of a disruption under way.
-pub fn is_disrupting(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY))
+pub fn is_disrupting(node: &CachedNode) -> bool {
+    node.taints
+        .iter()
+        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
 }
 
 fn annotation<'a>(
@@ -123,7 +121,7 @@ pub struct ClaimView<'a> {
     /// Its NodePool, if it exists.
     pub pool: Option<&'a NodePool>,
     /// Its Node, once registered.
-    pub node: Option<&'a Node>,
+    pub node: Option<&'a CachedNode>,
     /// Every pod bound to its node.
     pub pods: &'a [&'a CachedPod],
     /// Every claim of its pool (itself included).
@@ -220,7 +218,7 @@ pub fn disruptability(
     }
     let node_says = view
         .node
-        .and_then(|n| annotation(&n.metadata, labels::DO_NOT_DISRUPT))
+        .and_then(|n| n.annotation(labels::DO_NOT_DISRUPT))
         .map(|v| ("node", v));
     let claim_says = annotation(&claim.metadata, labels::DO_NOT_DISRUPT).map(|v| ("nodeclaim", v));
     if let Some((on, _)) = node_says.or(claim_says).filter(|(_, v)| *v == "true") {

@@ -18,8 +18,7 @@
 use super::candidate::Candidate;
 use crate::apis::labels;
 use crate::scheduling::{self, NewClaim, Requirement};
-use crate::state::{self, CachedPod, Snapshot};
-use k8s_openapi::api::core::v1::Node;
+use crate::state::{self, CachedNode, CachedPod, Snapshot};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -50,10 +49,10 @@ pub enum Outcome {
 pub fn simulate(snapshot: &Snapshot<'_>, candidates: &[&Candidate<'_>]) -> Outcome {
     let gone_claims: HashSet<&str> = candidates.iter().map(|c| c.name()).collect();
     let gone_nodes: HashSet<&str> = candidates.iter().map(|c| c.node_name()).collect();
-    let nodes: Vec<Arc<Node>> = snapshot
+    let nodes: Vec<Arc<CachedNode>> = snapshot
         .nodes
         .iter()
-        .filter(|n| !gone_nodes.contains(n.metadata.name.as_deref().unwrap_or_default()))
+        .filter(|n| !gone_nodes.contains(n.name.as_str()))
         .cloned()
         .collect();
     let claims: Vec<_> = snapshot

@@ -279,7 +279,7 @@ fn allowances(input: &Input<'_>) -> BTreeMap<(String, DisruptionReason), Allowan
         .nodes
         .iter()
         .filter(|n| is_disrupting(n))
-        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+        .filter_map(|n| n.provider_id.as_deref())
         .collect();
     let disrupting = |c: &NodeClaim| {
         c.status

@@ -3,7 +3,7 @@
 //! judges it (`pkg/controllers/node/health/policy.go`).
 
 use crate::cloud::RepairPolicy;
-use k8s_openapi::api::core::v1::Node;
+use crate::state::CachedNode;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// A node's unhealthy condition, past its toleration.
@@ -29,13 +29,17 @@ impl Unhealthy {
 
 /// The node's condition that makes it due for repair at `now`: of those matching a policy past
 /// its toleration, the one due earliest. `None` when the node is healthy or still tolerated.
-pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Option<Unhealthy> {
-    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+pub fn unhealthy(
+    node: &CachedNode,
+    policies: &[RepairPolicy],
+    now: Timestamp,
+) -> Option<Unhealthy> {
+    let conditions = &node.conditions;
     let mut due: Option<Unhealthy> = None;
     for policy in policies {
         let Some(condition) = conditions
             .iter()
-            .find(|c| c.type_ == policy.condition_type && c.status == policy.condition_status)
+            .find(|c| *c.type_ == *policy.condition_type && *c.status == *policy.condition_status)
         else {
             continue;
         };
@@ -53,8 +57,8 @@ pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Opti
             continue;
         }
         due = Some(Unhealthy {
-            condition_type: condition.type_.clone(),
-            condition_status: condition.status.clone(),
+            condition_type: condition.type_.to_string(),
+            condition_status: condition.status.to_string(),
             since,
             eligible_at,
         });
@@ -64,17 +68,12 @@ pub fn unhealthy(node: &Node, policies: &[RepairPolicy], now: Timestamp) -> Opti
 
 /// Whether any of `node`'s conditions is at a policy's unhealthy status, however long it has
 /// held (upstream counts these for its unhealthy-share guard).
-pub fn matches_any(node: &Node, policies: &[RepairPolicy]) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                policies
-                    .iter()
-                    .any(|p| c.type_ == p.condition_type && c.status == p.condition_status)
-            })
-        })
+pub fn matches_any(node: &CachedNode, policies: &[RepairPolicy]) -> bool {
+    node.conditions.iter().any(|c| {
+        policies
+            .iter()
+            .any(|p| *c.type_ == *p.condition_type && *c.status == *p.condition_status)
+    })
 }
 
 #[cfg(test)]
@@ -84,7 +83,7 @@ mod tests {
     use crate::cloud::repair::kubelet_not_ready;
     use serde_json::json;
 
-    fn node(status: &str, since: &str) -> Node {
+    fn node(status: &str, since: &str) -> CachedNode {
         serde_json::from_value(json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": since}]},

@@ -34,11 +34,8 @@ impl<'a> Room<'a> {
             total: ResourceList::new(),
             snapshot: *snapshot,
         };
-        let node_names: std::collections::HashSet<&str> = snapshot
-            .nodes
-            .iter()
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+        let node_names: std::collections::HashSet<&str> =
+            snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
         let in_flight = snapshot.claims.iter().any(|c| {
             c.status
                 .as_ref()
@@ -61,15 +58,12 @@ impl<'a> Room<'a> {
         }
         let mut free = HashMap::new();
         for node in snapshot.nodes.iter() {
-            let Some(name) = node.metadata.name.as_deref() else {
-                continue;
-            };
-            let allocatable = node
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .map(ResourceList::from_quantities);
-            let Some(Ok(allocatable)) = allocatable else {
+            let name = node.name.as_str();
+            // A Node that has not reported its allocatable yet has no known room.
+            if node.allocatable.is_empty() {
+                return room;
+            }
+            let Ok(allocatable) = ResourceList::from_quantities(&node.allocatable) else {
                 return room;
             };
             let left = allocatable.saturating_sub(used.get(name).unwrap_or(&ResourceList::new()));

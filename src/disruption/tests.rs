@@ -6,8 +6,8 @@ use super::*;
 use crate::apis::{NodeClaim, NodePool};
 use crate::resources::ResourceList;
 use crate::scheduling::{InstanceType, Offering};
-use crate::state::{CachedPod, Catalogues, Snapshot};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::state::{CachedNode, CachedPod, Catalogues, Snapshot};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -72,7 +72,7 @@ fn claim(name: &str, size: u32, capacity_type: &str) -> NodeClaim {
     .unwrap()
 }
 
-fn node(name: &str, size: u32, capacity_type: &str) -> Node {
+fn node(name: &str, size: u32, capacity_type: &str) -> CachedNode {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": format!("c-{size}"),
             "karpenter.sh/capacity-type": capacity_type, "topology.kubernetes.io/zone": "zone-a", "kubernetes.io/hostname": name}},
@@ -107,7 +107,7 @@ type Passed = (
 struct World {
     pools: Vec<Arc<NodePool>>,
     claims: Vec<Arc<NodeClaim>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<CachedNode>>,
     pods: Vec<Arc<CachedPod>>,
     pdbs: Vec<PodDisruptionBudget>,
     catalogues: Catalogues,
@@ -157,16 +157,12 @@ impl World {
 
     /// Sets the node's Ready condition to `status` since `since`.
     fn ready(mut self, name: &str, status: &str, since: &str) -> Self {
-        let node = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .unwrap();
-        let conditions = json!([{"type": "Ready", "status": status, "lastTransitionTime": since}]);
-        Arc::make_mut(node)
-            .status
-            .get_or_insert_default()
-            .conditions = Some(serde_json::from_value(conditions).unwrap());
+        let node = self.nodes.iter_mut().find(|n| n.name == name).unwrap();
+        Arc::make_mut(node).conditions = vec![crate::state::NodeConditionState {
+            type_: "Ready".into(),
+            status: status.into(),
+            last_transition_time: Some(serde_json::from_value(json!(since)).unwrap()),
+        }];
         self
     }
 
@@ -703,9 +699,7 @@ fn do_not_repair_on_the_node_keeps_repair_off_it_and_says_so() {
         .ready("sick", "Unknown", "2026-03-02T09:00:00Z")
         .with_repair();
     Arc::make_mut(&mut world.nodes[0])
-        .metadata
         .annotations
-        .get_or_insert_default()
         .insert("karpenter.sh/do-not-repair".to_owned(), "true".to_owned());
     let input = world.input(&[]);
     let decision = decide(&input);

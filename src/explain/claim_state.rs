@@ -4,7 +4,7 @@
 
 use crate::apis::NodeClaim;
 use crate::apis::nodeclaim::conditions as cond;
-use k8s_openapi::api::core::v1::Node;
+use crate::state::CachedNode;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -86,17 +86,10 @@ const WAITING_REASONS: &[&str] = &[
     "Unknown",
 ];
 
-fn node_is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The state of a claim, from its conditions and its Node. `node` is `None` only when the caller
 /// looked for the Node and found none: an initialized claim whose Node is gone is `NotReady`
 /// (`NodeDeleted`).
-pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
+pub fn claim_state(claim: &NodeClaim, node: Option<&CachedNode>) -> ClaimState {
     let drifted = claim.is_true(cond::DRIFTED);
     let detail_of = |type_: &str| {
         claim
@@ -122,7 +115,7 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
         let claim_not_ready = claim
             .condition(cond::READY)
             .is_some_and(|c| c.status != "True");
-        let node_not_ready = node.is_some_and(|n| !node_is_ready(n));
+        let node_not_ready = node.is_some_and(|n| !n.is_ready());
         let node_deleted =
             node.is_none() && claim.status.as_ref().is_some_and(|s| s.node_name.is_some());
         if node_deleted {
@@ -147,7 +140,7 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&Node>) -> ClaimState {
 }
 
 /// [`claim_state`], also saying whether its `expireAfter` has been reached at `now`.
-pub fn claim_state_at(claim: &NodeClaim, node: Option<&Node>, now: Timestamp) -> ClaimState {
+pub fn claim_state_at(claim: &NodeClaim, node: Option<&CachedNode>, now: Timestamp) -> ClaimState {
     ClaimState {
         expiring: crate::disruption::is_expired(claim, now),
         ..claim_state(claim, node)
@@ -184,9 +177,7 @@ mod tests {
             "Ready,Drifted"
         );
         let mut not_ready = node("n1", None);
-        not_ready.status =
-            serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "False"}]}))
-                .expect("status");
+        not_ready.conditions[0].status = "False".into();
         assert_eq!(
             claim_state(&ours("m.small"), Some(&not_ready)).to_string(),
             "NotReady(NodeNotReady)"

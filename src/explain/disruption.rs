@@ -5,14 +5,15 @@
 use super::{Cluster, is_terminal, label, node_name_of};
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::disruption::{ClaimView, Disruptability, candidates::is_disrupting};
+use crate::state::CachedNode;
 use crate::state::CachedPod;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 pub(super) fn disruptability(
     claim: &NodeClaim,
     pool: Option<&NodePool>,
-    node: Option<&Node>,
+    node: Option<&CachedNode>,
     pods_on_node: &[&Pod],
     cluster: &Cluster,
     now: Timestamp,
@@ -33,7 +34,7 @@ pub(super) fn disruptability(
         cluster
             .nodes
             .iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+            .find(|n| n.provider_id.as_deref() == Some(id))
     };
     let disrupting = |c: &NodeClaim| node_of(c).is_some_and(is_disrupting);
     let pending = |key: &str| {

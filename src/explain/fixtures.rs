@@ -4,7 +4,8 @@
 
 use super::{ClaimExplanation, Cluster, explain_node_claim};
 use crate::apis::{NodeClaim, NodePool, labels};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use crate::state::CachedNode;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
@@ -59,7 +60,7 @@ pub(super) fn ours(launched: &str) -> NodeClaim {
     }))
 }
 
-pub(super) fn node(name: &str, price: Option<&str>) -> Node {
+pub(super) fn node(name: &str, price: Option<&str>) -> CachedNode {
     let mut labels = serde_json::Map::new();
     if let Some(p) = price {
         labels.insert(labels::INSTANCE_PRICE.to_owned(), json!(p));

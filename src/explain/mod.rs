@@ -24,7 +24,8 @@
 //! share.
 
 use crate::apis::{NodeClaim, NodePool};
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use crate::state::CachedNode;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::HashMap;
@@ -64,7 +65,7 @@ pub use timeline::TimelineEntry;
 pub struct Cluster {
     pub node_pools: Vec<NodePool>,
     pub node_claims: Vec<NodeClaim>,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<CachedNode>,
     pub pods: Vec<Pod>,
     pub events: Vec<Event>,
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
@@ -138,21 +139,19 @@ fn node_name_of(pod: &Pod) -> Option<&str> {
 
 /// Finds a claim's Node: by provider id, else by `status.nodeName`.
 struct NodeIndex<'a> {
-    by_provider_id: HashMap<&'a str, &'a Node>,
-    by_name: HashMap<&'a str, &'a Node>,
+    by_provider_id: HashMap<&'a str, &'a CachedNode>,
+    by_name: HashMap<&'a str, &'a CachedNode>,
 }
 
 impl<'a> NodeIndex<'a> {
-    fn new(nodes: &'a [Node]) -> Self {
+    fn new(nodes: &'a [CachedNode]) -> Self {
         let mut by_provider_id = HashMap::new();
         let mut by_name = HashMap::new();
         for node in nodes {
-            if let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            if let Some(id) = node.provider_id.as_deref() {
                 by_provider_id.insert(id, node);
             }
-            if let Some(name) = node.metadata.name.as_deref() {
-                by_name.insert(name, node);
-            }
+            by_name.insert(node.name.as_str(), node);
         }
         Self {
             by_provider_id,
@@ -160,7 +159,7 @@ impl<'a> NodeIndex<'a> {
         }
     }
 
-    fn of(&self, claim: &NodeClaim) -> Option<&'a Node> {
+    fn of(&self, claim: &NodeClaim) -> Option<&'a CachedNode> {
         let status = claim.status.as_ref()?;
         status
             .provider_id

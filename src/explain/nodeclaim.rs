@@ -105,7 +105,7 @@ pub fn explain_node_claim(
     let nodes = NodeIndex::new(&cluster.nodes);
     let node = nodes.of(claim);
     let node_name = node
-        .and_then(|n| n.metadata.name.clone())
+        .map(|n| n.name.clone())
         .or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone()));
     let pool_name = label(&claim.metadata, labels::NODE_POOL).map(str::to_owned);
     let pool = pool_name.as_deref().and_then(|p| {

@@ -6,7 +6,7 @@
 
 use super::{instance_type_options, label};
 use crate::apis::{NodeClaim, labels};
-use k8s_openapi::api::core::v1::Node;
+use crate::state::CachedNode;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -37,8 +37,8 @@ pub struct Price {
 }
 
 /// A node's price from its `eks-node-viewer/instance-price` label.
-pub fn node_price(node: &Node) -> Option<f64> {
-    label(&node.metadata, labels::INSTANCE_PRICE)?
+pub fn node_price(node: &CachedNode) -> Option<f64> {
+    node.label(labels::INSTANCE_PRICE)?
         .trim()
         .parse::<f64>()
         .ok()
@@ -47,13 +47,9 @@ pub fn node_price(node: &Node) -> Option<f64> {
 
 /// The list price of what an object's labels say it runs (its instance type, and capacity type,
 /// on-demand when unlabelled).
-fn list_price(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    list: &ListPrices,
-) -> Option<Price> {
-    let instance_type = label(meta, labels::INSTANCE_TYPE)?;
-    let capacity_type =
-        label(meta, labels::CAPACITY_TYPE).unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
+fn list_price<'l>(label: impl Fn(&str) -> Option<&'l str>, list: &ListPrices) -> Option<Price> {
+    let instance_type = label(labels::INSTANCE_TYPE)?;
+    let capacity_type = label(labels::CAPACITY_TYPE).unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
     let per_hour = *list.get(&(instance_type.to_owned(), capacity_type.to_owned()))?;
     Some(Price {
         per_hour,
@@ -62,20 +58,24 @@ fn list_price(
 }
 
 /// What a node outside any claim costs per hour: its price label, else its list price.
-pub fn node_price_or_list(node: &Node, list: &ListPrices) -> Option<Price> {
+pub fn node_price_or_list(node: &CachedNode, list: &ListPrices) -> Option<Price> {
     match node_price(node) {
         Some(per_hour) => Some(Price {
             per_hour,
             source: PriceSource::NodeLabel,
         }),
-        None => list_price(&node.metadata, list),
+        None => list_price(|key| node.label(key), list),
     }
 }
 
 /// What a claim costs per hour: its node's price label if present, else the price of its
 /// launched instance type among the recorded options, else its (or its node's) list price,
 /// else unknown.
-pub fn claim_price(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) -> Option<Price> {
+pub fn claim_price(
+    claim: &NodeClaim,
+    node: Option<&CachedNode>,
+    list: &ListPrices,
+) -> Option<Price> {
     if let Some(per_hour) = node.and_then(node_price) {
         return Some(Price {
             per_hour,
@@ -83,8 +83,8 @@ pub fn claim_price(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) ->
         });
     }
     recorded_price(claim).or_else(|| {
-        list_price(&claim.metadata, list)
-            .or_else(|| node.and_then(|n| list_price(&n.metadata, list)))
+        list_price(|key| label(&claim.metadata, key), list)
+            .or_else(|| node.and_then(|n| list_price(|key| n.label(key), list)))
     })
 }
 

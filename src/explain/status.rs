@@ -8,7 +8,8 @@ use super::{
 };
 use crate::apis::{NodeClaim, labels};
 use crate::resources::{self, ResourceList};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::state::CachedNode;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -165,7 +166,11 @@ fn requests_of_claim(claim: &NodeClaim) -> ResourceList {
 
 /// One claim's row in `status`, given its Node if known (usage left out), priced from `list`
 /// when nothing recorded a price.
-pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) -> ClaimSummary {
+pub fn claim_summary(
+    claim: &NodeClaim,
+    node: Option<&CachedNode>,
+    list: &ListPrices,
+) -> ClaimSummary {
     let capacity = claim
         .status
         .as_ref()
@@ -185,7 +190,7 @@ pub fn claim_summary(claim: &NodeClaim, node: Option<&Node>, list: &ListPrices) 
         zone: label(&claim.metadata, labels::ZONE).map(str::to_owned),
         state: claim_state(claim, node),
         node_name: node
-            .and_then(|n| n.metadata.name.clone())
+            .map(|n| n.name.clone())
             .or_else(|| claim.status.as_ref().and_then(|s| s.node_name.clone())),
         provider_id: claim.status.as_ref().and_then(|s| s.provider_id.clone()),
         created_at: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -217,7 +222,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
     for claim in &cluster.node_claims {
         let node = nodes.of(claim);
         if let Some(node) = node {
-            claimed_nodes.insert(name_of(&node.metadata));
+            claimed_nodes.insert(node.name.clone());
         }
         let price = claim_price(claim, node, &cluster.list_prices);
         match price {
@@ -319,7 +324,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
 
     let mut other_nodes = 0;
     for node in &cluster.nodes {
-        if claimed_nodes.contains(&name_of(&node.metadata)) {
+        if claimed_nodes.contains(&node.name) {
             continue;
         }
         other_nodes += 1;

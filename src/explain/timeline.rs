@@ -1,10 +1,11 @@
 //! What happened to a NodeClaim and when: its creation, its conditions' transitions, its Node's
 //! creation, Events on it and on its Node, and its deletion, in order.
 
-use super::{event_time, name_of};
+use super::event_time;
 use crate::apis::NodeClaim;
 use crate::apis::nodeclaim::conditions as cond;
-use k8s_openapi::api::core::v1::{Event, Node};
+use crate::state::CachedNode;
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
@@ -31,7 +32,7 @@ const CONDITION_ORDER: &[&str] = &[
 
 pub(super) fn timeline(
     claim: &NodeClaim,
-    node: Option<&Node>,
+    node: Option<&CachedNode>,
     claim_events: &[&Event],
     node_events: &[&Event],
 ) -> Vec<TimelineEntry> {
@@ -68,14 +69,14 @@ pub(super) fn timeline(
             },
         ));
     }
-    if let Some((node, t)) = node.and_then(|n| Some((n, n.metadata.creation_timestamp.as_ref()?))) {
+    if let Some((node, t)) = node.and_then(|n| Some((n, n.creation_timestamp.as_ref()?))) {
         entries.push((
             1,
             TimelineEntry {
                 at: Some(t.0),
                 source: "Object".to_owned(),
                 what: "NodeCreated".to_owned(),
-                detail: format!("node {}", name_of(&node.metadata)),
+                detail: format!("node {}", node.name),
             },
         ));
     }

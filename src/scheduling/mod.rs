@@ -110,6 +110,7 @@
 
 mod explain;
 mod instance_type;
+mod label_set;
 mod pod;
 pub mod requirements;
 pub mod selector;
@@ -121,14 +122,15 @@ pub mod volume_topology;
 
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
 pub use instance_type::{InstanceType, Offering, Overhead, UNKNOWN_PRICE, known_price};
+pub use label_set::LabelSet;
 pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 pub use static_claim::static_claim;
 pub use volume_topology::{VolumeError, VolumeObjects, VolumeTopology};
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
-use crate::resources::{QuantityError, ResourceList};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use crate::resources::ResourceList;
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -190,10 +192,10 @@ impl<'a> PoolInput<'a> {
 pub struct ExistingNode<'a, P = Pod> {
     /// The node's name.
     pub name: String,
-    /// Its labels, borrowed from the Node where there is one: a round reads every Node, and
-    /// copying their labels was the largest part of a round's memory (5.5 MiB at 1,250 Nodes,
-    /// measured with `tests/agent/heap.sh`).
-    pub labels: Cow<'a, BTreeMap<String, String>>,
+    /// Its labels, borrowed from the cached Node where there is one: a round reads every Node,
+    /// and copying their labels was the largest part of a round's memory (5.5 MiB at 1,250
+    /// Nodes, measured with `tests/agent/heap.sh`).
+    pub labels: Cow<'a, LabelSet>,
     /// Taints pods must tolerate. Leave out startup taints and the known ephemeral taints of a
     /// Karpenter node that is still initializing: they are about to go away.
     pub taints: Vec<Taint>,
@@ -202,31 +204,6 @@ pub struct ExistingNode<'a, P = Pod> {
     /// Pods bound to it (DaemonSet pods included), which use its resources and count for
     /// topology.
     pub pods: Vec<&'a P>,
-}
-
-impl<'a, P> ExistingNode<'a, P> {
-    /// Reads a Node's name, labels, taints and allocatable.
-    pub fn from_node(node: &'a Node, pods: Vec<&'a P>) -> Result<Self, QuantityError> {
-        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-        Ok(Self {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            labels: node
-                .metadata
-                .labels
-                .as_ref()
-                .map_or_else(Cow::default, Cow::Borrowed),
-            taints: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default(),
-            allocatable: allocatable
-                .map(ResourceList::from_quantities)
-                .transpose()?
-                .unwrap_or_default(),
-            pods,
-        })
-    }
 }
 
 /// A NodeClaim that has no Node yet. Its requirements can no longer change, so a pod may join it

@@ -12,6 +12,7 @@
 
 use crate::apis::labels;
 use crate::apis::{LabelValue, NodeSelectorRequirementWithMinValues, RequirementOperator};
+use crate::scheduling::LabelSet;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -661,7 +662,7 @@ impl Requirements {
     }
 
     /// Whether a node with exactly these labels satisfies every requirement.
-    pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> Result<(), Incompatibility> {
+    pub fn matches_labels(&self, labels: &LabelSet) -> Result<(), Incompatibility> {
         for req in self.iter() {
             let ok = match labels.get(&req.key) {
                 Some(value) => req.has(value),
@@ -860,8 +861,7 @@ mod tests {
 
     #[test]
     fn labels_satisfy_requirements_like_the_kube_scheduler() {
-        let labels: BTreeMap<String, String> =
-            [("zone".to_owned(), "a".to_owned())].into_iter().collect();
+        let labels: LabelSet = [("zone", "a")].into_iter().collect();
         let ok: Requirements = [
             req("zone", In, &["a"]),
             req("gpu", DoesNotExist, &[]),

@@ -430,10 +430,10 @@ fn existing_nodes_with_room_are_used_before_new_claims() {
     let running = pod("running", "3", "4Gi", json!({}));
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: Cow::Owned(BTreeMap::from([(
+        labels: Cow::Owned(LabelSet::from(BTreeMap::from([(
             labels::ZONE.to_owned(),
             "zone-a".to_owned(),
-        )])),
+        )]))),
         allocatable: ResourceList::new()
             .with(CPU, 3900)
             .with(MEMORY, 15 << 30)
@@ -910,10 +910,10 @@ fn existing_pods_with_anti_affinity_keep_the_pods_they_select_away() {
     );
     let node = ExistingNode {
         name: "node-1".to_owned(),
-        labels: Cow::Owned(BTreeMap::from([(
+        labels: Cow::Owned(LabelSet::from(BTreeMap::from([(
             labels::HOSTNAME.to_owned(),
             "node-1".to_owned(),
-        )])),
+        )]))),
         allocatable: ResourceList::new()
             .with(CPU, 8000)
             .with(MEMORY, 32 << 30)
@@ -1164,7 +1164,7 @@ fn check_plan(
             .find(|node| node.name == e.name)
             .and_then(|node| node.labels.get(labels::ZONE));
         if let (true, Some(z)) = (n > 0, zone) {
-            *per_zone.entry(z.clone()).or_insert(0) += n;
+            *per_zone.entry(z.to_owned()).or_insert(0) += n;
         }
     }
     let unconstrained = cases
@@ -1181,7 +1181,7 @@ fn check_plan(
                     .any(|it| it.offerings.iter().any(|o| o.available && o.zone == *z))
                     || nodes
                         .iter()
-                        .any(|n| n.labels.get(labels::ZONE).is_some_and(|l| l == z))
+                        .any(|n| n.labels.get(labels::ZONE).is_some_and(|l| l == *z))
             })
             .collect();
         let counts: Vec<i64> = usable
@@ -1222,7 +1222,7 @@ proptest! {
         let pods = build_pods(&cases);
         let nodes: Vec<ExistingNode> = free_m.iter().enumerate().map(|(i, m)| ExistingNode {
             name: format!("n{i}"),
-            labels: Cow::Owned(BTreeMap::from([(labels::ZONE.to_owned(), ZONES[i % 3].to_owned()), (labels::HOSTNAME.to_owned(), format!("n{i}"))])),
+            labels: Cow::Owned(LabelSet::from(BTreeMap::from([(labels::ZONE.to_owned(), ZONES[i % 3].to_owned()), (labels::HOSTNAME.to_owned(), format!("n{i}"))]))),
             allocatable: ResourceList::new().with(CPU, *m).with(MEMORY, 4 << 30).with(PODS, 4),
             ..ExistingNode::default()
         }).collect();
@@ -1237,7 +1237,7 @@ proptest! {
             for p in &e.pods {
                 sum = sum.saturating_add(&pod_requests(pods[*p].spec.as_ref().unwrap_or(&Default::default())).unwrap_or_default());
                 if let Some(z) = cases[*p].zone {
-                    prop_assert_eq!(node.and_then(|n| n.labels.get(labels::ZONE)).map(String::as_str), Some(ZONES[z]));
+                    prop_assert_eq!(node.and_then(|n| n.labels.get(labels::ZONE)), Some(ZONES[z]));
                 }
                 db += usize::from(cases[*p].anti);
             }
@@ -1696,10 +1696,10 @@ fn a_pod_on_a_zonal_volume_gets_a_node_in_the_volumes_zone_not_where_the_node_ne
     let catalogue = general_catalogue();
     let node = ExistingNode {
         name: "node-a".to_owned(),
-        labels: Cow::Owned(BTreeMap::from([(
+        labels: Cow::Owned(LabelSet::from(BTreeMap::from([(
             labels::ZONE.to_owned(),
             "zone-a".to_owned(),
-        )])),
+        )]))),
         allocatable: ResourceList::new()
             .with(CPU, 8000)
             .with(MEMORY, 32 << 30)

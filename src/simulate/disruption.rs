@@ -18,10 +18,11 @@
 
 use crate::apis::{NodeClaim, NodeClaimStatus, NodePool, labels};
 use crate::disruption::{self, Options, Replacement};
+use crate::scheduling::LabelSet;
 use crate::scheduling::{self, InstanceType, Requirements, Target};
 use crate::state::input::scheduling_input;
-use crate::state::{CachedPod, Snapshot};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use crate::state::{CachedNode, CachedPod, NodeConditionState, Snapshot};
+use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -104,7 +105,7 @@ pub struct DisruptionPlan {
 /// The parts of the cluster that commands change; the rest is borrowed from the snapshot.
 struct World {
     pods: Vec<Arc<CachedPod>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<CachedNode>>,
     claims: Vec<Arc<NodeClaim>>,
 }
 
@@ -247,7 +248,7 @@ fn kept(decision: &disruption::Decision<'_>) -> Vec<Kept> {
 /// A claim and Node launched for `replacement`, and the pods it is for.
 struct Made {
     claim: NodeClaim,
-    node: Node,
+    node: CachedNode,
     pods: Vec<String>,
 }
 
@@ -304,7 +305,7 @@ fn launch(
             node_name: Some(name.clone()),
             provider_id: Some(provider_id.clone()),
             image_id: None,
-            capacity: capacity.clone(),
+            capacity,
             allocatable: allocatable.clone(),
             conditions: ["Launched", "Registered", "Initialized"]
                 .into_iter()
@@ -314,24 +315,23 @@ fn launch(
         }),
     };
     let taints: Vec<Taint> = plan.taints.clone();
-    let node = Node {
-        metadata,
-        spec: Some(NodeSpec {
-            provider_id: Some(provider_id),
-            taints: (!taints.is_empty()).then_some(taints),
-            ..NodeSpec::default()
-        }),
-        status: Some(NodeStatus {
-            capacity: Some(capacity),
-            allocatable: Some(allocatable),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".to_owned(),
-                status: "True".to_owned(),
-                last_transition_time: Some(at),
-                ..NodeCondition::default()
-            }]),
-            ..NodeStatus::default()
-        }),
+    let node = CachedNode {
+        name: name.clone(),
+        creation_timestamp: Some(at.clone()),
+        labels: metadata
+            .labels
+            .as_ref()
+            .map(LabelSet::from)
+            .unwrap_or_default(),
+        provider_id: Some(provider_id),
+        taints,
+        allocatable,
+        conditions: vec![NodeConditionState {
+            type_: "Ready".into(),
+            status: "True".into(),
+            last_transition_time: Some(at),
+        }],
+        ..CachedNode::default()
     };
     Some(Made {
         claim,
@@ -383,14 +383,14 @@ fn carry_out(
         .into_iter()
         .filter(|c| !named(&c.metadata, gone_claims))
         .collect();
-    let mut nodes: Vec<Arc<Node>> = world
+    let mut nodes: Vec<Arc<CachedNode>> = world
         .nodes
         .into_iter()
-        .filter(|n| !named(&n.metadata, gone_nodes))
+        .filter(|n| !gone_nodes.contains(&n.name))
         .collect();
     let mut destination: HashMap<String, String> = HashMap::new();
     for m in made {
-        let node_name = m.node.metadata.name.clone().unwrap_or_default();
+        let node_name = m.node.name.clone();
         for pod in m.pods {
             destination.insert(pod, node_name.clone());
         }
@@ -544,7 +544,7 @@ mod tests {
     struct Cluster {
         pools: Vec<Arc<NodePool>>,
         claims: Vec<Arc<NodeClaim>>,
-        nodes: Vec<Arc<Node>>,
+        nodes: Vec<Arc<CachedNode>>,
         pods: Vec<Arc<CachedPod>>,
         catalogues: Catalogues,
     }

@@ -19,8 +19,8 @@ pub use workloads::{WorkloadError, Workloads, read};
 
 use crate::apis::labels;
 use crate::scheduling::{Input, InstanceType, PodView, PoolInput, schedule};
+use crate::state::CachedNode;
 use crate::state::input::{Snapshot, scheduling_input};
-use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
 /// Hours in the month cloud price pages use.
@@ -170,28 +170,21 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
 /// Today's nodes at `prices`' list prices: each node's type (`node.kubernetes.io/instance-type`)
 /// at its capacity type (Karpenter's label, EKS's, GKE's spot label; on-demand otherwise),
 /// the cheapest zone's price.
-pub fn fleet(nodes: &[std::sync::Arc<Node>], prices: &[InstanceType]) -> Fleet {
+pub fn fleet(nodes: &[std::sync::Arc<CachedNode>], prices: &[InstanceType]) -> Fleet {
     let mut price_per_hour = 0.0;
     let mut unpriced = 0;
     for node in nodes {
-        let node_labels = node.metadata.labels.clone().unwrap_or_default();
-        let spot = node_labels
-            .get(labels::CAPACITY_TYPE)
-            .is_some_and(|v| v == labels::CAPACITY_TYPE_SPOT)
-            || node_labels
-                .get("eks.amazonaws.com/capacityType")
-                .is_some_and(|v| v == "SPOT")
-            || node_labels
-                .get("cloud.google.com/gke-spot")
-                .is_some_and(|v| v == "true");
+        let spot = node.label(labels::CAPACITY_TYPE) == Some(labels::CAPACITY_TYPE_SPOT)
+            || node.label("eks.amazonaws.com/capacityType") == Some("SPOT")
+            || node.label("cloud.google.com/gke-spot") == Some("true");
         let capacity = if spot {
             labels::CAPACITY_TYPE_SPOT
         } else {
             labels::CAPACITY_TYPE_ON_DEMAND
         };
-        let price = node_labels
-            .get(labels::INSTANCE_TYPE)
-            .and_then(|t| prices.iter().find(|it| &it.name == t))
+        let price = node
+            .label(labels::INSTANCE_TYPE)
+            .and_then(|t| prices.iter().find(|it| it.name == t))
             .and_then(|it| {
                 it.offerings
                     .iter()

@@ -7,15 +7,16 @@
 //! `state.Cluster`); the round fetches the catalogues and lists the DaemonSets, then hands
 //! everything here as plain slices.
 
+use super::node_cache::CachedNode;
 use super::pod_cache::CachedPod;
 use super::usage::usage_by_pool;
 use crate::apis::{NodeClaim, NodeClassReference, NodePool, labels};
-use crate::resources::{NODES, ResourceList};
+use crate::resources::{NODES, QuantityError, ResourceList};
 use crate::scheduling::{
     ExistingNode, InFlightClaim, Input, InstanceType, NamespaceLabels, PoolInput, VolumeTopology,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -107,7 +108,7 @@ pub struct Snapshot<'a> {
     /// Every pod the pod watch holds.
     pub pods: &'a [Arc<CachedPod>],
     /// Every Node.
-    pub nodes: &'a [Arc<Node>],
+    pub nodes: &'a [Arc<CachedNode>],
     /// Every NodeClaim, those just created that the watch has not delivered yet included.
     pub claims: &'a [Arc<NodeClaim>],
     /// Every NodePool, those being deleted included.
@@ -169,7 +170,7 @@ struct ExistingCapacity<'a> {
 }
 
 fn existing_capacity<'a>(
-    nodes: &'a [Arc<Node>],
+    nodes: &'a [Arc<CachedNode>],
     claims: &'a [Arc<NodeClaim>],
     mut pods_by_node: HashMap<&str, Vec<&'a CachedPod>>,
 ) -> ExistingCapacity<'a> {
@@ -192,15 +193,9 @@ fn existing_capacity<'a>(
         .map(AsRef::as_ref)
         .filter(|n| schedulable_node(n))
     {
-        let name = node.name_any();
-        let pods = pods_by_node.remove(name.as_str()).unwrap_or_default();
-        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        let reports_allocatable = node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .is_some_and(|a| !a.is_empty());
-        if !reports_allocatable {
+        let pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
+        let provider_id = node.provider_id.as_deref();
+        if node.allocatable.is_empty() {
             // A Node that has not reported what it holds yet (just created) would stand in for
             // its claim as an empty node; its claim keeps counting as in flight instead.
             if let Some(id) = provider_id.filter(|id| claim_by_provider_id.contains_key(id)) {
@@ -208,7 +203,7 @@ fn existing_capacity<'a>(
             }
             continue;
         }
-        let Ok(mut candidate) = ExistingNode::from_node(node, pods) else {
+        let Ok(mut candidate) = existing_node(node, pods) else {
             continue;
         };
         if let Some(claim) = provider_id.and_then(|id| claim_by_provider_id.get(id)) {
@@ -336,18 +331,26 @@ fn pool_inputs<'a>(
 }
 
 /// Whether pods may be placed on a Node: not being deleted, not cordoned, not being disrupted.
-fn schedulable_node(node: &Node) -> bool {
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
+fn schedulable_node(node: &CachedNode) -> bool {
     let disrupted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|taints| taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY));
-    node.metadata.deletion_timestamp.is_none() && !cordoned && !disrupted
+        .taints
+        .iter()
+        .any(|t| t.key == labels::DISRUPTED_TAINT_KEY);
+    node.deletion_timestamp.is_none() && !node.unschedulable && !disrupted
+}
+
+/// The scheduler's view of a Node: its name, labels (borrowed), taints and allocatable.
+fn existing_node<'a>(
+    node: &'a CachedNode,
+    pods: Vec<&'a CachedPod>,
+) -> Result<ExistingNode<'a, CachedPod>, QuantityError> {
+    Ok(ExistingNode {
+        name: node.name.clone(),
+        labels: Cow::Borrowed(&node.labels),
+        taints: node.taints.clone(),
+        allocatable: ResourceList::from_quantities(&node.allocatable)?,
+        pods,
+    })
 }
 
 #[cfg(test)]
@@ -374,7 +377,7 @@ mod tests {
         })))
     }
 
-    fn node(name: &str, provider_id: &str, allocatable_cpu: Option<&str>) -> Arc<Node> {
+    fn node(name: &str, provider_id: &str, allocatable_cpu: Option<&str>) -> Arc<CachedNode> {
         let status = allocatable_cpu.map_or(
             json!({}),
             |cpu| json!({"allocatable": {"cpu": cpu, "pods": "110"}}),
@@ -435,7 +438,7 @@ mod tests {
     /// The input for these stores, handed to `check` (the input borrows from them).
     fn with_input(
         pods: &[Arc<CachedPod>],
-        nodes: &[Arc<Node>],
+        nodes: &[Arc<CachedNode>],
         claims: &[Arc<NodeClaim>],
         pools: &[Arc<NodePool>],
         check: impl FnOnce(Input<'_, CachedPod>),
@@ -519,9 +522,7 @@ mod tests {
     #[test]
     fn a_cordoned_node_takes_no_pods() {
         let mut cordoned = (*node("node-a", "kwok://node-a", Some("4"))).clone();
-        if let Some(spec) = cordoned.spec.as_mut() {
-            spec.unschedulable = Some(true);
-        }
+        cordoned.unschedulable = true;
         with_input(&[], &[Arc::new(cordoned)], &[], &[], |input| {
             assert!(input.nodes.is_empty());
         });

@@ -19,6 +19,6 @@ pub use input::{
     Catalogues, Snapshot, daemon_set_pods, is_provisionable, live_pools, node_classes,
     provisionable_pods, scheduling_input,
 };
-pub use node_cache::trim_node;
+pub use node_cache::{CachedNode, NodeConditionState};
 pub use pod_cache::{CachedPod, CachedPodStatus, ScheduledCondition, SharedSpecs};
 pub use usage::usage_by_pool;

@@ -36,13 +36,15 @@
 mod fake;
 
 use fake::{RESERVED_CPU_MILLIS, RESERVED_MEMORY_MIB, Rng, ZONES, catalogue, price, type_name};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_core::apis::{DisruptionReason, NodeClaim, NodePool};
 use karpenter_core::disruption::consolidation::{Outcome, consolidate};
 use karpenter_core::disruption::{self, Candidate, Decision, Input, Options};
 use karpenter_core::scheduling::{self, NamespaceLabels, PoolInput, VolumeTopology};
-use karpenter_core::state::{CachedPod, Catalogues, SharedSpecs, Snapshot, scheduling_input};
+use karpenter_core::state::{
+    CachedNode, CachedPod, Catalogues, SharedSpecs, Snapshot, scheduling_input,
+};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,7 +232,7 @@ fn claim(name: &str, vcpu: u64, zone: &str, created: &str) -> NodeClaim {
     }))
 }
 
-fn node(name: &str, vcpu: u64, zone: &str, created: &str) -> Node {
+fn node(name: &str, vcpu: u64, zone: &str, created: &str) -> CachedNode {
     from_json(json!({
         "metadata": {"name": name, "creationTimestamp": created, "labels": labels(name, vcpu, zone)},
         "spec": {"providerID": format!("fake://{name}")},
@@ -270,7 +272,7 @@ fn pod(i: usize, node: &str, slot: Slot, rng: &mut Rng) -> CachedPod {
 /// The stores of a shape, as the agent's watches would hold them.
 struct Cluster {
     pods: Vec<Arc<CachedPod>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<CachedNode>>,
     claims: Vec<Arc<NodeClaim>>,
     pools: Vec<Arc<NodePool>>,
     catalogues: Catalogues,

@@ -194,7 +194,7 @@ async fn check<P: CloudProvider>(
         .nodes
         .state()
         .iter()
-        .any(|n| n.metadata.name.as_deref() == Some(recognised.node_name.as_str()));
+        .any(|n| n.name == recognised.node_name);
     // The keys of bootstrap client requests for this node that were approved already.
     let approved: Vec<CertificateRequest> = if recognised.kind == Kind::BootstrapClient {
         all.iter()

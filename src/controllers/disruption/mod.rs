@@ -23,8 +23,8 @@ use crate::disruption::{
 };
 use crate::metrics::{ConsolidationLabels, DecisionLabels, PoolReasonLabels, ReasonLabels};
 use crate::scheduling::{NamespaceLabels, VolumeTopology};
-use crate::state::{CachedPod, Catalogues, Snapshot};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::state::{CachedNode, CachedPod, Catalogues, Snapshot};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
@@ -38,7 +38,7 @@ use tracing::{info, warn};
 /// The cluster as one pass reads it; [`Parts::input`] borrows it as the decision's input.
 struct Parts {
     pods: Vec<Arc<CachedPod>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<CachedNode>>,
     claims: Vec<Arc<NodeClaim>>,
     pools: Vec<Arc<NodePool>>,
     catalogues: Catalogues,
@@ -226,13 +226,8 @@ async fn announce_moves<P>(ctx: &Context<P>, pools: &[Arc<NodePool>], command: &
                 {
                     targets.push(claim.object_ref(&()));
                 }
-                if let Some(node) = ctx
-                    .nodes
-                    .state()
-                    .iter()
-                    .find(|x| x.metadata.name.as_deref() == Some(&c.node))
-                {
-                    targets.push(node.object_ref(&()));
+                if let Some(node) = ctx.nodes.state().iter().find(|x| x.name == c.node) {
+                    targets.push(node.object_ref());
                 }
             }
         } else {
@@ -365,7 +360,7 @@ async fn announce_blocked<P>(ctx: &Context<P>, memory: &mut Memory, decision: &D
         };
         let mut targets = vec![candidate.claim.object_ref(&())];
         if let Some(node) = candidate.node {
-            targets.push(node.object_ref(&()));
+            targets.push(node.object_ref());
         }
         // Upstream also warns on the pool when too many of its nodes are unhealthy to repair.
         if reason == "NodeRepairBlocked"

@@ -262,13 +262,11 @@ async fn announce<P>(ctx: &Context<P>, command: &Command, reason: &str, note: St
         let claim = claims
             .iter()
             .find(|c| c.metadata.name.as_deref() == Some(&candidate.claim));
-        let node = nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(&candidate.node));
+        let node = nodes.iter().find(|n| n.name == candidate.node);
         let targets = claim
             .map(|c| c.object_ref(&()))
             .into_iter()
-            .chain(node.map(|n| n.object_ref(&())));
+            .chain(node.map(|n| n.object_ref()));
         for target in targets {
             if let Err(e) = ctx.recorder.publish(&event, &target).await {
                 warn!(error = %e, "could not publish event");

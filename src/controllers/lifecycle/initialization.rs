@@ -11,6 +11,7 @@ use super::write_status;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, NodeClaimStatus, labels};
 use crate::controllers::{Context, Error, conditions};
+use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -19,17 +20,9 @@ use serde_json::json;
 use std::time::Duration;
 use tracing::info;
 
-fn node_is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Upstream's `RequestedResourcesRegistered`: the first resource the claim requests (non-zero)
 /// that the Node does not report allocatable yet.
-fn unregistered_resource<'c>(claim: &'c NodeClaim, node: &Node) -> Option<&'c str> {
-    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+fn unregistered_resource<'c>(claim: &'c NodeClaim, node: &CachedNode) -> Option<&'c str> {
     let is_zero = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
         q.is_none_or(|q| crate::resources::parse_milli(&q.0).is_ok_and(|v| v == 0))
     };
@@ -39,24 +32,20 @@ fn unregistered_resource<'c>(claim: &'c NodeClaim, node: &Node) -> Option<&'c st
         .requests
         .iter()
         .filter(|(_, quantity)| !is_zero(Some(quantity)))
-        .find(|(name, _)| is_zero(allocatable.and_then(|a| a.get(name.as_str()))))
+        .find(|(name, _)| is_zero(node.allocatable.get(name.as_str())))
         .map(|(name, _)| name.as_str())
 }
 
 pub(super) async fn initialize<P>(
     claim: &NodeClaim,
     mut status: NodeClaimStatus,
-    node: &Node,
+    node: &CachedNode,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
-    if !node_is_ready(node) {
+    if !node.is_ready() {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let node_taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
+    let node_taints = &node.taints;
     let waiting: Vec<&str> = claim
         .spec
         .startup_taints
@@ -121,11 +110,7 @@ pub(super) async fn initialize<P>(
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let patch = json!({"metadata": {"labels": {labels::NODE_INITIALIZED: "true"}}});
     nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube("labelling the node initialized"))?;
     conditions::set(
@@ -146,7 +131,7 @@ pub(super) async fn initialize<P>(
     );
     write_status(claim, &status, ctx).await?;
     ctx.metrics.nodeclaims_initialized.inc();
-    info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "initialized");
+    info!(nodeclaim = %claim.name_any(), node = %node.name, "initialized");
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -164,7 +149,7 @@ mod tests {
         .expect("a claim")
     }
 
-    fn node(allocatable: serde_json::Value) -> Node {
+    fn node(allocatable: serde_json::Value) -> CachedNode {
         serde_json::from_value(
             json!({"metadata": {"name": "gpu"}, "status": {"allocatable": allocatable}}),
         )

@@ -22,9 +22,9 @@ use super::{Context, Error, FIELD_MANAGER, conditions};
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, NodeClaimStatus, labels};
 use crate::cloud::{CloudProvider, ProviderId};
+use crate::state::CachedNode;
 use futures::StreamExt;
 use initialization::initialize;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{self, Action, applier};
 use kube::runtime::events::{Event, EventType};
@@ -102,9 +102,9 @@ async fn shutdown_signal() {
 /// The claims a Node event concerns: those whose providerID is the node's.
 pub fn claims_of_node(
     claims: &kube::runtime::reflector::Store<NodeClaim>,
-    node: &Node,
+    node: &CachedNode,
 ) -> Vec<ObjectRef<NodeClaim>> {
-    let Some(provider_id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+    let Some(provider_id) = node.provider_id.as_deref() else {
         return Vec::new();
     };
     claims
@@ -188,10 +188,10 @@ pub async fn reconcile<P: CloudProvider>(
     };
     let node = ctx.node_by_provider_id(&provider_id);
     if let Some(node) = &node
-        && node.metadata.deletion_timestamp.is_some()
+        && node.deletion_timestamp.is_some()
     {
         // Someone deleted the Node: the claim goes with it, through the claim's finalizer.
-        info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "node deleted, deleting its nodeclaim");
+        info!(nodeclaim = %claim.name_any(), node = %node.name, "node deleted, deleting its nodeclaim");
         delete_claim(&claim, &ctx).await?;
         return Ok(Action::await_change());
     }

@@ -7,6 +7,7 @@ use super::write_status;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, NodeClaimStatus, labels};
 use crate::controllers::{Context, Error, conditions};
+use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -22,19 +23,14 @@ fn without_taint(taints: &[Taint], key: &str) -> Vec<Taint> {
 pub(super) async fn register<P>(
     claim: &NodeClaim,
     mut status: NodeClaimStatus,
-    node: &Node,
+    node: &CachedNode,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node_name = node.name_any();
+    let node_name = node.name.clone();
     let mut node_labels = claim.labels().clone();
     node_labels.insert(labels::NODE_REGISTERED.to_owned(), "true".to_owned());
-    let node_taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let mut taints = without_taint(&node_taints, labels::UNREGISTERED_TAINT_KEY);
+    let mut taints = without_taint(&node.taints, labels::UNREGISTERED_TAINT_KEY);
     for taint in &claim.spec.taints {
         if !taints
             .iter()
@@ -43,7 +39,7 @@ pub(super) async fn register<P>(
             taints.push(taint.clone());
         }
     }
-    let mut finalizers = node.finalizers().to_vec();
+    let mut finalizers = node.finalizers.clone();
     if !finalizers
         .iter()
         .any(|f| f == labels::TERMINATION_FINALIZER)
@@ -51,7 +47,7 @@ pub(super) async fn register<P>(
         finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
     }
     let patch = json!({
-        "metadata": {"labels": node_labels, "finalizers": finalizers, "resourceVersion": node.resource_version()},
+        "metadata": {"labels": node_labels, "finalizers": finalizers, "resourceVersion": node.resource_version},
         "spec": {"taints": taints},
     });
     let registered = nodes
@@ -84,7 +80,7 @@ pub(super) async fn register<P>(
         claim.metadata.generation,
     );
     write_status(claim, &status, ctx).await?;
-    ctx.count_node_created(&registered);
+    ctx.count_node_created(&CachedNode::from(registered));
     info!(nodeclaim = %claim.name_any(), node = %node_name, "registered");
     Ok(Action::requeue(Duration::from_secs(2)))
 }

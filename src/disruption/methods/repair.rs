@@ -123,7 +123,9 @@ fn vetoed(
             .is_some_and(|v| v == "true")
     };
     if annotated(&candidate.claim.metadata)
-        || candidate.node.is_some_and(|n| annotated(&n.metadata))
+        || candidate
+            .node
+            .is_some_and(|n| n.annotation(labels::DO_NOT_REPAIR) == Some("true"))
     {
         return Some((
             "DisruptionBlocked",

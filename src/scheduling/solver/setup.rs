@@ -323,7 +323,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             }
             for n in &self.input.nodes {
                 if let Some(v) = n.labels.get(&key) {
-                    values.insert(v.clone());
+                    values.insert(v.to_owned());
                 }
             }
             for c in &self.input.in_flight {

@@ -9,6 +9,7 @@ use super::events;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, labels};
 use crate::controllers::{Context, Error};
+use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
@@ -35,7 +36,7 @@ pub(super) enum Drain {
 /// claim's termination deadline, if it has one.
 pub(super) async fn pass<P>(
     claim: &NodeClaim,
-    node: &Node,
+    node: &CachedNode,
     deadline: Option<Timestamp>,
     ctx: &Context<P>,
 ) -> Result<Drain, Error> {
@@ -45,14 +46,14 @@ pub(super) async fn pass<P>(
         ctx.notices
             .publish(
                 &events::grace_period_expiring(&text),
-                &node.object_ref(&()),
+                &node.object_ref(),
                 &text,
             )
             .await;
     }
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name)))
         .await
         .map_err(Error::kube("listing the node's pods"))?
         .items;
@@ -91,7 +92,7 @@ pub(super) async fn pass<P>(
     let waiting = plan.pods.len();
     info!(
         nodeclaim = %claim.name_any(),
-        node = %node.name_any(),
+        node = %node.name,
         pods = waiting,
         evicting = plan.count(|s| *s == Step::Evict),
         refused = refused.len(),
@@ -101,13 +102,13 @@ pub(super) async fn pass<P>(
     let event = events::failed_to_drain(waiting);
     let state = event.note.clone().unwrap_or_default();
     ctx.notices
-        .publish(&event, &node.object_ref(&()), &state)
+        .publish(&event, &node.object_ref(), &state)
         .await;
     if !refused.is_empty() {
         let event = events::refused_by_budget(&refused);
         let state = event.note.clone().unwrap_or_default();
         ctx.notices
-            .publish(&event, &node.object_ref(&()), &state)
+            .publish(&event, &node.object_ref(), &state)
             .await;
     }
     Ok(Drain::Waiting)
@@ -115,16 +116,12 @@ pub(super) async fn pass<P>(
 
 /// Adds `karpenter.sh/disrupted:NoSchedule` (replacing another effect of the same key) and the
 /// load-balancer exclusion label, unless the node has both.
-async fn taint<P>(node: &Node, ctx: &Context<P>) -> Result<(), Error> {
-    let mut taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
+async fn taint<P>(node: &CachedNode, ctx: &Context<P>) -> Result<(), Error> {
+    let mut taints = node.taints.clone();
     let tainted = taints
         .iter()
         .any(|t| t.key == labels::DISRUPTED_TAINT_KEY && t.effect == "NoSchedule");
-    let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS);
+    let labelled = node.labels.contains_key(EXCLUDE_FROM_LOAD_BALANCERS);
     if tainted && labelled {
         return Ok(());
     }
@@ -139,19 +136,15 @@ async fn taint<P>(node: &Node, ctx: &Context<P>) -> Result<(), Error> {
     let patch = json!({
         "metadata": {
             "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "karpenter"},
-            "resourceVersion": node.resource_version(),
+            "resourceVersion": node.resource_version,
         },
         "spec": {"taints": taints},
     });
     Api::<Node>::all(ctx.client.clone())
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube("tainting the node"))?;
-    info!(node = %node.name_any(), taint = labels::DISRUPTED_TAINT_KEY, "tainted node");
+    info!(node = %node.name, taint = labels::DISRUPTED_TAINT_KEY, "tainted node");
     Ok(())
 }
 

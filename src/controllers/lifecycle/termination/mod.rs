@@ -21,6 +21,7 @@ mod events;
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::{CloudProvider, DeleteOutcome, ProviderId};
 use crate::controllers::{Context, Error, is_not_found};
+use crate::state::CachedNode;
 use drain::Drain;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
@@ -38,17 +39,11 @@ const DRAIN_REQUEUE: Duration = Duration::from_secs(2);
 /// says, so a Ready node is always drained (upstream's rule, after the cloud-node-lifecycle
 /// controller's).
 async fn instance_is_gone<P: CloudProvider>(
-    node: &Node,
+    node: &CachedNode,
     provider_id: Option<&str>,
     ctx: &Context<P>,
 ) -> Result<bool, Error> {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    if ready {
+    if node.is_ready() {
         return Ok(false);
     }
     let Some(id) = provider_id.and_then(|id| id.parse::<ProviderId>().ok()) else {
@@ -96,22 +91,22 @@ async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(
 
 /// Takes the termination finalizer off `object` (the Node or the NodeClaim); one already gone
 /// is fine.
-async fn release_finalizer<K>(api: &Api<K>, object: &K, what: &'static str) -> Result<(), Error>
+async fn release_finalizer<K>(
+    api: &Api<K>,
+    name: &str,
+    finalizers: &[String],
+    what: &'static str,
+) -> Result<(), Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let finalizers: Vec<&String> = object
-        .finalizers()
+    let finalizers: Vec<&String> = finalizers
         .iter()
         .filter(|f| *f != labels::TERMINATION_FINALIZER)
         .collect();
     let patch = json!({"metadata": {"finalizers": finalizers}});
     match api
-        .patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
@@ -140,7 +135,7 @@ pub(super) async fn terminate<P: CloudProvider>(
         .and_then(|id| ctx.node_by_provider_id(id));
     if let Some(node) = &node {
         if instance_is_gone(node, provider_id.as_deref(), ctx).await? {
-            info!(nodeclaim = %claim.name_any(), node = %node.name_any(), "instance is gone; deleting the node and its pods without a drain");
+            info!(nodeclaim = %claim.name_any(), node = %node.name, "instance is gone; deleting the node and its pods without a drain");
         } else if let Drain::Waiting = drain::pass(claim, node, deadline, ctx).await? {
             return Ok(Action::requeue(DRAIN_REQUEUE));
         }
@@ -160,21 +155,30 @@ pub(super) async fn terminate<P: CloudProvider>(
     }
     if let Some(node) = &node {
         let nodes: Api<Node> = Api::all(ctx.client.clone());
-        release_finalizer(&nodes, node.as_ref(), "releasing the node's finalizer").await?;
-        match nodes
-            .delete(&node.name_any(), &DeleteParams::background())
-            .await
-        {
+        release_finalizer(
+            &nodes,
+            &node.name,
+            &node.finalizers,
+            "releasing the node's finalizer",
+        )
+        .await?;
+        match nodes.delete(&node.name, &DeleteParams::background()).await {
             Ok(_) => ctx.count_node_terminated(node),
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(Error::kube("deleting the node")(e)),
         }
     }
     if let Some(node) = &node {
-        release_stranded_pods(&node.name_any(), ctx).await?;
+        release_stranded_pods(&node.name, ctx).await?;
     }
     let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
-    release_finalizer(&claims, claim, "releasing the nodeclaim's finalizer").await?;
+    release_finalizer(
+        &claims,
+        &claim.name_any(),
+        claim.finalizers(),
+        "releasing the nodeclaim's finalizer",
+    )
+    .await?;
     ctx.count_terminated(claim);
     info!(nodeclaim = %claim.name_any(), "terminated");
     Ok(Action::await_change())
