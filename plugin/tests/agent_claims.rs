@@ -149,7 +149,7 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         seen.join("\n")
     );
 
-    // Wait until every web pod runs, then read the screen.
+    // Wait until every web pod runs and a claim is initialized, then read the screen.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "e2e");
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -169,15 +169,6 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         assert!(Instant::now() < deadline, "web pods did not run");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let table = stdout_ok(&["status", "--nodepool", "plugin-e2e"]);
-    let huge = table
-        .lines()
-        .find(|l| l.contains(" huge "))
-        .unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
-    assert!(
-        huge.contains("FailedProvisioning") || huge.contains("Unschedulable"),
-        "{huge}"
-    );
     let claims: Api<NodeClaim> = Api::all(client.clone());
     // Initialized can trail the pods by a moment (it waits for the node's not-ready taint to go).
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -194,6 +185,17 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let name = claim.metadata.name.clone().expect("name");
+    // Read once the claim is initialized: a row shows the claim's conditions, which can trail
+    // the pods (above), and read earlier it can say Initializing.
+    let table = stdout_ok(&["status", "--nodepool", "plugin-e2e"]);
+    let huge = table
+        .lines()
+        .find(|l| l.contains(" huge "))
+        .unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
+    assert!(
+        huge.contains("FailedProvisioning") || huge.contains("Unschedulable"),
+        "{huge}"
+    );
     let row = table
         .lines()
         .find(|l| l.starts_with(&name))
