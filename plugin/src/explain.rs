@@ -262,7 +262,7 @@ pub async fn fetch(
         explain::Cluster {
             node_pools: pool,
             node_claims,
-            nodes: node.into_iter().map(CachedNode::from).collect(),
+            nodes: CachedNode::all(node),
             pods,
             events,
             pod_disruption_budgets: pdbs,

@@ -160,12 +160,6 @@ impl From<Node> for CachedNode {
     }
 }
 
-impl From<&Node> for CachedNode {
-    fn from(node: &Node) -> Self {
-        Self::from(node.clone())
-    }
-}
-
 /// The reflector keys cached Nodes as it keys Nodes: by name, with `Node`'s kind and version.
 impl Lookup for CachedNode {
     type DynamicType = ();
