@@ -53,7 +53,7 @@ pub use settings::Settings;
 
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::{CloudProvider, Metered};
-use crate::state::{CachedNode, CachedPod, pod_cache, trim_claim};
+use crate::state::{CachedNode, CachedPod, WatchedPod, pod_cache, trim_claim};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -240,6 +240,24 @@ async fn start_reporting<P: CloudProvider + 'static>(
                 watcher::Event::Apply(node) => watcher::Event::Apply(cache(node)),
                 watcher::Event::Delete(node) => watcher::Event::Delete(cache(node)),
                 watcher::Event::InitApply(node) => watcher::Event::InitApply(cache(node)),
+                watcher::Event::Init => watcher::Event::Init,
+                watcher::Event::InitDone => watcher::Event::InitDone,
+            })
+        })
+    }
+
+    // The pod watch as its store keeps it: each pod as a `CachedPod`, sharing its spec, labels
+    // and owner references with the other replicas of its controller.
+    fn cached_pods(
+        events: impl futures::Stream<Item = Result<watcher::Event<WatchedPod>, watcher::Error>> + Send,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<CachedPod>, watcher::Error>> + Send {
+        let mut parts = pod_cache::ReplicaParts::default();
+        events.default_backoff().map(move |event| {
+            let mut cache = |pod| parts.cache(pod);
+            event.map(|event| match event {
+                watcher::Event::Apply(pod) => watcher::Event::Apply(cache(pod)),
+                watcher::Event::Delete(pod) => watcher::Event::Delete(cache(pod)),
+                watcher::Event::InitApply(pod) => watcher::Event::InitApply(cache(pod)),
                 watcher::Event::Init => watcher::Event::Init,
                 watcher::Event::InitDone => watcher::Event::InitDone,
             })
@@ -462,16 +480,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Pod watch",
-            trimmed(
-                watcher(
-                    Api::<CachedPod>::all(client.clone()),
-                    watcher::Config::default(),
-                ),
-                {
-                    let shared = pod_cache::SharedSpecs::default();
-                    move |pod: &mut CachedPod| shared.share(pod)
-                },
-            ),
+            cached_pods(watcher(
+                Api::<WatchedPod>::all(client.clone()),
+                watcher::Config::default(),
+            )),
             pods_writer,
             {
                 let pod_events = pod_events.clone();

@@ -8,7 +8,6 @@ use crate::apis::labels;
 use crate::interner::Interner;
 use crate::metrics::PodStateLabels;
 use crate::state::{CachedNode, CachedPod};
-use kube::ResourceExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,10 +63,8 @@ pub fn pod_state(
     strings: &mut Interner,
 ) -> PodStateLabels {
     let owner = pod
-        .metadata
-        .owner_references
-        .as_ref()
-        .and_then(|o| o.first())
+        .owner_references()
+        .first()
         .map(|o| {
             strings.get(&format!(
                 "/apis/{}/namespaces/{}/{}s/{}",

@@ -19,7 +19,6 @@ use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// Whether a claim can be disrupted now.
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
@@ -79,17 +78,8 @@ pub enum BlockerKind {
 /// (upstream's `IsReschedulable`: not finished, not being deleted, not a DaemonSet's or a
 /// static pod).
 pub fn is_reschedulable(pod: &CachedPod) -> bool {
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    let mirror = pod.annotation("kubernetes.io/config.mirror").is_some();
     !daemon && !mirror && !pod.is_terminal() && pod.metadata.deletion_timestamp.is_none()
 }
 
@@ -235,7 +225,7 @@ pub fn disruptability(
         .filter(|p| is_reschedulable(p))
         .collect();
     for pod in &workload {
-        if annotation(&pod.metadata, labels::DO_NOT_DISRUPT) == Some("true") {
+        if pod.annotation(labels::DO_NOT_DISRUPT) == Some("true") {
             block(
                 &mut d,
                 BlockerKind::DoNotDisruptPod,
@@ -258,7 +248,7 @@ pub fn disruptability(
         let covered: Vec<String> = workload
             .iter()
             .filter(|p| p.metadata.namespace == pdb.metadata.namespace)
-            .filter(|p| selector.matches(p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
+            .filter(|p| selector.matches(p.labels()))
             .map(|p| pod_key(p))
             .collect();
         if !covered.is_empty() {

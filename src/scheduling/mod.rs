@@ -123,7 +123,7 @@ pub mod volume_topology;
 pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
 pub use instance_type::{InstanceType, Offering, Overhead, UNKNOWN_PRICE, known_price};
 pub use label_set::LabelSet;
-pub use pod::{HostPort, PodSpecInfo, PodView, host_ports, pod_requests};
+pub use pod::{HostPort, PodSpecInfo, PodView, ShapeKey, host_ports, pod_requests};
 pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
 pub use static_claim::static_claim;
 pub use volume_topology::{VolumeError, VolumeObjects, VolumeTopology};

@@ -11,21 +11,42 @@ use crate::apis::labels;
 use crate::resources::{self, QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Container, Pod, PodAffinityTerm, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the scheduler reads of a pod: its metadata and spec. The API's [`Pod`] is one; the
 /// agent's pod cache keeps a smaller one (`state::pod_cache`).
 pub trait PodView {
-    /// `metadata`.
-    fn pod_meta(&self) -> &ObjectMeta;
+    /// `metadata.name`.
+    fn pod_name(&self) -> Option<&str>;
+    /// `metadata.namespace`.
+    fn pod_namespace(&self) -> Option<&str>;
+    /// `metadata.labels`.
+    fn pod_labels(&self) -> Option<&BTreeMap<String, String>>;
     /// `spec`.
     fn pod_spec(&self) -> Option<&PodSpec>;
+    /// Where the pod's spec and labels are shared with other pods' (a cached pod shares them
+    /// with its replicas): two pods of one namespace with the same key read the same
+    /// [`PodSpecInfo`]. `None`, the default, reads every pod on its own.
+    fn shape_key(&self) -> Option<ShapeKey> {
+        None
+    }
 }
 
+/// The addresses of a pod's shared spec and labels (see [`PodView::shape_key`]). Only
+/// compared while the pods it was taken from are borrowed, so an address is never reused.
+pub type ShapeKey = (usize, usize);
+
 impl PodView for Pod {
-    fn pod_meta(&self) -> &ObjectMeta {
-        &self.metadata
+    fn pod_name(&self) -> Option<&str> {
+        self.metadata.name.as_deref()
+    }
+
+    fn pod_namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+
+    fn pod_labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.metadata.labels.as_ref()
     }
 
     fn pod_spec(&self) -> Option<&PodSpec> {
@@ -243,12 +264,8 @@ pub struct PodSpecInfo {
 impl PodSpecInfo {
     /// Reads a pod.
     pub fn from_pod<P: PodView + ?Sized>(pod: &P) -> Self {
-        let namespace = pod
-            .pod_meta()
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_owned());
-        let labels = pod.pod_meta().labels.clone().unwrap_or_default();
+        let namespace = pod.pod_namespace().unwrap_or("default").to_owned();
+        let labels = pod.pod_labels().cloned().unwrap_or_default();
         let empty = PodSpec::default();
         let spec = pod.pod_spec().unwrap_or(&empty);
         let mut invalid = None;

@@ -147,18 +147,17 @@ impl VolumeTopology {
 
 /// `namespace/name`.
 fn pod_key<P: PodView + ?Sized>(pod: &P) -> String {
-    let meta = pod.pod_meta();
     format!(
         "{}/{}",
-        meta.namespace.as_deref().unwrap_or("default"),
-        meta.name.as_deref().unwrap_or_default()
+        pod.pod_namespace().unwrap_or("default"),
+        pod.pod_name().unwrap_or_default()
     )
 }
 
 /// The claim each volume of the pod uses: its `persistentVolumeClaim.claimName`, or for a
 /// generic ephemeral volume the claim its controller creates, `<pod>-<volume>`.
 pub fn claim_names<P: PodView + ?Sized>(pod: &P) -> impl Iterator<Item = String> + '_ {
-    let pod_name = pod.pod_meta().name.as_deref().unwrap_or_default();
+    let pod_name = pod.pod_name().unwrap_or_default();
     pod.pod_spec()
         .and_then(|s| s.volumes.as_ref())
         .into_iter()
@@ -180,7 +179,7 @@ pub fn requirements<P: PodView + ?Sized>(
     pod: &P,
     objects: &impl VolumeObjects,
 ) -> Result<Alternatives, VolumeError> {
-    let namespace = pod.pod_meta().namespace.as_deref().unwrap_or("default");
+    let namespace = pod.pod_namespace().unwrap_or("default");
     // `None` is the single unconstrained combination upstream starts from.
     let mut combined: Vec<Option<Requirements>> = vec![None];
     for claim_name in claim_names(pod) {

@@ -118,11 +118,11 @@ pub fn plan_cluster(snapshot: &Snapshot<'_>, prices: &[InstanceType]) -> Report 
 /// The report of a scheduler's plan for `pods`.
 fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
     let name = |index: usize| {
-        let meta = pods[index].pod_meta();
+        let pod = &pods[index];
         format!(
             "{}/{}",
-            meta.namespace.as_deref().unwrap_or("default"),
-            meta.name.as_deref().unwrap_or_default()
+            pod.pod_namespace().unwrap_or("default"),
+            pod.pod_name().unwrap_or_default()
         )
     };
     let claims: Vec<PlannedClaim> = result

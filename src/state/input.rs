@@ -421,7 +421,12 @@ mod tests {
     }
 
     fn catalogue() -> Catalogues {
-        let mut small = InstanceType::new("small", ResourceList::new().with(CPU, 2000));
+        let mut small = InstanceType::new(
+            "small",
+            ResourceList::new()
+                .with(CPU, 2000)
+                .with(crate::resources::PODS, 110),
+        );
         small.offerings = vec![Offering::new(
             "zone-a",
             labels::CAPACITY_TYPE_ON_DEMAND,
@@ -564,6 +569,47 @@ mod tests {
                 .map(|p| p.node_pool.name_any())
                 .collect();
             assert_eq!(offered, ["also", "staying"], "live pools, by name");
+        });
+    }
+
+    #[test]
+    fn replicas_sharing_their_template_each_count_against_required_anti_affinity() {
+        // As the pod watch caches them: every replica shares one spec and one label map, so
+        // the scheduler reads the template once (`PodView::shape_key`) but must still see a
+        // replica on each node.
+        let mut parts = crate::state::ReplicaParts::default();
+        let mut replica = |name: &str, node: Option<&str>| {
+            let scheduled = if node.is_some() { "True" } else { "False" };
+            Arc::new(parts.cache(from_json(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": name,
+                    "labels": {"app": "web"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-web", "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": labels::HOSTNAME}]}}},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": scheduled, "reason": "Unschedulable"}]},
+            }))))
+        };
+        let pods = [
+            replica("web-1", Some("node-a")),
+            replica("web-2", Some("node-b")),
+            replica("web-3", None),
+        ];
+        assert!(Arc::ptr_eq(&pods[0].spec, &pods[2].spec));
+        let nodes = [
+            node("node-a", "kwok://node-a", Some("4")),
+            node("node-b", "kwok://node-b", Some("4")),
+        ];
+        with_input(&pods, &nodes, &[], &[pool("pool-a", "100")], |input| {
+            assert_eq!(names(&input.pods), ["web-3"]);
+            let plan = crate::scheduling::schedule(&input);
+            assert!(
+                plan.existing.is_empty(),
+                "both nodes hold a replica already: {:?}",
+                plan.existing
+            );
+            assert_eq!(plan.new_claims.len(), 1, "{:?}", plan.unschedulable);
+            assert_eq!(plan.new_claims[0].pods, [0]);
         });
     }
 

@@ -20,5 +20,7 @@ pub use input::{
     provisionable_pods, scheduling_input,
 };
 pub use node_cache::{CachedNode, NodeConditionState};
-pub use pod_cache::{CachedPod, CachedPodStatus, ScheduledCondition, SharedSpecs};
+pub use pod_cache::{
+    CachedPod, CachedPodStatus, PodMeta, ReplicaParts, ScheduledCondition, WatchedPod,
+};
 pub use usage::usage_by_pool;

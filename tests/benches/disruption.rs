@@ -28,6 +28,11 @@
 //! packed,uneven` picks shapes; `--profile` adds where a pass's time goes (judging the claims,
 //! one simulation of each size the methods try).
 //!
+//! `--round N` prints instead the time of one provisioning round (the scheduler's input from the
+//! stores, and its plan) for N pending pods over 5,000 nodes holding 20,000 pods (`--nodes`,
+//! `--pods-per-node`): a round at issue 18's scale, without the rig's load. `--unshared` gives
+//! every pod its own spec and labels, as the agent cached pods before they shared them.
+//!
 //! `--plan N --cpu 250m --memory 128Mi` prints instead the hourly price of the scheduler's plan
 //! for N such pods from scratch, with the kwok provider's catalogue and
 //! `examples/kwok/nodepool.yaml` (limits raised as `tests/agent/scale.sh` raises them): what that
@@ -43,7 +48,7 @@ use karpenter_core::disruption::consolidation::{Outcome, consolidate};
 use karpenter_core::disruption::{self, Candidate, Decision, Input, Options};
 use karpenter_core::scheduling::{self, NamespaceLabels, PoolInput, VolumeTopology};
 use karpenter_core::state::{
-    CachedNode, CachedPod, Catalogues, SharedSpecs, Snapshot, scheduling_input,
+    CachedNode, CachedPod, Catalogues, ReplicaParts, Snapshot, WatchedPod, scheduling_input,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -244,7 +249,7 @@ fn node(name: &str, vcpu: u64, zone: &str, created: &str) -> CachedNode {
 
 /// A running replica of the Deployment that fills `fill` to a node of `vcpu` vCPUs: CPU
 /// divides the node's allocatable, memory half of it.
-fn pod(i: usize, node: &str, slot: Slot, rng: &mut Rng) -> CachedPod {
+fn pod(i: usize, node: &str, slot: Slot, rng: &mut Rng) -> WatchedPod {
     let app = format!("app-{}", slot.vcpu);
     let cpu = (slot.vcpu * 1000 - RESERVED_CPU_MILLIS) / slot.fill;
     let memory = (slot.vcpu * 2048 - RESERVED_MEMORY_MIB) / (2 * slot.fill);
@@ -290,7 +295,7 @@ impl Cluster {
             .parse()
             .unwrap_or_else(|e| unreachable!("NOW is a time: {e}"));
         let created = (now - SignedDuration::from_hours(2)).to_string();
-        let shared = SharedSpecs::default();
+        let mut shared = ReplicaParts::default();
         let mut rng = Rng(42);
         let mut cluster = Self {
             pods: Vec::with_capacity(PODS),
@@ -313,8 +318,7 @@ impl Cluster {
                 .nodes
                 .push(Arc::new(node(&name, slot.vcpu, zone, &created)));
             for _ in 0..slot.pods {
-                let mut pod = pod(cluster.pods.len(), &name, *slot, &mut rng);
-                shared.share(&mut pod);
+                let pod = shared.cache(pod(cluster.pods.len(), &name, *slot, &mut rng));
                 cluster.pods.push(Arc::new(pod));
             }
         }
@@ -562,10 +566,93 @@ fn plan(args: &[String]) {
     );
 }
 
+/// `--round N`: one provisioning round's work (the scheduler's input from the stores, then the
+/// plan) for N pending pods of a new Deployment, over `--nodes` (default 5,000) packed nodes with
+/// `--pods-per-node` (default 4) bound pods each: the agent's round at item 5's 20,000 pods.
+fn round(args: &[String]) {
+    let pending: usize = flag(args, "--round")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| unreachable!("--round takes a pod count"));
+    let nodes: usize = flag(args, "--nodes")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5000);
+    let per_node: u64 = flag(args, "--pods-per-node")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4);
+    let seconds: u64 = flag(args, "--seconds")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let shape = Shape {
+        name: "round",
+        slots: (0..nodes)
+            .map(|i| Slot {
+                vcpu: size_of(i),
+                fill: per_node,
+                pods: per_node,
+            })
+            .collect(),
+    };
+    // `--unshared`: pods as the agent cached them before they shared their template, each
+    // read on its own by the scheduler.
+    let unshared = args.iter().any(|a| a == "--unshared");
+    let mut cluster = Cluster::build(&shape);
+    if unshared {
+        cluster.pods = cluster.pods.iter().map(|p| Arc::new(unshare(p))).collect();
+    }
+    let mut parts = ReplicaParts::default();
+    for i in 0..pending {
+        let pod: WatchedPod = from_json(json!({
+            "metadata": {"name": format!("burst-7c9d8f6b5-{i}"), "namespace": "default", "uid": format!("burst-{i}"),
+                "labels": {"app": "burst", "pod-template-hash": "7c9d8f6b5"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "burst-7c9d8f6b5",
+                    "uid": "rs-uid-burst", "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"containers": [{"name": "app", "image": "nginx",
+                "resources": {"requests": {"cpu": "400m", "memory": "256Mi"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }));
+        cluster.pods.push(Arc::new(if unshared {
+            CachedPod::from(pod)
+        } else {
+            parts.cache(pod)
+        }));
+    }
+    let snapshot = cluster.input().snapshot;
+    let once = || {
+        let input = scheduling_input(&snapshot);
+        let plan = scheduling::schedule(&input);
+        (input.pods.len(), plan.new_claims.len(), plan.placed_pods())
+    };
+    let (to_place, claims, placed) = once();
+    let (mut rounds, started) = (0_u32, Instant::now());
+    while rounds == 0 || started.elapsed() < Duration::from_secs(seconds) {
+        std::hint::black_box(once());
+        rounds += 1;
+    }
+    println!(
+        "ROUND nodes={} bound_pods={} pending={to_place} placed={placed} new_claims={claims} shared={} rounds={rounds} time_per_round={:.1}ms",
+        cluster.nodes.len(),
+        cluster.pods.len() - pending,
+        !unshared,
+        (started.elapsed() / rounds).as_secs_f64() * 1e3
+    );
+}
+
+/// A copy of `pod` holding its own spec and labels.
+fn unshare(pod: &CachedPod) -> CachedPod {
+    let mut copy = pod.clone();
+    copy.spec = Arc::new((*pod.spec).clone());
+    copy.metadata.labels = Arc::new((*pod.metadata.labels).clone());
+    copy
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if flag(&args, "--plan").is_some() {
         plan(&args);
+        return;
+    }
+    if flag(&args, "--round").is_some() {
+        round(&args);
         return;
     }
     let wanted: Option<Vec<String>> =

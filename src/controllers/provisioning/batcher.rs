@@ -6,7 +6,6 @@
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use crate::state::{CachedPod, is_provisionable};
-use kube::ResourceExt;
 use kube::api::Api;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -185,9 +185,7 @@ pub(super) async fn warn_unschedulable<P>(
         };
         // A new reason is a new Event (the Recorder would patch it into the old one's series,
         // old text and all).
-        ctx.notices
-            .publish(&event, &pod.object_ref(&()), &note)
-            .await;
+        ctx.notices.publish(&event, &pod.object_ref(), &note).await;
     }
 }
 

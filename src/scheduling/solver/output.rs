@@ -169,11 +169,11 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
     }
 
     pub(super) fn pod_name(&self, pod: PodId) -> String {
-        let meta = self.input.pods[pod.index()].pod_meta();
+        let pod = &self.input.pods[pod.index()];
         format!(
             "{}/{}",
-            meta.namespace.as_deref().unwrap_or("default"),
-            meta.name.as_deref().unwrap_or("")
+            pod.pod_namespace().unwrap_or("default"),
+            pod.pod_name().unwrap_or("")
         )
     }
 }
