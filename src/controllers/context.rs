@@ -1,7 +1,7 @@
 //! What every control loop shares: the API client, the cloud provider, the reflector stores
 //! the loops read the cluster from, the event recorder, the settings and the metrics.
 
-use super::{FIELD_MANAGER, Notices, OwnWrites, Settings};
+use super::{FIELD_MANAGER, Notices, OwnWrites, RecentLaunches, Settings};
 use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::scheduling::VolumeTopology;
@@ -26,6 +26,8 @@ pub struct Context<P> {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
     pub own_writes: OwnWrites,
+    /// Instances the lifecycle loop launched in the last minute, by NodeClaim UID.
+    pub recent_launches: RecentLaunches,
     /// Events that loops re-evaluate every pass, published once per state.
     pub notices: Notices,
     /// NodeClaims the API server has that do not decode (left out of `claims`).
@@ -78,6 +80,7 @@ impl<P: CloudProvider> Context<P> {
             settings,
             metrics,
             own_writes: OwnWrites::default(),
+            recent_launches: RecentLaunches::default(),
             notices,
             claim_failures: super::backoff::FailureBackoff::lifecycle(),
             unreadable_claims: super::lenient_watch::Unreadable::default(),

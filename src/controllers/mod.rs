@@ -40,6 +40,7 @@ mod context;
 mod error;
 mod notices;
 mod own_writes;
+mod recent_launches;
 mod settings;
 
 pub use client::agent_client;
@@ -49,6 +50,7 @@ pub(crate) use error::is_not_found;
 pub use health::Health;
 pub use notices::Notices;
 pub use own_writes::OwnWrites;
+pub use recent_launches::RecentLaunches;
 pub use settings::Settings;
 
 use crate::apis::{NodeClaim, NodePool};

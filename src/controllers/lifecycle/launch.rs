@@ -17,7 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::json;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// The instance types a claim may launch as, cheapest first: those its requirements allow and
 /// whose allocatable covers its requests.
@@ -50,6 +50,19 @@ pub(super) async fn launch<P: CloudProvider>(
     status: NodeClaimStatus,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
+    // Launched already, but the watch has not brought the status back: write it again rather
+    // than ask the cloud for a second instance (upstream's launch cache).
+    if let Some(instance) = claim
+        .metadata
+        .uid
+        .as_deref()
+        .and_then(|uid| ctx.recent_launches.get(uid))
+    {
+        debug!(nodeclaim = %claim.name_any(), provider_id = %instance.provider_id,
+            "launched a moment ago; recording the launch again");
+        record_launch(claim, status, &instance, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let catalogue = match ctx
         .provider
         .instance_types(&claim.spec.node_class_ref)
@@ -65,6 +78,9 @@ pub(super) async fn launch<P: CloudProvider>(
     let started = std::time::Instant::now();
     match ctx.provider.create(claim, &candidates).await {
         Ok(instance) => {
+            if let Some(uid) = &claim.metadata.uid {
+                ctx.recent_launches.launched(uid, &instance);
+            }
             record_launch(claim, status, &instance, ctx).await?;
             ctx.metrics.nodeclaims_launched.inc();
             ctx.metrics
