@@ -229,37 +229,20 @@ async fn start_reporting<P: CloudProvider + 'static>(
         })
     }
 
-    // The Node watch as its store keeps it: each Node as a `CachedNode`, whose label and
-    // condition strings one table shares among all Nodes (most of a Node's size otherwise).
-    fn cached_nodes(
-        events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send,
-    ) -> impl futures::Stream<Item = Result<watcher::Event<CachedNode>, watcher::Error>> + Send
+    // A watch whose store keeps each object as `cache` makes it of the one decoded: a slimmer
+    // type sharing what many objects repeat (see `CachedNode`, `CachedPod`).
+    fn cached<K, T>(
+        events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+        mut cache: impl FnMut(K) -> T + Send,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send
+    where
+        K: Send,
     {
-        let mut interner = crate::interner::Interner::default();
         events.default_backoff().map(move |event| {
-            let mut cache = |node| CachedNode::new(node, &mut interner);
             event.map(|event| match event {
-                watcher::Event::Apply(node) => watcher::Event::Apply(cache(node)),
-                watcher::Event::Delete(node) => watcher::Event::Delete(cache(node)),
-                watcher::Event::InitApply(node) => watcher::Event::InitApply(cache(node)),
-                watcher::Event::Init => watcher::Event::Init,
-                watcher::Event::InitDone => watcher::Event::InitDone,
-            })
-        })
-    }
-
-    // The pod watch as its store keeps it: each pod as a `CachedPod`, sharing its spec, labels
-    // and owner references with the other replicas of its controller.
-    fn cached_pods(
-        events: impl futures::Stream<Item = Result<watcher::Event<WatchedPod>, watcher::Error>> + Send,
-    ) -> impl futures::Stream<Item = Result<watcher::Event<CachedPod>, watcher::Error>> + Send {
-        let mut parts = pod_cache::ReplicaParts::default();
-        events.default_backoff().map(move |event| {
-            let mut cache = |pod| parts.cache(pod);
-            event.map(|event| match event {
-                watcher::Event::Apply(pod) => watcher::Event::Apply(cache(pod)),
-                watcher::Event::Delete(pod) => watcher::Event::Delete(cache(pod)),
-                watcher::Event::InitApply(pod) => watcher::Event::InitApply(cache(pod)),
+                watcher::Event::Apply(object) => watcher::Event::Apply(cache(object)),
+                watcher::Event::Delete(object) => watcher::Event::Delete(cache(object)),
+                watcher::Event::InitApply(object) => watcher::Event::InitApply(cache(object)),
                 watcher::Event::Init => watcher::Event::Init,
                 watcher::Event::InitDone => watcher::Event::InitDone,
             })
@@ -346,10 +329,15 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Node watch",
-            cached_nodes(watcher(
-                Api::<Node>::all(client.clone()),
-                watcher::Config::default(),
-            )),
+            // Label and condition strings are shared among all Nodes through one table (most
+            // of a Node's size otherwise).
+            cached(
+                watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+                {
+                    let mut interner = crate::interner::Interner::default();
+                    move |node| CachedNode::new(node, &mut interner)
+                },
+            ),
             nodes_writer,
             {
                 let claims = claims.clone();
@@ -482,10 +470,18 @@ async fn start_reporting<P: CloudProvider + 'static>(
         spawn_reflector(
             &health,
             "Pod watch",
-            cached_pods(watcher(
-                Api::<WatchedPod>::all(client.clone()),
-                watcher::Config::default(),
-            )),
+            // Each pod shares its spec, labels and owner references with the other replicas of
+            // its controller.
+            cached(
+                watcher(
+                    Api::<WatchedPod>::all(client.clone()),
+                    watcher::Config::default(),
+                ),
+                {
+                    let mut parts = pod_cache::ReplicaParts::default();
+                    move |pod| parts.cache(pod)
+                },
+            ),
             pods_writer,
             {
                 let pod_events = pod_events.clone();
