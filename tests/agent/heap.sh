@@ -48,10 +48,12 @@ import collections, sys
 # What holds memory at the peak: the first rule whose every part matches some frame of the
 # allocation's stack (each part: any of its spellings, as Rust symbols spell paths two ways).
 rules = [
-    ("store: Nodes", [["apply_watcher_event"], ["node..Node$u20$as$u20$core..clone"]]),
+    ("store: Nodes", [["apply_watcher_event"], ["CachedNode$u20$as$u20$core..clone", "node..Node$u20$as$u20$core..clone"]]),
     ("store: NodeClaims", [["apply_watcher_event"], ["NodeClaim$u20$as$u20$core..clone"]]),
     ("store: pods", [["apply_watcher_event"], ["CachedPod$u20$as$u20$core..clone"]]),
     ("stores: other kinds, and every cached object's Arc", [["apply_watcher_event"]]),
+    ("strings shared among cached Nodes and metric series", [["interner"]]),
+    ("specs, labels and owners shared among replicas", [["ReplicaParts", "pod_cache"]]),
     ("kwok provider: listing its Nodes", [["karpenter_core::cloud::kwok", "karpenter_core..cloud..kwok"], ["list"]]),
     ("disruption pass", [["karpenter_core::disruption::", "karpenter_core..disruption..", "controllers::disruption"]]),
     ("scheduling input", [["scheduling_input"]]),
