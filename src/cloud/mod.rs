@@ -21,6 +21,7 @@ pub mod kwok;
 pub mod last_good;
 pub mod metered;
 pub mod node_class_hash;
+pub mod node_classes;
 pub mod provider;
 pub mod repair;
 

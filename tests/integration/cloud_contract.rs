@@ -82,3 +82,44 @@ async fn the_kwok_provider_keeps_the_cloud_provider_contract() {
     .await;
     rig().kubectl_ok(&["delete", "kwoknodeclass", "contract-kwok"]);
 }
+
+/// The kwok provider reads its node classes from a watch; one created a moment ago is used at
+/// once, and one deleted stops being offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_class_is_offered_as_soon_as_it_exists_and_not_once_it_is_deleted() {
+    use karpenter_core::apis::NodeClassReference;
+    use karpenter_core::cloud::{CloudError, CloudProvider};
+    let provider = KwokProvider::new(rig().client().await);
+    let reference = NodeClassReference {
+        group: labels::KWOK_GROUP.to_owned(),
+        kind: "KWOKNodeClass".to_owned(),
+        name: "watched-kwok".to_owned(),
+    };
+    let missing = |result: Result<_, CloudError>| match result {
+        Err(CloudError::NodeClassNotReady { reason, .. }) => reason.contains("does not exist"),
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => false,
+    };
+    assert!(missing(provider.instance_types(&reference).await));
+
+    let applied = rig().kubectl_with_input(
+        &["apply", "-f", "-"],
+        "apiVersion: karpenter.kwok.sh/v1alpha1\nkind: KWOKNodeClass\nmetadata: {name: watched-kwok}\nspec: {}\n",
+    );
+    assert!(applied.status.success());
+    let offered = provider
+        .instance_types(&reference)
+        .await
+        .expect("a class created a moment ago is offered");
+    assert!(!offered.is_empty());
+
+    rig().kubectl_ok(&["delete", "kwoknodeclass", "watched-kwok"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !missing(provider.instance_types(&reference).await) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a deleted class was still offered after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -25,6 +25,7 @@ pub mod price_feed;
 pub mod pricing;
 pub mod userdata;
 
+use super::node_classes::NodeClasses;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
@@ -256,6 +257,7 @@ pub struct AwsProvider {
     unavailable: Arc<UnavailableOfferings>,
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
     node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    classes: NodeClasses<EC2NodeClass>,
     launch_templates: Mutex<HashSet<String>>,
     k8s_version: tokio::sync::OnceCell<String>,
     bootstrap: tokio::sync::OnceCell<ClusterBootstrap>,
@@ -283,6 +285,7 @@ impl AwsProvider {
         let clients = Clients::new(sdk, &config.region, &config.cluster_name);
         Self {
             clients,
+            classes: NodeClasses::new(kube.clone()),
             kube,
             unavailable: Arc::new(UnavailableOfferings::new(config.unavailable_ttl)),
             config,
@@ -398,12 +401,19 @@ impl AwsProvider {
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
-        self.resolve_node_class_status(name).await?.resolved
+        // From the watch: this is every round's and every launch's read (see `NodeClasses`).
+        let class = self
+            .classes
+            .get(name)
+            .await
+            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
+        self.resolve_class(name, class.as_deref()).await?.resolved
     }
 
     /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
     /// amounts to when it differs from the class's: the node class status controller writes it
-    /// (the provider makes no Kubernetes writes).
+    /// (the provider makes no Kubernetes writes). The class is read from the API server, not
+    /// the watch, so a status follows the change that prompted it.
     pub async fn resolve_node_class_status(
         &self,
         name: &str,
@@ -413,6 +423,15 @@ impl AwsProvider {
             .get_opt(name)
             .await
             .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
+        self.resolve_class(name, class.as_ref()).await
+    }
+
+    /// Resolves the class `name` as found (`None`: there is none).
+    async fn resolve_class(
+        &self,
+        name: &str,
+        class: Option<&EC2NodeClass>,
+    ) -> Result<NodeClassResolution, CloudError> {
         let Some(class) = class else {
             return Err(CloudError::NodeClassNotReady {
                 name: name.to_owned(),
@@ -421,7 +440,7 @@ impl AwsProvider {
         };
         let previous = class.status.clone().unwrap_or_default();
         let generation = class.metadata.generation;
-        if let Some(cached) = self.cached_node_class(name, &class) {
+        if let Some(cached) = self.cached_node_class(name, class) {
             let status = nodeclass::status(&Ok((*cached).clone()), None, generation, &previous);
             return Ok(NodeClassResolution {
                 resolved: Ok(cached),
@@ -429,7 +448,7 @@ impl AwsProvider {
             });
         }
         let k8s_version = self.kubernetes_version().await?.to_owned();
-        let result = nodeclass::resolve(&self.clients, &class, &k8s_version).await;
+        let result = nodeclass::resolve(&self.clients, class, &k8s_version).await;
         let (status, outcome) = match result {
             Ok(resolved) => {
                 let resolved = Arc::new(resolved);
@@ -989,8 +1008,9 @@ impl CloudProvider for AwsProvider {
         if !is_ec2_node_class(reference) {
             return Ok(None);
         }
-        let Some(class) = kube::Api::<EC2NodeClass>::all(self.kube.clone())
-            .get_opt(&reference.name)
+        let Some(class) = self
+            .classes
+            .get(&reference.name)
             .await
             .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?
         else {

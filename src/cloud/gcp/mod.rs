@@ -22,6 +22,7 @@ pub mod nodeclass;
 
 pub use node_template::NodeTemplate;
 
+use super::node_classes::NodeClasses;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
@@ -374,6 +375,7 @@ pub struct GcpProvider {
     unavailable: Arc<UnavailableOfferings>,
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
     node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    classes: NodeClasses<GCENodeClass>,
     node_template: tokio::sync::Mutex<Option<(Instant, Option<Arc<NodeTemplate>>)>>,
     prices: billing::PriceFeed,
 }
@@ -389,6 +391,7 @@ impl GcpProvider {
     pub fn with_clients(config: GcpConfig, clients: Clients, kube: kube::Client) -> Self {
         Self {
             clients,
+            classes: NodeClasses::new(kube.clone()),
             kube,
             unavailable: Arc::new(UnavailableOfferings::new(config.unavailable_ttl)),
             config,
@@ -501,12 +504,19 @@ impl GcpProvider {
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
-        self.resolve_node_class_status(name).await?.resolved
+        // From the watch: this is every round's and every launch's read (see `NodeClasses`).
+        let class = self
+            .classes
+            .get(name)
+            .await
+            .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
+        self.resolve_class(name, class.as_deref()).await?.resolved
     }
 
     /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
     /// amounts to when it differs from the class's: the node class status controller writes it
-    /// (the provider makes no Kubernetes writes).
+    /// (the provider makes no Kubernetes writes). The class is read from the API server, not
+    /// the watch, so a status follows the change that prompted it.
     pub async fn resolve_node_class_status(
         &self,
         name: &str,
@@ -516,6 +526,15 @@ impl GcpProvider {
             .get_opt(name)
             .await
             .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
+        self.resolve_class(name, class.as_ref()).await
+    }
+
+    /// Resolves the class `name` as found (`None`: there is none).
+    async fn resolve_class(
+        &self,
+        name: &str,
+        class: Option<&GCENodeClass>,
+    ) -> Result<NodeClassResolution, CloudError> {
         let Some(class) = class else {
             return Err(CloudError::NodeClassNotReady {
                 name: name.to_owned(),
@@ -551,7 +570,7 @@ impl GcpProvider {
         }
         let result = nodeclass::resolve(
             &self.clients.images,
-            &class,
+            class,
             &self.config.project,
             template_image.as_deref(),
         )
@@ -903,8 +922,9 @@ impl CloudProvider for GcpProvider {
         if !is_gce_node_class(reference) {
             return Ok(None);
         }
-        let class = kube::Api::<GCENodeClass>::all(self.kube.clone())
-            .get_opt(&reference.name)
+        let class = self
+            .classes
+            .get(&reference.name)
             .await
             .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
         Ok(class

@@ -9,6 +9,7 @@
 
 pub mod catalogue;
 
+use super::node_classes::NodeClasses;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
@@ -46,7 +47,7 @@ pub const KWOK_UNHEALTHY: &str = "KWOKUnhealthy";
 pub struct KwokProvider {
     client: Client,
     nodes: Api<Node>,
-    node_classes: Api<KWOKNodeClass>,
+    node_classes: Arc<NodeClasses<KWOKNodeClass>>,
     catalogue: Arc<[InstanceType]>,
 }
 
@@ -60,7 +61,7 @@ impl KwokProvider {
     pub fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
         Self {
             nodes: Api::all(client.clone()),
-            node_classes: Api::all(client.clone()),
+            node_classes: Arc::new(NodeClasses::new(client.clone())),
             client,
             catalogue: catalogue.into(),
         }
@@ -185,7 +186,7 @@ impl CloudProvider for KwokProvider {
         let class_name = &claim.spec.node_class_ref.name;
         let class = self
             .node_classes
-            .get_opt(class_name)
+            .get(class_name)
             .await
             .map_err(|e| CloudError::api("reading the KWOKNodeClass", e))?;
         let Some(class) = class else {
@@ -417,7 +418,7 @@ impl CloudProvider for KwokProvider {
                 ),
             });
         }
-        match self.node_classes.get_opt(&node_class.name).await {
+        match self.node_classes.get(&node_class.name).await {
             Ok(Some(_)) => Ok(self.catalogue.clone()),
             Ok(None) => Err(CloudError::NodeClassNotReady {
                 name: node_class.name.clone(),

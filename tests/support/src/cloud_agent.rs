@@ -279,6 +279,28 @@ pub async fn launch_unrecorded<P: karpenter_core::cloud::CloudProvider>(
         .expect("the first launch")
 }
 
+/// Waits until `provider` finds `claim` drifted for `reason`. Providers read their node classes
+/// from a watch (as upstream from its informer cache), so a change to a class is judged once the
+/// watch delivers it, a moment after the write.
+pub async fn drifts<P: karpenter_core::cloud::CloudProvider>(
+    provider: &P,
+    claim: &NodeClaim,
+    reason: &str,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let drift = provider.drift(claim).await.expect("drift");
+        if drift.as_deref() == Some(reason) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not drifted for {reason} after 10 s: {drift:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Deletes the claim `claim` and waits until it is gone (its instance with it), then the pool
 /// and node class (`ec2nodeclass`, `gcenodeclass`) named `pool`.
 pub async fn delete_claim_then_pool(
