@@ -25,7 +25,7 @@ pub struct Context<P> {
     pub settings: Settings,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// NodeClaims the lifecycle loop wrote whose new version the watch has not delivered yet.
-    pub own_writes: OwnWrites,
+    pub own_writes: Arc<OwnWrites>,
     /// Instances the lifecycle loop launched in the last minute, by NodeClaim UID.
     pub recent_launches: RecentLaunches,
     /// Events that loops re-evaluate every pass, published once per state.
@@ -79,7 +79,7 @@ impl<P: CloudProvider> Context<P> {
             recorder,
             settings,
             metrics,
-            own_writes: OwnWrites::default(),
+            own_writes: Arc::default(),
             recent_launches: RecentLaunches::default(),
             notices,
             claim_failures: super::backoff::FailureBackoff::lifecycle(),

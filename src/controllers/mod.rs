@@ -204,6 +204,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
 
     let (claims, claims_writer) = reflector::store::<NodeClaim>();
     let unreadable_claims = lenient_watch::Unreadable::default();
+    let own_writes = Arc::new(OwnWrites::default());
     let (nodes, nodes_writer) = reflector::store::<CachedNode>();
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (pods, pods_writer) = reflector::store::<CachedPod>();
@@ -297,8 +298,10 @@ async fn start_reporting<P: CloudProvider + 'static>(
                 let pending = pending.clone();
                 let lifecycle_triggers = lifecycle_triggers.clone();
                 let initialized = provisioning::Initialized::default();
+                let own_writes = own_writes.clone();
                 move |event| match event {
                     watcher::Event::Apply(claim) => {
+                        own_writes.observed(claim);
                         recent.seen(claim);
                         if initialized.newly(claim) {
                             pending.nudge();
@@ -307,12 +310,14 @@ async fn start_reporting<P: CloudProvider + 'static>(
                             .send(kube::runtime::reflector::ObjectRef::from_obj(claim));
                     }
                     watcher::Event::InitApply(claim) => {
+                        own_writes.observed(claim);
                         recent.seen(claim);
                         initialized.seen(claim);
                         let _ = lifecycle_triggers
                             .send(kube::runtime::reflector::ObjectRef::from_obj(claim));
                     }
                     watcher::Event::Delete(claim) => {
+                        own_writes.forget(claim);
                         recent.seen(claim);
                         initialized.forget(claim);
                         // Pods planned onto a claim that is gone (its launch failed for capacity or
@@ -533,6 +538,7 @@ async fn start_reporting<P: CloudProvider + 'static>(
         client, provider, claims, nodes, pools, pods, settings, metrics,
     );
     ctx.health = health.clone();
+    ctx.own_writes = own_writes;
     ctx.unreadable_claims = unreadable_claims;
     ctx.namespaces = Some(namespaces);
     ctx.volumes = Some(volumes::VolumeStores {

@@ -263,14 +263,16 @@ async fn add_claim_finalizer<P>(claim: &NodeClaim, ctx: &Context<P>) -> Result<(
     let mut finalizers = claim.finalizers().to_vec();
     finalizers.push(labels::TERMINATION_FINALIZER.to_owned());
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}});
-    api.patch(
-        &claim.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::kube("adding the termination finalizer"))?;
-    ctx.own_writes.wrote(claim);
+    let write = ctx.own_writes.begin(claim);
+    let written = api
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::kube("adding the termination finalizer"))?;
+    write.done(&written);
     Ok(())
 }
 
@@ -287,14 +289,16 @@ async fn write_status<P>(
         ..status.clone()
     };
     let patch = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "status": status});
-    api.patch_status(
-        &claim.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube("writing the nodeclaim status"))?;
-    ctx.own_writes.wrote(claim);
+    let write = ctx.own_writes.begin(claim);
+    let written = api
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube("writing the nodeclaim status"))?;
+    write.done(&written);
     Ok(())
 }
 

@@ -97,7 +97,8 @@ pub(crate) async fn write_conditions<P>(
         "metadata": {"name": claim.name_any(), "resourceVersion": claim.resource_version()},
         "status": status,
     });
-    Api::<NodeClaim>::all(ctx.client.clone())
+    let write = ctx.own_writes.begin(claim);
+    let written = Api::<NodeClaim>::all(ctx.client.clone())
         .patch_status(
             &claim.name_any(),
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -105,6 +106,6 @@ pub(crate) async fn write_conditions<P>(
         )
         .await
         .map_err(Error::kube("writing the nodeclaim's conditions"))?;
-    ctx.own_writes.wrote(claim);
+    write.done(&written);
     Ok(())
 }

@@ -69,6 +69,7 @@ pub(super) async fn ensure<P>(
         "resourceVersion": claim.resource_version(),
     }});
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let write = ctx.own_writes.begin(claim);
     match api
         .patch(
             &claim.name_any(),
@@ -77,11 +78,10 @@ pub(super) async fn ensure<P>(
         )
         .await
     {
-        Ok(_) => {}
+        Ok(written) => write.done(&written),
         Err(e) if is_not_found(&e) => return Ok(Some(at)),
         Err(e) => return Err(Error::kube("recording the termination deadline")(e)),
     }
-    ctx.own_writes.wrote(claim);
     info!(nodeclaim = %claim.name_any(), deadline = %text, "annotated nodeclaim");
     let event = Event {
         type_: EventType::Warning,
