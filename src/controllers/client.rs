@@ -13,17 +13,6 @@
 //! accepts a connection and then hangs (overloaded, or paused behind a load balancer) held a
 //! reconcile, and the provisioning round waiting on it, for five minutes. A watch is left
 //! unbounded: it is meant to stay open, and the server ends it itself (`timeoutSeconds`).
-//!
-//! Each HTTP/1 connection's read buffer is capped at [`READ_BUFFER_LIMIT`]. hyper grows a
-//! connection's buffer toward 408 KiB while it reads a large list and keeps it for the life of
-//! the connection, pooled or under the watch that reuses it: 8.3 MiB of the agent's 46.4 MiB
-//! heap peak at 5,000 pods (heaptrack, `tests/agent/heap.sh 5000`), the largest single holder;
-//! 3.1 MiB with the cap.
-//! kube's `ClientBuilder` has no setting for it, so the stack is built here the way kube 5.0's
-//! `make_generic_builder` builds it (its connector, timeouts, base URI, auth and headers),
-//! without kube's request tracing spans, which the agent's logs do not use. A configuration this
-//! stack does not cover (a proxy; an exec plugin, whose client certificate expires) gets kube's
-//! own stack.
 
 use http::{Request, Response};
 use kube::client::ClientBuilder;
@@ -39,57 +28,13 @@ use tower::{BoxError, Layer, Service};
 /// streaming at once; short next to kube's 295 s read timeout.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The most a connection's read buffer grows to. A response is streamed through it whatever
-/// its size; a larger buffer only saves reads.
-pub const READ_BUFFER_LIMIT: usize = 64 * 1024;
-
 /// A client for the agent's control loops: `config` without kube's automatic retries, every
-/// request but a watch bounded by [`REQUEST_TIMEOUT`], each connection's read buffer bounded by
-/// [`READ_BUFFER_LIMIT`].
+/// request but a watch bounded by [`REQUEST_TIMEOUT`].
 pub fn agent_client(mut config: Config) -> Result<Client, kube::Error> {
     config.default_retry = false;
-    if config.proxy_url.is_some() || config.auth_info.exec.is_some() {
-        return Ok(ClientBuilder::try_from(config)?
-            .with_layer(&Bounded(REQUEST_TIMEOUT))
-            .build());
-    }
-    bounded_buffers(&config)
-}
-
-/// kube 5.0's client stack (`make_generic_builder`, no proxy) with a bounded read buffer.
-fn bounded_buffers(config: &Config) -> Result<Client, kube::Error> {
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use kube::client::ConfigExt;
-    use tower::ServiceBuilder;
-
-    // As kube's `ClientBuilder::try_from` does: rustls needs a process-wide crypto provider.
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // The only error is another thread installing one first, which is as good.
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    }
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    let mut connector =
-        hyper_timeout::TimeoutConnector::new(config.rustls_https_connector_with_connector(http)?);
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
-    connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http1_max_buf_size(READ_BUFFER_LIMIT)
-            .build(connector);
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
-        .service(client);
-    Ok(
-        ClientBuilder::new(service, config.default_namespace.clone())
-            .with_layer(&Bounded(REQUEST_TIMEOUT))
-            .build(),
-    )
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&Bounded(REQUEST_TIMEOUT))
+        .build())
 }
 
 /// A request that got no answer in time.

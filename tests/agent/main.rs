@@ -877,31 +877,3 @@ spec:
     );
     clean_up(&client, "ds-test", "ds-pool").await;
 }
-
-/// The agent builds its client stack itself (to bound each connection's read buffer): it still
-/// acts as the agent's ServiceAccount, and an answer many times the buffer arrives whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_agents_client_acts_as_its_service_account_and_reads_answers_larger_than_its_buffer() {
-    let client = rig().agent_client().await;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(client.clone());
-    let refused = secrets
-        .list(&ListParams::default())
-        .await
-        .expect_err("the agent's ServiceAccount may not read secrets");
-    assert!(
-        matches!(&refused, kube::Error::Api(status) if status.code == 403),
-        "{refused}"
-    );
-
-    // The OpenAPI document: several MiB, open to every authenticated identity.
-    let request = http::Request::get("/openapi/v2")
-        .body(Vec::new())
-        .expect("request");
-    let document: serde_json::Value = client.request(request).await.expect("the OpenAPI document");
-    let definitions = document["definitions"].as_object().expect("definitions");
-    assert!(
-        definitions.contains_key("io.k8s.api.core.v1.Pod"),
-        "{} definitions",
-        definitions.len()
-    );
-}
