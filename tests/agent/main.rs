@@ -14,6 +14,7 @@ mod leader_election;
 mod namespaces;
 mod node_labels;
 mod readiness;
+mod refused_claims;
 mod repair;
 mod static_capacity;
 mod termination;

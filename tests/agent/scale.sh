@@ -226,6 +226,26 @@ print(f"kube-scheduler: {len(lag)} pods found unschedulable, p50 {q(lag, 0.5):.1
   [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
   [[ -n "${KEEP_SCALE_LOGS:-}" ]] && cp "$dir/agent.log" "/tmp/agent-scale-$n.log"
+  # Each round's wall time from the agent's log: sync, input and solve (the creates run while
+  # the next batch fills, and are timed on their own line).
+  rounds_line="$(python3 - "$dir/agent.log" <<'PY'
+import re, sys
+rounds, creates = [], []
+for line in open(sys.argv[1], errors="replace"):
+    fields = dict(re.findall(r'(\w+)=([0-9.]+)', line))
+    if "scheduling round" in line and "elapsed_ms" in fields:
+        rounds.append(float(fields["elapsed_ms"]))
+    elif "created the round" in line and "create_ms" in fields:
+        creates.append(float(fields["create_ms"]))
+def q(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))] / 1000 if xs else float("nan")
+if rounds:
+    print(f"round wall time (agent log): {len(rounds)} rounds, p50 {q(rounds, .5):.2f}s p90 {q(rounds, .9):.2f}s "
+          f"p99 {q(rounds, .99):.2f}s max {max(rounds) / 1000:.2f}s, {sum(r > 1000 for r in rounds)} over 1 s; "
+          f"creates per round: p50 {q(creates, .5):.2f}s p90 {q(creates, .9):.2f}s p99 {q(creates, .99):.2f}s")
+PY
+)"
   tests/rig/rig down "$dir" --purge >/dev/null
   python3 - "$n" "$start" "$end" "$peak" "$claims" "$peak_anon" "$file_rss" "$baseline" "$settled_rss" "$nodes" <<PY
 import sys, re
@@ -272,6 +292,7 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"(heap/anon peak {peak_anon/1024:.1f} MiB, mapped binary {file_rss/1024:.1f} MiB)  "
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
+  [[ -z "$rounds_line" ]] || echo "$rounds_line"
   [[ -z "$status_line" ]] || echo "$status_line"
   [[ -z "$verdicts" ]] || echo "$verdicts"
   if [[ "$arrival" -gt 0 ]]; then

@@ -1,23 +1,21 @@
 //! What a round writes: the plan's new claims as NodeClaim objects (upstream's
-//! `NodeClaimTemplate.ToNodeClaim`, with the NodePool hash of `pkg/apis/v1/nodepool.go`), created
-//! together (upstream's `Provisioner.CreateNodeClaims`), and a FailedProvisioning Event for each
+//! `NodeClaimTemplate.ToNodeClaim`, with the NodePool hash of `pkg/apis/v1/nodepool.go`), handed
+//! to `creates.rs`, and a FailedProvisioning Event for each
 //! pod nothing can hold (upstream's `PodFailedToScheduleEvent`), at most one per pod every
 //! [`WARN_AGAIN_AFTER`].
 
-use super::batcher::PendingPods;
-use super::round::{Memory, RecentClaims, Round};
+use super::creates::ClaimToCreate;
+use super::round::Memory;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::controllers::Context;
 use crate::scheduling::{Input, NewClaim, Plan};
 use crate::state::CachedPod;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
 use std::time::{Duration, Instant};
-use tracing::{info, warn};
+use tracing::info;
 
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -77,69 +75,28 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
     }
 }
 
-/// Creates the plan's new claims (16 at a time), records each for the next round and counts
-/// what was created and what failed into `round`. A claim that fails is left to a later round:
-/// its pods are still pending.
-pub(super) async fn create_claims<P>(
-    ctx: &Context<P>,
-    pending: &PendingPods,
-    recent: &RecentClaims,
-    plan: &Plan,
-    input: &Input<'_, CachedPod>,
-    round: &mut Round,
-) {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let to_create: Vec<(usize, NodeClaim)> = plan
-        .new_claims
+/// The plan's new claims as the objects to create, each with what its create reports.
+pub(super) fn claims_to_create(plan: &Plan, input: &Input<'_, CachedPod>) -> Vec<ClaimToCreate> {
+    plan.new_claims
         .iter()
-        .enumerate()
-        .filter_map(|(i, planned)| {
+        .filter_map(|planned| {
             let pool = input
                 .node_pools
                 .iter()
                 .map(|p| p.node_pool)
                 .find(|p| p.name_any() == planned.node_pool)?;
-            Some((i, node_claim_for(planned, pool, &input.pods)))
+            Some(ClaimToCreate {
+                claim: node_claim_for(planned, pool, &input.pods),
+                node_pool: planned.node_pool.clone(),
+                pods: planned
+                    .pods
+                    .iter()
+                    .filter_map(|&i| Some(input.pods.get(i)?.object_ref()))
+                    .collect(),
+                cheapest: planned.instance_types.first().map(|o| o.name.clone()),
+            })
         })
-        .collect();
-    let results: Vec<(usize, Result<NodeClaim, kube::Error>)> =
-        futures::stream::iter(to_create.into_iter().map(|(i, claim)| {
-            let api = api.clone();
-            async move { (i, api.create(&PostParams::default(), &claim).await) }
-        }))
-        .buffer_unordered(16)
         .collect()
-        .await;
-    for (index, result) in results {
-        let Some(planned) = plan.new_claims.get(index) else {
-            continue;
-        };
-        match result {
-            Ok(claim) => {
-                round.created += 1;
-                ctx.count_created(&claim, "provisioned");
-                recent.record(claim.clone());
-                for pod in planned.pods.iter().filter_map(|&i| input.pods.get(i)) {
-                    if let Some(waited) = pod
-                        .metadata
-                        .uid
-                        .as_deref()
-                        .and_then(|uid| pending.first_claim(uid))
-                    {
-                        ctx.metrics
-                            .pod_unschedulable_to_nodeclaim_seconds
-                            .observe(waited.as_secs_f64());
-                    }
-                }
-                info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
-                    cheapest = ?planned.instance_types.first().map(|o| &o.name), "created nodeclaim");
-            }
-            Err(e) => {
-                round.failed += 1;
-                warn!(nodepool = %planned.node_pool, error = %e, "could not create nodeclaim");
-            }
-        }
-    }
 }
 
 /// How long a pod that was warned about is not warned about again.

@@ -1,7 +1,8 @@
 //! Provisioning: pending pods → NodeClaims, split as upstream splits
 //! `pkg/controllers/provisioning`: the batcher (`batcher.rs`, upstream's `batcher.go`) gathers
-//! pending pods, a round (`round.rs`, upstream's `provisioner.go`) schedules them, and
-//! `claims.rs` turns the plan into NodeClaim objects.
+//! pending pods, a round (`round.rs`, upstream's `provisioner.go`) schedules them,
+//! `claims.rs` turns the plan into NodeClaim objects, and `creates.rs` creates them while the
+//! next batch fills.
 //!
 //! Pods the kube-scheduler marked unschedulable (`PodScheduled=False`, reason `Unschedulable`)
 //! start a batch; the batch closes once no new one arrived for `batch_idle` (1 s) or at
@@ -18,7 +19,8 @@
 //! be in the cache, or the round waits for the watch (`SYNC_PATIENCE`).
 //!
 //! In-flight NodeClaims count as capacity in the simulation, so a pod already provided for is
-//! never provided for twice, even by a freshly restarted agent.
+//! never provided for twice, even by a freshly restarted agent. A claim counts from the moment
+//! its round plans it: its create is answered while the next batch fills (`creates.rs`).
 //!
 //! While any pod still waits after a round, another round follows `REQUEUE_WHILE_PENDING`
 //! later, as upstream's pod controller requeues every provisionable pod: the kube-scheduler may
@@ -28,6 +30,7 @@
 
 mod batcher;
 mod claims;
+mod creates;
 mod replan;
 mod round;
 
@@ -39,7 +42,7 @@ pub use batcher::{
 pub use crate::state::is_provisionable;
 pub use claims::node_claim_for;
 pub use replan::Initialized;
-pub use round::{Memory, RecentClaims, Round, provision};
+pub use round::{Memory, RecentClaims, Round};
 pub(crate) use round::{catalogues, daemon_set_pods};
 
 use super::Context;
@@ -87,6 +90,7 @@ pub async fn run<P: CloudProvider + 'static>(
     mut wake: mpsc::Receiver<Wake>,
 ) {
     let mut memory = Memory::default();
+    let mut creates = creates::Creates::default();
     let mut requeue_at = None;
     let failures = super::backoff::FailureBackoff::new(ROUND_RETRY_FIRST, ROUND_RETRY_MAX);
     let mut last_created: Option<Instant> = None;
@@ -121,7 +125,7 @@ pub async fn run<P: CloudProvider + 'static>(
         let pass = ctx
             .health
             .pass(super::names::PROVISIONER, ctx.settings.stuck_pass_after);
-        let result = provision(&ctx, &pending, &recent, &mut memory).await;
+        let result = round::provision(&ctx, &pending, &recent, &mut memory, &mut creates).await;
         last_round = started.elapsed();
         drop(pass);
         if result.is_ok() {
@@ -131,20 +135,19 @@ pub async fn run<P: CloudProvider + 'static>(
             Ok(Some(round)) => {
                 info!(
                     pods = round.pods,
-                    nodeclaims = round.created,
+                    nodeclaims = round.planned,
                     unschedulable = round.unschedulable,
                     batch_closed_by = closed_by.as_str(),
                     elapsed_ms = started.elapsed().as_millis(),
                     sync_ms = round.timings.sync.as_millis(),
                     input_ms = round.timings.input.as_millis(),
                     scheduling_ms = round.timings.solve.as_millis(),
-                    create_ms = round.timings.create.as_millis(),
                     "scheduling round"
                 );
                 if round.pods > 0 {
                     requeue_at = Some(tokio::time::Instant::now() + REQUEUE_WHILE_PENDING);
                 }
-                if round.created > 0 {
+                if round.planned > 0 {
                     last_created = Some(Instant::now());
                 }
             }
@@ -159,6 +162,7 @@ pub async fn run<P: CloudProvider + 'static>(
             }
         }
     }
+    creates.finish().await;
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! claim the API server has ("cluster state synced"; checked while one may be missing,
 //! [`CONFIRM_WINDOW`]), read what only the API and the provider
 //! know (each node class's catalogue, the DaemonSets), let [`crate::state::scheduling_input`]
-//! turn the stores into the scheduler's input, simulate, and hand the plan to `claims.rs`.
+//! turn the stores into the scheduler's input, simulate, and hand the plan's claims to
+//! `creates.rs`, which creates them while the next batch fills.
 
 use super::batcher::PendingPods;
-use super::claims::{create_claims, warn_unschedulable};
+use super::claims::{claims_to_create, warn_unschedulable};
+use super::creates::Creates;
 use crate::apis::{NodeClaim, NodePool, metadata_list};
 use crate::cloud::CloudProvider;
 use crate::controllers::{Context, Error};
@@ -81,9 +83,15 @@ impl RecentClaims {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Counts `claim` as capacity from now on: called before it is created.
     pub(super) fn record(&self, claim: NodeClaim) {
         self.lock()
             .insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
+    }
+
+    /// Stops counting the claim named `name`: its create failed.
+    pub(super) fn forget(&self, name: &str) {
+        self.lock().remove(name);
     }
 
     /// Called for every NodeClaim the watch delivers, applied or deleted.
@@ -140,12 +148,12 @@ struct Named {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Round {
     pub pods: usize,
-    pub created: usize,
-    pub failed: usize,
+    /// The new claims it planned; they are being created when the round returns.
+    pub planned: usize,
     pub unschedulable: usize,
     /// Where the round's time went: waiting for the NodeClaim watch to be in sync, reading
-    /// the catalogues and DaemonSets and building the scheduler's input, the scheduler itself,
-    /// and creating the claims.
+    /// the catalogues and DaemonSets and building the scheduler's input, and the scheduler
+    /// itself. The creates are timed where they run (`creates.rs`).
     pub timings: Timings,
 }
 
@@ -155,7 +163,6 @@ pub struct Timings {
     pub sync: Duration,
     pub input: Duration,
     pub solve: Duration,
-    pub create: Duration,
 }
 
 /// Runs `f`, a long synchronous computation (the scheduler at 20,000 pods takes seconds),
@@ -169,12 +176,14 @@ fn compute<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// One scheduling round. Returns `None` when nothing was pending.
-pub async fn provision<P: CloudProvider>(
-    ctx: &Context<P>,
-    pending: &PendingPods,
-    recent: &RecentClaims,
+/// One scheduling round: its new claims are in `creates` when it returns. Returns `None` when
+/// nothing was pending.
+pub(super) async fn provision<P: CloudProvider + 'static>(
+    ctx: &Arc<Context<P>>,
+    pending: &Arc<PendingPods>,
+    recent: &Arc<RecentClaims>,
     memory: &mut Memory,
+    creates: &mut Creates,
 ) -> Result<Option<Round>, Error> {
     let pods = ctx.pods.state();
     if !pods.iter().any(|pod| state::is_provisionable(pod)) {
@@ -183,6 +192,9 @@ pub async fn provision<P: CloudProvider>(
     }
     let mut timings = Timings::default();
     let started = Instant::now();
+    if creates.take_uncertain() {
+        memory.confirm_for_a_while();
+    }
     if memory.confirming() {
         wait_for_claims_synced(ctx, recent).await?;
     }
@@ -213,18 +225,14 @@ pub async fn provision<P: CloudProvider>(
     timings.solve = started.elapsed();
     observe_decisions(ctx, pending, &plan, &input);
 
-    let mut round = Round {
+    let claims = claims_to_create(&plan, &input);
+    let round = Round {
         pods: input.pods.len(),
+        planned: claims.len(),
         unschedulable: plan.unschedulable.len(),
-        ..Round::default()
+        timings,
     };
-    let started = Instant::now();
-    create_claims(ctx, pending, recent, &plan, &input, &mut round).await;
-    timings.create = started.elapsed();
-    if round.failed > 0 {
-        memory.confirm_for_a_while();
-    }
-    round.timings = timings;
+    creates.start(ctx, pending, recent, claims);
     ctx.metrics
         .pods_unschedulable
         .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));

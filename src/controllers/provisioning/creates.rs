@@ -1,0 +1,187 @@
+//! The NodeClaim creates a round hands off: they run while the next batch fills, instead of
+//! inside the round that planned them.
+//!
+//! Upstream's provisioner creates a round's claims in parallel and returns only when they are
+//! all answered (`Provisioner.CreateNodeClaims`), then records each in its cluster state
+//! (`cluster.UpdateNodeClaim`) so the next round counts it before the informer shows it. Here
+//! a claim is counted before it is sent: [`RecentClaims`] holds it from the moment the round
+//! plans it, so the next round already sees it as in-flight capacity and never plans its pods
+//! again, and the round does not wait for the API server's answers. On a saturated API server
+//! those answers took 1 to 2 s each (`tests/agent/scale.sh 20000`): creates were 41 of the 50
+//! rounds over 1 s, and every pod that arrived meanwhile waited for them.
+//!
+//! A create that fails takes its claim back out of [`RecentClaims`], so the next round plans
+//! its pods again (the requeue, [`super::REQUEUE_WHILE_PENDING`], not at once: a refusal that
+//! stands must not become a loop of creates), and asks the rounds to check the watch against
+//! the API server for a while ([`Creates::take_uncertain`]): a create that timed out may still
+//! have been taken. A create the API server refused with a reason (an admission policy, a
+//! ResourceQuota on NodeClaims, a validation rule) is also told to each of its pods as a
+//! FailedProvisioning Event, where a user looking at a pending pod looks.
+
+use super::batcher::PendingPods;
+use super::round::RecentClaims;
+use crate::apis::NodeClaim;
+use crate::cloud::CloudProvider;
+use crate::controllers::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Event, EventType};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+/// How many creates are in flight at once, across rounds (upstream's `ParallelizeUntil` runs
+/// up to 16 workers per round; rounds here overlap, so the bound is shared).
+const IN_FLIGHT: usize = 16;
+
+/// A claim the round decided on, with what its create reports.
+pub(super) struct ClaimToCreate {
+    pub claim: NodeClaim,
+    pub node_pool: String,
+    /// The pods it was planned for: to time how long each waited for a claim, and to tell
+    /// them when the API server refused it.
+    pub pods: Vec<ObjectReference>,
+    pub cheapest: Option<String>,
+}
+
+/// The creates under way. Dropping it abandons them, as dropping a round mid-create did (the
+/// lease was lost): whoever provisions next checks the watch against the API server first.
+pub(super) struct Creates {
+    rounds: JoinSet<()>,
+    slots: Arc<Semaphore>,
+    uncertain: Arc<AtomicBool>,
+}
+
+impl Default for Creates {
+    fn default() -> Self {
+        Self {
+            rounds: JoinSet::new(),
+            slots: Arc::new(Semaphore::new(IN_FLIGHT)),
+            uncertain: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl Creates {
+    /// Counts `claims` as in-flight capacity and starts creating them; returns at once.
+    pub(super) fn start<P: CloudProvider + 'static>(
+        &mut self,
+        ctx: &Arc<Context<P>>,
+        pending: &Arc<PendingPods>,
+        recent: &Arc<RecentClaims>,
+        claims: Vec<ClaimToCreate>,
+    ) {
+        while self.rounds.try_join_next().is_some() {}
+        if claims.is_empty() {
+            return;
+        }
+        for planned in &claims {
+            recent.record(planned.claim.clone());
+        }
+        let ctx = ctx.clone();
+        let pending = pending.clone();
+        let recent = recent.clone();
+        let slots = self.slots.clone();
+        let uncertain = self.uncertain.clone();
+        self.rounds.spawn(async move {
+            let started = Instant::now();
+            let planned = claims.len();
+            let results: Vec<bool> = futures::stream::iter(claims)
+                .map(|planned| {
+                    let (ctx, pending, recent, slots) = (&ctx, &pending, &recent, &slots);
+                    async move {
+                        // The semaphore is never closed, so a permit always comes.
+                        let _permit = slots.acquire().await.ok();
+                        create(ctx, pending, recent, planned).await
+                    }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            let created = results.iter().filter(|ok| **ok).count();
+            if created < planned {
+                uncertain.store(true, Ordering::Relaxed);
+            }
+            info!(
+                nodeclaims = planned,
+                created,
+                failed = planned - created,
+                create_ms = started.elapsed().as_millis(),
+                "created the round's nodeclaims"
+            );
+        });
+    }
+
+    /// Whether a create failed since the last call: the API server may hold a claim neither the
+    /// watch nor [`RecentClaims`] knows.
+    pub(super) fn take_uncertain(&self) -> bool {
+        self.uncertain.swap(false, Ordering::Relaxed)
+    }
+
+    /// Waits for every create under way (on shutdown, so none is cut off mid-request).
+    pub(super) async fn finish(&mut self) {
+        while self.rounds.join_next().await.is_some() {}
+    }
+}
+
+/// Creates one claim; returns whether the API server took it.
+async fn create<P>(
+    ctx: &Context<P>,
+    pending: &PendingPods,
+    recent: &RecentClaims,
+    planned: ClaimToCreate,
+) -> bool {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    match api.create(&PostParams::default(), &planned.claim).await {
+        Ok(claim) => {
+            ctx.count_created(&claim, "provisioned");
+            for uid in planned.pods.iter().filter_map(|pod| pod.uid.as_deref()) {
+                if let Some(waited) = pending.first_claim(uid) {
+                    ctx.metrics
+                        .pod_unschedulable_to_nodeclaim_seconds
+                        .observe(waited.as_secs_f64());
+                }
+            }
+            info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
+                cheapest = ?planned.cheapest, "created nodeclaim");
+            true
+        }
+        Err(e) => {
+            let name = planned.claim.name_any();
+            recent.forget(&name);
+            warn!(nodeclaim = %name, nodepool = %planned.node_pool, error = %e,
+                "could not create nodeclaim; its pods are planned again");
+            // Only a refusal the API server gave a reason for is the user's to act on; a
+            // timeout, a dropped connection, throttling (429), a name taken (409) or a server
+            // error is ours to retry, and an overloaded server would not take the Events.
+            if let kube::Error::Api(status) = &e
+                && (400..500).contains(&status.code)
+                && ![408, 409, 429].contains(&status.code)
+            {
+                let note = format!(
+                    "the API server refused NodeClaim {name} (NodePool {}): {}; \
+                     its pods are planned again",
+                    planned.node_pool, status.message
+                );
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "FailedProvisioning".to_owned(),
+                    note: Some(note),
+                    action: "Provisioning".to_owned(),
+                    secondary: None,
+                };
+                for pod in &planned.pods {
+                    // Keyed on the server's message, not the claim's random name: the same
+                    // refusal, round after round, is one Event per pod.
+                    ctx.notices.publish(&event, pod, &status.message).await;
+                }
+            }
+            false
+        }
+    }
+}
