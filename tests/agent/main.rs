@@ -278,6 +278,16 @@ async fn clean_up(client: &kube::Client, namespace: &str, pool: &str) {
         .output();
 }
 
+/// The pods the claims were created for (`namespace/name`, as each claim's annotation lists
+/// them): a pod listed twice was provided for twice.
+fn provided_for(claims: &[NodeClaim]) -> Vec<String> {
+    claims
+        .iter()
+        .filter_map(|c| c.annotations().get(labels::PROVISIONED_FOR))
+        .flat_map(|pods| serde_json::from_str::<Vec<String>>(pods).unwrap_or_default())
+        .collect()
+}
+
 fn hourly_price(node: &Node) -> f64 {
     node.labels()
         .get(labels::INSTANCE_PRICE)
@@ -560,11 +570,7 @@ async fn restarting_the_agent_mid_provisioning_creates_no_duplicate_claims() {
         assert!(used, "claim {} has no pods: a duplicate", claim.name_any());
     }
     // Each pod was provided for once, by one agent or the other.
-    let planned: Vec<String> = claims
-        .iter()
-        .filter_map(|c| c.annotations().get(labels::PROVISIONED_FOR))
-        .flat_map(|pods| serde_json::from_str::<Vec<String>>(pods).unwrap_or_default())
-        .collect();
+    let planned = provided_for(&claims);
     assert_eq!(
         planned.len(),
         6,

@@ -4,11 +4,10 @@
 //! pods run once the refusal is lifted.
 
 use super::{
-    Agent, apply, clean_up, deployment, exclusive, failed_provisioning, labels, node_pool,
-    pool_claims, running_pods, wait_for,
+    Agent, apply, clean_up, deployment, exclusive, failed_provisioning, node_pool, pool_claims,
+    provided_for, running_pods, wait_for,
 };
 use karpenter_test_support::rig::rig;
-use kube::ResourceExt;
 use std::time::Duration;
 
 const POOL: &str = "refused-pool";
@@ -141,11 +140,7 @@ async fn a_refused_node_claim_is_reported_on_its_pods_and_planned_again_once_all
     })
     .await;
     let claims = pool_claims(&client, POOL).await;
-    let planned: Vec<String> = claims
-        .iter()
-        .filter_map(|c| c.annotations().get(labels::PROVISIONED_FOR))
-        .flat_map(|pods| serde_json::from_str::<Vec<String>>(pods).unwrap_or_default())
-        .collect();
+    let planned = provided_for(&claims);
     assert_eq!(
         planned.len(),
         2,

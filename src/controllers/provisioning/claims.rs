@@ -17,6 +17,15 @@ use rand::Rng;
 use std::time::{Duration, Instant};
 use tracing::info;
 
+/// A new claim name for `pool`: upstream's `generateName` of the pool's name and five
+/// characters from the API server's alphabet. Chosen here, not by the server, so the round can
+/// count the claim under its name before the create is answered; a name another claim holds
+/// already is answered 409, and `creates.rs` picks another (at 5,000 claims, one of 14.3
+/// million suffixes repeats about once per scale-out: seen at 20,000 pods).
+pub(super) fn claim_name(pool: &str) -> String {
+    format!("{pool}-{}", random_suffix())
+}
+
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
@@ -57,7 +66,7 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());
     NodeClaim {
         metadata: ObjectMeta {
-            name: Some(format!("{}-{}", pool.name_any(), random_suffix())),
+            name: Some(claim_name(&pool.name_any())),
             labels: Some(claim_labels),
             annotations: Some(annotations),
             finalizers: Some(vec![labels::TERMINATION_FINALIZER.to_owned()]),

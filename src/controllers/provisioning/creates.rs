@@ -12,13 +12,19 @@
 //!
 //! A create that fails takes its claim back out of [`RecentClaims`], so the next round plans
 //! its pods again (the requeue, [`super::REQUEUE_WHILE_PENDING`], not at once: a refusal that
-//! stands must not become a loop of creates), and asks the rounds to check the watch against
-//! the API server for a while ([`Creates::take_uncertain`]): a create that timed out may still
-//! have been taken. A create the API server refused with a reason (an admission policy, a
-//! ResourceQuota on NodeClaims, a validation rule) is also told to each of its pods as a
-//! FailedProvisioning Event, where a user looking at a pending pod looks.
+//! stands must not become a loop of creates). Failures are of two kinds:
+//! - refused: the API server answered 4xx, so it created nothing. One it gave a reason for (an
+//!   admission policy, a ResourceQuota on NodeClaims, a validation rule) is told to each of the
+//!   claim's pods as a FailedProvisioning Event, where a user looking at a pending pod looks. A
+//!   name another claim already holds (409) is not a failure at all: the claim is created
+//!   again under a new name at once.
+//! - uncertain: no answer, or a server error. The server may have taken the claim, so the
+//!   rounds check the watch against the API server for a while ([`Creates::take_uncertain`]).
+//!   That check lists every claim each round, seconds of a saturated API server's time at
+//!   thousands of claims, so a refusal does not ask for it.
 
 use super::batcher::PendingPods;
+use super::claims::claim_name;
 use super::round::RecentClaims;
 use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
@@ -91,7 +97,7 @@ impl Creates {
         self.rounds.spawn(async move {
             let started = Instant::now();
             let planned = claims.len();
-            let results: Vec<bool> = futures::stream::iter(claims)
+            let results: Vec<Outcome> = futures::stream::iter(claims)
                 .map(|planned| {
                     let (ctx, pending, recent, slots) = (&ctx, &pending, &recent, &slots);
                     async move {
@@ -103,8 +109,8 @@ impl Creates {
                 .buffer_unordered(IN_FLIGHT)
                 .collect()
                 .await;
-            let created = results.iter().filter(|ok| **ok).count();
-            if created < planned {
+            let created = results.iter().filter(|o| **o == Outcome::Created).count();
+            if results.contains(&Outcome::Uncertain) {
                 uncertain.store(true, Ordering::Relaxed);
             }
             info!(
@@ -129,15 +135,43 @@ impl Creates {
     }
 }
 
-/// Creates one claim; returns whether the API server took it.
+/// How one create ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Created,
+    /// The API server answered that it did not create it.
+    Refused,
+    /// No answer, or a server error: it may exist.
+    Uncertain,
+}
+
+/// How many names a claim is tried under before its create counts as refused.
+const NAMES: usize = 3;
+
+/// Creates one claim, under a new name if its name is taken.
 async fn create<P>(
     ctx: &Context<P>,
     pending: &PendingPods,
     recent: &RecentClaims,
-    planned: ClaimToCreate,
-) -> bool {
+    mut planned: ClaimToCreate,
+) -> Outcome {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    match api.create(&PostParams::default(), &planned.claim).await {
+    let mut answer = api.create(&PostParams::default(), &planned.claim).await;
+    for _ in 1..NAMES {
+        let Err(kube::Error::Api(status)) = &answer else {
+            break;
+        };
+        if status.code != 409 {
+            break;
+        }
+        let taken = planned.claim.name_any();
+        recent.forget(&taken);
+        planned.claim.metadata.name = Some(claim_name(&planned.node_pool));
+        recent.record(planned.claim.clone());
+        info!(taken = %taken, nodeclaim = %planned.claim.name_any(), "nodeclaim name taken; creating it under another");
+        answer = api.create(&PostParams::default(), &planned.claim).await;
+    }
+    match answer {
         Ok(claim) => {
             ctx.count_created(&claim, "provisioned");
             for uid in planned.pods.iter().filter_map(|pod| pod.uid.as_deref()) {
@@ -149,11 +183,13 @@ async fn create<P>(
             }
             info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
                 cheapest = ?planned.cheapest, "created nodeclaim");
-            true
+            Outcome::Created
         }
         Err(e) => {
             let name = planned.claim.name_any();
             recent.forget(&name);
+            let refused =
+                matches!(&e, kube::Error::Api(status) if (400..500).contains(&status.code));
             warn!(nodeclaim = %name, nodepool = %planned.node_pool, error = %e,
                 "could not create nodeclaim; its pods are planned again");
             // Only a refusal the API server gave a reason for is the user's to act on; a
@@ -181,7 +217,11 @@ async fn create<P>(
                     ctx.notices.publish(&event, pod, &status.message).await;
                 }
             }
-            false
+            if refused {
+                Outcome::Refused
+            } else {
+                Outcome::Uncertain
+            }
         }
     }
 }
