@@ -99,20 +99,24 @@ impl Creates {
             let planned = claims.len();
             let results: Vec<Outcome> = futures::stream::iter(claims)
                 .map(|planned| {
-                    let (ctx, pending, recent, slots) = (&ctx, &pending, &recent, &slots);
+                    let (ctx, pending, recent, slots, uncertain) =
+                        (&ctx, &pending, &recent, &slots, &uncertain);
                     async move {
                         // The semaphore is never closed, so a permit always comes.
                         let _permit = slots.acquire().await.ok();
-                        create(ctx, pending, recent, planned).await
+                        let outcome = create(ctx, pending, recent, planned).await;
+                        // At once, not when the round's last create is answered: the next
+                        // round may already be starting.
+                        if outcome == Outcome::Uncertain {
+                            uncertain.store(true, Ordering::Relaxed);
+                        }
+                        outcome
                     }
                 })
                 .buffer_unordered(IN_FLIGHT)
                 .collect()
                 .await;
             let created = results.iter().filter(|o| **o == Outcome::Created).count();
-            if results.contains(&Outcome::Uncertain) {
-                uncertain.store(true, Ordering::Relaxed);
-            }
             info!(
                 nodeclaims = planned,
                 created,
@@ -123,8 +127,8 @@ impl Creates {
         });
     }
 
-    /// Whether a create failed since the last call: the API server may hold a claim neither the
-    /// watch nor [`RecentClaims`] knows.
+    /// Whether a create was left unanswered or met a server error since the last call: the API
+    /// server may hold a claim neither the watch nor [`RecentClaims`] knows.
     pub(super) fn take_uncertain(&self) -> bool {
         self.uncertain.swap(false, Ordering::Relaxed)
     }
