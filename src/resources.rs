@@ -282,6 +282,10 @@ impl ResourceList {
     pub fn set(&mut self, name: &str, amount: u64) {
         if amount == 0 {
             self.0.remove(name);
+        } else if let Some(held) = self.0.get_mut(name) {
+            // A running total (a pool's usage over thousands of claims) updates the same few
+            // resources again and again: no owned copy of the name is needed for that.
+            *held = amount;
         } else {
             self.0.insert(name.to_owned(), amount);
         }
@@ -312,10 +316,16 @@ impl ResourceList {
     #[must_use]
     pub fn saturating_add(&self, other: &Self) -> Self {
         let mut sum = self.clone();
-        for (name, amount) in other.iter() {
-            sum.add_amount(name, amount);
-        }
+        sum.accumulate(other);
         sum
+    }
+
+    /// Adds `other` to this list, resource by resource, saturating: [`Self::saturating_add`]
+    /// without a new list, for running totals.
+    pub fn accumulate(&mut self, other: &Self) {
+        for (name, amount) in other.iter() {
+            self.add_amount(name, amount);
+        }
     }
 
     /// `self - other`, resource by resource, never below zero.

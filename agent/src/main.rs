@@ -409,6 +409,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 if !elect(elector.as_ref(), &health, &leading).await {
                     return Ok(());
                 }
+                let settings = Settings {
+                    predecessor_may_be_writing: predecessor_may_be_writing(elector.as_ref()),
+                    ..settings
+                };
                 let running =
                     controllers::start_with(client, provider, settings, metrics, health.clone())
                         .await;
@@ -419,6 +423,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 if !elect(elector.as_ref(), &health, &leading).await {
                     return Ok(());
                 }
+                let settings = Settings {
+                    predecessor_may_be_writing: predecessor_may_be_writing(elector.as_ref()),
+                    ..settings
+                };
                 let mut running =
                     controllers::start_with(client, provider, settings, metrics, health.clone())
                         .await;
@@ -433,6 +441,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 if !elect(elector.as_ref(), &health, &leading).await {
                     return Ok(());
                 }
+                let settings = Settings {
+                    predecessor_may_be_writing: predecessor_may_be_writing(elector.as_ref()),
+                    ..settings
+                };
                 let mut running =
                     controllers::start_with(client, provider, settings, metrics, health.clone())
                         .await;
@@ -485,6 +497,16 @@ async fn elect(
             false
         }
     }
+}
+
+/// Whether an agent before this one may still have NodeClaim creates on the way (see
+/// `Settings::predecessor_may_be_writing`): only when this replica took the Lease over from a
+/// holder that never released it. Without leader election, nothing would keep a second agent
+/// from provisioning alongside this one anyway; an agent started in place of one that died
+/// follows a process that is gone, and the API server cancelled the requests on its
+/// connections when they closed. The first round checks the NodeClaim watch either way.
+fn predecessor_may_be_writing(elector: Option<&LeaderElector>) -> bool {
+    elector.is_some_and(LeaderElector::took_over)
 }
 
 /// Runs the loops until SIGTERM/SIGINT (the lifecycle controller's signal), or, with leader

@@ -27,6 +27,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use rand::Rng;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -68,6 +69,9 @@ pub struct LeaderElector {
     config: ElectionConfig,
     /// The last record read or written, and when this process first saw it.
     observed: Mutex<Option<(LeaseSpec, Instant)>>,
+    /// Whether this replica's last acquisition took the Lease from another holder whose lease
+    /// ran out, rather than one nobody held (new, or released).
+    took_over: AtomicBool,
 }
 
 impl LeaderElector {
@@ -76,7 +80,16 @@ impl LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: Mutex::new(None),
+            took_over: AtomicBool::new(false),
         }
+    }
+
+    /// Whether this replica leads by taking the Lease over from another holder that did not
+    /// release it: that agent stopped without a word (killed, partitioned), and what it was
+    /// writing when it did may still land. A holder that shuts down cleanly stops its loops
+    /// first and then releases the Lease, so after a release nothing of it is still on the way.
+    pub fn took_over(&self) -> bool {
+        self.took_over.load(Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &ElectionConfig {
@@ -167,6 +180,7 @@ impl LeaderElector {
                 return Ok(false);
             }
         }
+        let taking_over = !ours && holder_of(&old).is_some();
         if ours {
             desired.acquire_time = old.acquire_time.clone();
             desired.lease_transitions = old.lease_transitions;
@@ -181,6 +195,9 @@ impl LeaderElector {
         {
             Ok(_) => {
                 *self.observed() = Some((desired, Instant::now()));
+                if !ours {
+                    self.took_over.store(taking_over, Ordering::Relaxed);
+                }
                 Ok(true)
             }
             // Written by another replica since the read.

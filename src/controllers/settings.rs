@@ -41,6 +41,12 @@ pub struct Settings {
     /// purpose, such as disruption's replacements) is stuck: `/healthz` fails and the kubelet
     /// restarts the agent.
     pub stuck_pass_after: Duration,
+    /// Whether another agent may have been creating NodeClaims until a moment before this one
+    /// started, so that its last creates may still land (it held the Lease this one took over
+    /// without a release). Then provisioning's rounds check the NodeClaim watch against a quorum
+    /// list of the API server's claims for a while (`provisioning::round::CONFIRM_WINDOW`);
+    /// otherwise only the first round does. On by default: a caller that cannot tell is safe.
+    pub predecessor_may_be_writing: bool,
 }
 
 impl Default for Settings {
@@ -60,6 +66,7 @@ impl Default for Settings {
             static_capacity: false,
             static_capacity_poll: Duration::from_secs(5),
             stuck_pass_after: Duration::from_secs(5 * 60),
+            predecessor_may_be_writing: true,
         }
     }
 }

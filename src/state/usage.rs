@@ -16,7 +16,14 @@ pub fn usage_by_pool<'a>(
         let Some(pool) = claim.labels().get(labels::NODE_POOL) else {
             continue;
         };
-        let entry = usage.entry(pool.clone()).or_default();
+        // Looked up before inserting: `entry` would take an owned copy of the name for every
+        // claim, where a cluster has a handful of pools and thousands of claims.
+        if !usage.contains_key(pool.as_str()) {
+            usage.insert(pool.clone(), (0, ResourceList::default()));
+        }
+        let Some(entry) = usage.get_mut(pool.as_str()) else {
+            continue;
+        };
         entry.0 += 1;
         // Before launch the claim's requests stand in for the capacity it will have.
         let capacity = claim
@@ -25,7 +32,9 @@ pub fn usage_by_pool<'a>(
             .filter(|s| !s.capacity.is_empty())
             .map(|s| ResourceList::from_quantities(&s.capacity))
             .unwrap_or_else(|| ResourceList::from_quantities(&claim.spec.resources.requests));
-        entry.1 = entry.1.saturating_add(&capacity.unwrap_or_default());
+        if let Ok(capacity) = capacity {
+            entry.1.accumulate(&capacity);
+        }
     }
     usage
 }

@@ -73,6 +73,10 @@ async fn a_second_candidate_waits_out_a_silent_leaders_lease_then_takes_over() {
     assert_eq!(last.holder_identity.as_deref(), Some("agent-a"));
 
     b.acquire(|_| {}).await;
+    assert!(
+        b.took_over(),
+        "b took the Lease from a holder that never released it: a's last writes may still land"
+    );
     let taken = lease().await.spec.expect("spec");
     assert_eq!(taken.holder_identity.as_deref(), Some("agent-b"));
     assert_eq!(
@@ -103,6 +107,10 @@ async fn a_released_lease_is_taken_at_once_by_the_next_candidate() {
     assert!(
         b.try_acquire_or_renew().await.expect("b tries again"),
         "nobody holds a released Lease"
+    );
+    assert!(
+        !b.took_over(),
+        "a released the Lease after its loops stopped: nothing of a's is still on the way"
     );
     b.release().await.expect("released");
 }

@@ -5,7 +5,8 @@
 # karpenter_pods_scheduling_decision_duration_seconds) and to the first new NodeClaim made for
 # it (the agent's own histogram; a pod placed on earlier claims' room is counted only if it
 # loses that room and gets a claim of its own), the time until every pod runs, the agent's peak RSS
-# (VmHWM), and what closed the provisioning batches. A figure, not a test.
+# (VmHWM), its CPU time over the scale-up, each round's wall time (from its log), and what closed
+# the provisioning batches. A figure, not a test.
 #
 # N:M adds a scale-down phase: once N pods run, scale to M and wait until the fleet settles (no
 # NodeClaim being deleted, and no NodeClaim or Node created or deleted for SETTLE_SECONDS, 60 by
@@ -142,6 +143,8 @@ for size in "${sizes[@]}"; do
   "${k[@]}" set resources deployment inflate --requests "cpu=$cpu,memory=128Mi" >/dev/null
   peak=0
   peak_anon=0
+  # The agent's CPU time (user + system, clock ticks) before the scale-out, to say what it used.
+  cpu_before=$(awk '{print $14 + $15}' "/proc/$agent/stat" 2>/dev/null || echo 0)
   start=$(date +%s.%N)
   if [[ "$arrival" -gt 0 ]]; then
     for step in $(seq 1 "$arrival"); do
@@ -169,6 +172,7 @@ for size in "${sizes[@]}"; do
     if [[ "$n" -gt 2000 ]]; then sleep 5; else sleep 0.5; fi
   done
   end=$(date +%s.%N)
+  cpu_after=$(awk '{print $14 + $15}' "/proc/$agent/stat" 2>/dev/null || echo 0)
   for _ in 1 2 3 4 5 6; do
     sample
     sleep 0.5
@@ -222,6 +226,10 @@ print(f"kube-scheduler: {len(lag)} pods found unschedulable, p50 {q(lag, 0.5):.1
       f"their creation; the last verdict {max(verdicts, default=last) - last:.1f}s and the last binding "
       f"{max(bound, default=last) - last:.1f}s after the last pod\x27s creation")' "$dir/pods.json")"
   fi
+  cpu_line="$(python3 -c "
+ticks = ($cpu_after - $cpu_before) / $(getconf CLK_TCK)
+print(f'agent CPU over the scale-up: {ticks:.0f} s (user + system), '
+      f'{100 * ticks / max(1e-9, $end - $start):.0f} % of one core')")"
   down=""
   [[ -z "$m" ]] || down="$(scale_down)"
   kill "$agent"; wait "$agent" 2>/dev/null || true
@@ -293,6 +301,7 @@ print(f"pods={n:5d}  all running after {end-start:6.1f}s  nodeclaims={claims:4d}
       f"batches closed by {', '.join(f'{k} {v}' for k, v in sorted(batches.items())) or 'none'}")
 PY
   [[ -z "$rounds_line" ]] || echo "$rounds_line"
+  echo "$cpu_line"
   [[ -z "$status_line" ]] || echo "$status_line"
   [[ -z "$verdicts" ]] || echo "$verdicts"
   if [[ "$arrival" -gt 0 ]]; then

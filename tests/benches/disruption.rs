@@ -32,6 +32,10 @@
 //! stores, and its plan) for N pending pods over 5,000 nodes holding 20,000 pods (`--nodes`,
 //! `--pods-per-node`): a round at issue 18's scale, without the rig's load. `--unshared` gives
 //! every pod its own spec and labels, as the agent cached pods before they shared them.
+//! `--node-vcpu 2 --max-vcpu 2` makes every node, and every type the pool may launch, 2 vCPUs
+//! (the scale rig's `INSTANCE_TYPES=m5.large`: each pending pod needs room on a new small claim),
+//! and `--in-flight M` adds M empty claims launched without a Node yet, as the previous rounds'
+//! claims are while their pods wait; the line then also gives the input's share of the round.
 //!
 //! `--plan N --cpu 250m --memory 128Mi` prints instead the hourly price of the scheduler's plan
 //! for N such pods from scratch, with the kwok provider's catalogue and
@@ -582,11 +586,21 @@ fn round(args: &[String]) {
     let seconds: u64 = flag(args, "--seconds")
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
+    // `--node-vcpu V`: every node (and, with `--max-vcpu V`, every type the pool may launch)
+    // has V vCPUs, as on the scale rig (`INSTANCE_TYPES=m5.large`), where each pending pod needs
+    // a new small claim instead of sharing one of the catalogue's largest.
+    let node_vcpu: Option<u64> = flag(args, "--node-vcpu").and_then(|n| n.parse().ok());
+    let max_vcpu: Option<u64> = flag(args, "--max-vcpu").and_then(|n| n.parse().ok());
+    // `--in-flight N`: N of the nodes are still claims (launched, no Node yet), empty, as the
+    // claims of the previous rounds are while their pods wait for them.
+    let in_flight: usize = flag(args, "--in-flight")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     let shape = Shape {
         name: "round",
         slots: (0..nodes)
             .map(|i| Slot {
-                vcpu: size_of(i),
+                vcpu: node_vcpu.unwrap_or_else(|| size_of(i)),
                 fill: per_node,
                 pods: per_node,
             })
@@ -596,6 +610,27 @@ fn round(args: &[String]) {
     // read on its own by the scheduler.
     let unshared = args.iter().any(|a| a == "--unshared");
     let mut cluster = Cluster::build(&shape);
+    if let Some(max) = max_vcpu {
+        let pool = node_pool();
+        let types: Vec<_> = catalogue().into_iter().take(max as usize).collect();
+        cluster
+            .catalogues
+            .insert(&pool.spec.template.spec.node_class_ref, types.into());
+    }
+    let now: Timestamp = NOW
+        .parse()
+        .unwrap_or_else(|e| unreachable!("NOW is a time: {e}"));
+    let created = (now - SignedDuration::from_secs(30)).to_string();
+    for i in 0..in_flight {
+        let name = format!("default-flight-{i:04}");
+        let vcpu = node_vcpu.unwrap_or_else(|| size_of(i));
+        let mut claim = claim(&name, vcpu, ZONES[i % ZONES.len()], &created);
+        if let Some(status) = claim.status.as_mut() {
+            status.node_name = None;
+            status.conditions.retain(|c| c.type_ == "Launched");
+        }
+        cluster.claims.push(Arc::new(claim));
+    }
     if unshared {
         cluster.pods = cluster.pods.iter().map(|p| Arc::new(unshare(p))).collect();
     }
@@ -623,16 +658,18 @@ fn round(args: &[String]) {
         (input.pods.len(), plan.new_claims.len(), plan.placed_pods())
     };
     let (to_place, claims, placed) = once();
+    let (input_time, _) = time(3, || scheduling_input(&snapshot).pods.len());
     let (mut rounds, started) = (0_u32, Instant::now());
     while rounds == 0 || started.elapsed() < Duration::from_secs(seconds) {
         std::hint::black_box(once());
         rounds += 1;
     }
     println!(
-        "ROUND nodes={} bound_pods={} pending={to_place} placed={placed} new_claims={claims} shared={} rounds={rounds} time_per_round={:.1}ms",
+        "ROUND nodes={} in_flight={in_flight} bound_pods={} pending={to_place} placed={placed} new_claims={claims} shared={} rounds={rounds} input={:.1}ms time_per_round={:.1}ms",
         cluster.nodes.len(),
         cluster.pods.len() - pending,
         !unshared,
+        input_time.as_secs_f64() * 1e3,
         (started.elapsed() / rounds).as_secs_f64() * 1e3
     );
 }

@@ -89,7 +89,7 @@ pub async fn run<P: CloudProvider + 'static>(
     recent: Arc<RecentClaims>,
     mut wake: mpsc::Receiver<Wake>,
 ) {
-    let mut memory = Memory::default();
+    let mut memory = Memory::new(ctx.settings.predecessor_may_be_writing);
     let mut creates = creates::Creates::default();
     let mut requeue_at = None;
     let failures = super::backoff::FailureBackoff::new(ROUND_RETRY_FIRST, ROUND_RETRY_MAX);

@@ -32,18 +32,29 @@ pub struct Memory {
     /// Until when a round first checks the NodeClaim watch against a quorum list of the API
     /// server's claims ([`claims_synced`]).
     confirm_until: Instant,
-}
-
-impl Default for Memory {
-    fn default() -> Self {
-        Self {
-            last_warned: HashMap::new(),
-            confirm_until: Instant::now() + CONFIRM_WINDOW,
-        }
-    }
+    /// Whether a round has found the watch in sync since the provisioner started: the first
+    /// round always checks, as the watches' first lists may be served from the API server's
+    /// cache, behind what it has stored.
+    confirmed_once: bool,
 }
 
 impl Memory {
+    /// What a provisioner starts with: when `predecessor_may_be_writing` (see
+    /// `Settings::predecessor_may_be_writing`), the rounds of the first [`CONFIRM_WINDOW`]
+    /// check the watch against the API server; otherwise the first round does.
+    pub(super) fn new(predecessor_may_be_writing: bool) -> Self {
+        let now = Instant::now();
+        Self {
+            last_warned: HashMap::new(),
+            confirm_until: if predecessor_may_be_writing {
+                now + CONFIRM_WINDOW
+            } else {
+                now
+            },
+            confirmed_once: false,
+        }
+    }
+
     /// Something happened that can leave a claim on the API server the watch has not shown
     /// yet and this agent does not know it created (a create that failed or timed out after
     /// the server took it, a round cut off by an outage, after which the watches relist): the
@@ -53,17 +64,19 @@ impl Memory {
     }
 
     fn confirming(&self) -> bool {
-        Instant::now() < self.confirm_until
+        !self.confirmed_once || Instant::now() < self.confirm_until
     }
 }
 
-/// How long after the provisioner starts (on taking the lease), or after a round that failed in
-/// part, rounds check the NodeClaim watch against a quorum list. Upstream checks its own
-/// informer cache before each round ("cluster state synced"), which costs nothing; this list
-/// costs a read of every claim's metadata (4.4 s a round on average at 5,000 claims on the
-/// overloaded scale rig), so it is only paid while a claim may exist that neither the watch nor
-/// [`RecentClaims`] knows: the previous leader's last creates land within seconds of its lease
-/// expiring, and an uncertain create is settled well within this.
+/// How long after the provisioner starts in place of a leader that did not release the Lease,
+/// or after a round that failed in part, rounds check the NodeClaim watch against a quorum
+/// list. Upstream checks its own informer cache before each round ("cluster state synced"),
+/// which costs nothing; this list costs a read of every claim's metadata (4.4 s a round on
+/// average at 5,000 claims on the overloaded scale rig, and 0.3 to 3 s with a few hundred in
+/// the first two minutes of a 20,000-pod scale-out), so it is only paid while a claim may exist
+/// that neither the watch nor [`RecentClaims`] knows: the previous leader's last creates land
+/// within seconds of its lease expiring, and an uncertain create is settled well within this
+/// (every request is answered or abandoned within `client::REQUEST_TIMEOUT`, 60 s).
 const CONFIRM_WINDOW: Duration = Duration::from_secs(120);
 
 /// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
@@ -197,6 +210,7 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
     }
     if memory.confirming() {
         wait_for_claims_synced(ctx, recent).await?;
+        memory.confirmed_once = true;
     }
     timings.sync = started.elapsed();
     let started = Instant::now();
@@ -358,4 +372,29 @@ fn simulate<P>(ctx: &Context<P>, input: &Input<'_, CachedPod>) -> Plan {
         debug!(target_kind = ?placement.target, name = %placement.name, pods = placement.pods.len(), "pods fit on existing capacity");
     }
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_predecessor_only_the_first_round_and_those_after_a_doubtful_create_check_the_watch()
+     {
+        let mut memory = Memory::new(false);
+        assert!(memory.confirming(), "the first round checks");
+        memory.confirmed_once = true;
+        assert!(!memory.confirming(), "the next ones trust the watch");
+        memory.confirm_for_a_while();
+        assert!(memory.confirming(), "until a create's outcome is unknown");
+    }
+
+    #[test]
+    fn after_taking_over_from_a_silent_leader_the_rounds_check_the_watch_for_a_while() {
+        let mut memory = Memory::new(true);
+        memory.confirmed_once = true;
+        assert!(memory.confirming());
+        memory.confirm_until = Instant::now();
+        assert!(!memory.confirming());
+    }
 }

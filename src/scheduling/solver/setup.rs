@@ -15,7 +15,8 @@ use crate::scheduling::pod::{Namespaces, PodSpecInfo, PodTerm, PodView, ShapeKey
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::taints;
 use crate::scheduling::topology::{Group, GroupKey, Kind, List};
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
@@ -111,25 +112,41 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
         self.memory = self.dim(resources::MEMORY);
         self.dim(resources::PODS);
 
-        // Pending pods.
+        // Pods that share their spec and labels (see `PodView::shape_key`) are read once, not
+        // parsed and hashed again each: bound pods are most of a large cluster's pods (20,000
+        // at 5,000 nodes) and come from a few templates, as do the pods of a burst. Hashed
+        // with Fx: the keys are addresses, and SipHash was a tenth of the round at that size.
+        let mut shapes: FxHashMap<(ShapeKey, &str), InfoId> = FxHashMap::default();
+
+        // Pending pods. A pod with volumes has terms of its own (its claims' zones).
         for pod in &input.pods {
+            let volumes = input.volume_topology.get(*pod);
+            let shared = pod
+                .shape_key()
+                .filter(|_| volumes.is_none())
+                .map(|key| (key, pod.pod_namespace().unwrap_or("default")));
+            if let Some(id) = shared.and_then(|key| shapes.get(&key)) {
+                self.pod_info.push(*id);
+                self.unplaced[id.index()] += 1;
+                continue;
+            }
             let mut spec = PodSpecInfo::from_pod(*pod);
-            match input.volume_topology.get(*pod) {
+            match volumes {
                 Some(Ok(alternatives)) => spec.volume_terms = alternatives.0.clone(),
                 Some(Err(e)) => spec.volume_error = Some(e.to_string()),
                 None => {}
             }
             let id = self.intern_info(spec);
+            if let Some(key) = shared {
+                shapes.insert(key, id);
+            }
             self.pod_info.push(id);
             if self.unplaced.len() <= id.index() {
                 self.unplaced.resize(id.index() + 1, 0);
             }
             self.unplaced[id.index()] += 1;
         }
-        // Bound pods are most of a large cluster's pods (20,000 at 5,000 nodes) and come from
-        // a few templates: pods that share their spec and labels (see `PodView::shape_key`) are
-        // read once, not parsed and hashed again each.
-        let mut shapes: HashMap<(ShapeKey, &str), InfoId> = HashMap::new();
+        // Bound pods.
         let existing_pods: Vec<Vec<InfoId>> = input
             .nodes
             .iter()
