@@ -2,10 +2,12 @@
 //! `--context`, `KUBECONFIG`, then in-cluster), and every request counted, so `-v` can say how many
 //! calls a command made and the performance test can hold `status` to one list per kind.
 
+pub mod items;
 pub mod lean;
 pub mod protobuf;
 
 use anyhow::{Context as _, anyhow};
+use http_body_util::BodyExt as _;
 use kube::api::{Api, ListParams, ObjectList};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -53,6 +55,7 @@ impl Cluster {
         };
         // HTTPS_PROXY and NO_PROXY as kubectl reads them (kube alone reads them otherwise).
         karpenter_core::proxy::apply_environment(&mut config);
+        karpenter_core::controllers::identify(&mut config, "kubectl-karpenter");
         let client = Client::try_from(config).context("cannot build a client for the cluster")?;
         Ok(Self {
             client,
@@ -128,37 +131,19 @@ impl Cluster {
     }
 
     /// Lists every object `params` selects, in one request, decoding each item as the lean shape
-    /// `L` (see [`lean`]) before turning it into `K`.
+    /// `L` (see [`lean`]) before turning it into `K`. Items are decoded as the response streams
+    /// in (see [`items`]), on a blocking thread: the lists run concurrently on one task, and
+    /// megabytes of JSON decoded in place would stall reading the others' responses meanwhile.
     pub async fn list_lean<K, L>(&self, api: Api<K>, params: ListParams) -> anyhow::Result<Vec<K>>
     where
-        K: kube::Resource + Clone + DeserializeOwned + Debug,
+        K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
         K::DynamicType: Default,
-        L: DeserializeOwned + Clone + Into<K> + Send + 'static,
+        L: DeserializeOwned + Into<K> + Send + 'static,
     {
         let plural = K::plural(&K::DynamicType::default()).into_owned();
         let call = describe_list(&plural, &params);
         let started = std::time::Instant::now();
-        let result = async {
-            let request = kube::core::Request::new(api.resource_url())
-                .list(&params)
-                .map_err(kube::Error::BuildRequest)?;
-            let text = self.client.request_text(request).await?;
-            // Decoded on a blocking thread: the lists run concurrently on one task, and a few MB
-            // of JSON decoded in place would stall reading the others' responses meanwhile.
-            let decoded =
-                tokio::task::spawn_blocking(move || serde_json::from_str::<ObjectList<L>>(&text))
-                    .await;
-            match decoded {
-                Ok(list) => Ok(list
-                    .map_err(kube::Error::SerdeError)?
-                    .items
-                    .into_iter()
-                    .map(Into::into)
-                    .collect::<Vec<K>>()),
-                Err(join) => Err(kube::Error::Service(Box::new(join))),
-            }
-        }
-        .await;
+        let result = self.stream_list::<K, L>(&api, &params).await;
         let outcome = result
             .as_ref()
             .map_or_else(|_| "failed".to_owned(), |items| items.len().to_string());
@@ -166,7 +151,71 @@ impl Cluster {
             "{call} ({outcome} in {} ms)",
             started.elapsed().as_millis()
         ));
-        result.map_err(|e| explain_api_error::<K>(e, &format!("listing {plural}")))
+        result.map_err(|e| match e {
+            ListError::Api(e) => explain_api_error::<K>(e, &format!("listing {plural}")),
+            ListError::Decode(e) => e.context(format!("listing {plural} failed")),
+        })
+    }
+
+    /// One list request, its items decoded on a blocking thread while the body still arrives.
+    async fn stream_list<K, L>(
+        &self,
+        api: &Api<K>,
+        params: &ListParams,
+    ) -> Result<Vec<K>, ListError>
+    where
+        K: kube::Resource + Send + 'static,
+        L: DeserializeOwned + Into<K> + Send + 'static,
+    {
+        let mut request = kube::core::Request::new(api.resource_url())
+            .list(params)
+            .map_err(|e| ListError::Api(kube::Error::BuildRequest(e)))?;
+        request
+            .headers_mut()
+            .insert("accept", http::HeaderValue::from_static("application/json"));
+        let response = self
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await
+            .map_err(ListError::Api)?;
+        if !response.status().is_success() {
+            // An error answer is a Status, which explain_api_error words.
+            let code = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect_bytes()
+                .await
+                .map_err(ListError::Api)?;
+            return Err(ListError::Api(api_error(code, &body)));
+        }
+        let (chunks, arriving) = std::sync::mpsc::channel();
+        let decoder = tokio::task::spawn_blocking(move || items::decode::<K, L, _>(arriving));
+        let mut body = response.into_body();
+        let mut read_error = None;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    // A decoder that stopped has its error to give; the rest is not needed.
+                    if let Ok(data) = frame.into_data()
+                        && chunks.send(data).is_err()
+                    {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    read_error = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(chunks);
+        let decoded = decoder
+            .await
+            .map_err(|e| ListError::Decode(anyhow!(e).context("the decoding thread failed")))?;
+        match (read_error, decoded) {
+            (Some(e), _) => Err(ListError::Api(e)),
+            (None, decoded) => decoded.map_err(ListError::Decode),
+        }
     }
 
     /// Lists Nodes in one request, asking for protobuf (see [`protobuf`]); a server that answers
@@ -240,6 +289,24 @@ impl Cluster {
             started.elapsed().as_millis()
         ));
         result.map_err(|e| explain_api_error::<K>(e, &format!("getting {kind} {name}")))
+    }
+}
+
+/// Why a list failed: the API server's answer or the connection (worded by
+/// [`explain_api_error`]), or a body that does not decode.
+enum ListError {
+    Api(kube::Error),
+    Decode(anyhow::Error),
+}
+
+/// The error an unsuccessful answer carries: its `Status`, or the body as text when it is not
+/// one (a proxy's error page).
+fn api_error(code: u16, body: &[u8]) -> kube::Error {
+    match serde_json::from_slice::<kube::core::Status>(body) {
+        Ok(status) if status.is_failure() => kube::Error::Api(Box::new(status)),
+        _ => kube::Error::Api(Box::new(
+            kube::core::Status::failure(&String::from_utf8_lossy(body), "").with_code(code),
+        )),
     }
 }
 

@@ -43,7 +43,7 @@ mod own_writes;
 mod recent_launches;
 mod settings;
 
-pub use client::agent_client;
+pub use client::{agent_client, identify};
 pub use context::Context;
 pub use error::Error;
 pub(crate) use error::is_not_found;

@@ -60,10 +60,7 @@ impl<'a> Room<'a> {
         for node in snapshot.nodes.iter() {
             let name = node.name.as_str();
             // A Node that has not reported its allocatable yet has no known room.
-            if node.allocatable.is_empty() {
-                return room;
-            }
-            let Ok(allocatable) = ResourceList::from_quantities(&node.allocatable) else {
+            let Some(allocatable) = node.allocatable.list() else {
                 return room;
             };
             let left = allocatable.saturating_sub(used.get(name).unwrap_or(&ResourceList::new()));

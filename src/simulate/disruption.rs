@@ -281,8 +281,7 @@ fn launch(
     let capacity = instance_type.capacity.to_quantities();
     let allocatable = instance_type
         .allocatable()
-        .saturating_sub(&plan.daemon_requests)
-        .to_quantities();
+        .saturating_sub(&plan.daemon_requests);
     let at = Time(now);
     let condition = |type_: &str| Condition {
         type_: type_.to_owned(),
@@ -306,7 +305,7 @@ fn launch(
             provider_id: Some(provider_id.clone()),
             image_id: None,
             capacity,
-            allocatable: allocatable.clone(),
+            allocatable: allocatable.to_quantities(),
             conditions: ["Launched", "Registered", "Initialized"]
                 .into_iter()
                 .map(condition)
@@ -325,7 +324,7 @@ fn launch(
             .unwrap_or_default(),
         provider_id: Some(provider_id),
         taints,
-        allocatable,
+        allocatable: allocatable.into(),
         conditions: vec![NodeConditionState {
             type_: "Ready".into(),
             status: "True".into(),

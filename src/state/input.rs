@@ -11,7 +11,7 @@ use super::node_cache::CachedNode;
 use super::pod_cache::CachedPod;
 use super::usage::usage_by_pool;
 use crate::apis::{NodeClaim, NodeClassReference, NodePool, labels};
-use crate::resources::{NODES, QuantityError, ResourceList};
+use crate::resources::{NODES, ResourceList};
 use crate::scheduling::{
     ExistingNode, InFlightClaim, Input, InstanceType, NamespaceLabels, PoolInput, VolumeTopology,
 };
@@ -202,7 +202,7 @@ fn existing_capacity<'a>(
     {
         let pods = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
         let provider_id = node.provider_id.as_deref();
-        if node.allocatable.is_empty() {
+        if !node.allocatable.is_reported() {
             // A Node that has not reported what it holds yet (just created) would stand in for
             // its claim as an empty node; its claim keeps counting as in flight instead.
             if let Some(id) = provider_id.filter(|id| claim_by_provider_id.contains_key(id)) {
@@ -210,7 +210,7 @@ fn existing_capacity<'a>(
             }
             continue;
         }
-        let Ok(mut candidate) = existing_node(node, pods) else {
+        let Some(mut candidate) = existing_node(node, pods) else {
             continue;
         };
         if let Some(claim) = provider_id.and_then(|id| claim_by_provider_id.get(id)) {
@@ -343,15 +343,16 @@ fn schedulable_node(node: &CachedNode) -> bool {
 }
 
 /// The scheduler's view of a Node: its name, labels (borrowed), taints and allocatable.
+/// `None` for a Node whose allocatable does not parse.
 fn existing_node<'a>(
     node: &'a CachedNode,
     pods: Vec<&'a CachedPod>,
-) -> Result<ExistingNode<'a, CachedPod>, QuantityError> {
-    Ok(ExistingNode {
+) -> Option<ExistingNode<'a, CachedPod>> {
+    Some(ExistingNode {
         name: node.name.clone(),
         labels: Cow::Borrowed(&node.labels),
         taints: node.taints.clone(),
-        allocatable: ResourceList::from_quantities(&node.allocatable)?,
+        allocatable: node.allocatable.list()?.clone(),
         pods,
     })
 }

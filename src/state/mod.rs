@@ -19,7 +19,7 @@ pub use input::{
     Catalogues, Snapshot, daemon_set_pods, is_provisionable, live_pools, node_classes,
     provisionable_pods, scheduling_input,
 };
-pub use node_cache::{CachedNode, NodeConditionState};
+pub use node_cache::{Allocatable, CachedNode, NodeConditionState};
 pub use pod_cache::{
     CachedPod, CachedPodStatus, PodMeta, ReplicaParts, ScheduledCondition, WatchedPod,
 };

@@ -403,6 +403,22 @@ async fn fifteen_one_cpu_pods_get_nodes_and_run_on_the_cheapest_fleet() {
             claim.name_any()
         );
     }
+    // Every field of a claim is the agent's, and its managedFields say so: the API server names
+    // a write that gives no field manager after the client's User-Agent ("unknown" without one).
+    for claim in pool_claims(&client, "inflate-pool").await {
+        let managers: Vec<&str> = claim
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.as_deref())
+            .collect();
+        assert!(
+            !managers.is_empty() && managers.iter().all(|m| *m == "karpenter-agent"),
+            "{} is managed by {managers:?}",
+            claim.name_any()
+        );
+    }
     clean_up(&client, "inflate-test", "inflate-pool").await;
 }
 

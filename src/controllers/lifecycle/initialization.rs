@@ -11,7 +11,7 @@ use super::write_status;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, NodeClaimStatus, labels};
 use crate::controllers::{Context, Error, conditions};
-use crate::state::CachedNode;
+use crate::state::{Allocatable, CachedNode};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -32,7 +32,12 @@ fn unregistered_resource<'c>(claim: &'c NodeClaim, node: &CachedNode) -> Option<
         .requests
         .iter()
         .filter(|(_, quantity)| !is_zero(Some(quantity)))
-        .find(|(name, _)| is_zero(node.allocatable.get(name.as_str())))
+        .find(|(name, _)| match &node.allocatable {
+            Allocatable::NotReported => true,
+            Allocatable::Reported(list) => list.get(name) == 0,
+            // A quantity that does not parse is not known to be zero.
+            Allocatable::Invalid(_) => false,
+        })
         .map(|(name, _)| name.as_str())
 }
 
