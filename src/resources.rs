@@ -227,10 +227,11 @@ fn is_bytes(resource: &str) -> bool {
 
 /// A resource's name: the well-known ones as constants, any other as its own copy.
 ///
-/// A list is read and rebuilt for every node and claim in every scheduling round: with owned
-/// `String` keys in a `BTreeMap`, copying names, allocating tree nodes and comparing keys byte by
-/// byte were a fifth of a round at 5,000 nodes (`cargo bench --bench disruption -- --round`,
-/// profiled with `perf`). Almost every name is one of a handful, so those are never copied.
+/// Lists are built for every node and claim in every scheduling round. With owned `String`
+/// keys in a `BTreeMap`, comparing keys byte by byte was a tenth of a round at 5,000 nodes in
+/// `perf`, next to the names' copies and the tree's allocations (`cargo bench --bench
+/// disruption -- --round`: 29 ms a round before this representation, 27 ms after). Almost every
+/// name is one of a handful, so those are never copied.
 #[derive(Clone)]
 enum Name {
     Known(&'static str),
