@@ -88,6 +88,9 @@ impl ItemSplitter {
             return Ok(());
         }
         self.pending.extend_from_slice(chunk);
+        // What the items decoded so far took: dropped once the chunk is scanned, not after each
+        // item, which would move the chunk's rest again for every item in it.
+        let mut consumed = 0;
         while self.scanned < self.pending.len() {
             let byte = self.pending[self.scanned];
             let at = self.scanned;
@@ -130,9 +133,7 @@ impl ItemSplitter {
                                         format!("item {} of the list does not decode", out.len())
                                     })?;
                                 out.push(item);
-                                // What is handed out is dropped, so `pending` stays one item long.
-                                self.pending.drain(..=at);
-                                self.scanned = 0;
+                                consumed = at + 1;
                             }
                         }
                         (Place::Items, 1) => {
@@ -148,6 +149,11 @@ impl ItemSplitter {
                 // skipped rather than decoded, and an object list never contains one.
                 _ => {}
             }
+        }
+        if self.place == Place::Items {
+            self.pending.drain(..consumed);
+            self.scanned -= consumed;
+            self.item_start = self.item_start.map(|start| start - consumed);
         }
         if self.place == Place::Outside {
             // Outside the items nothing is kept but the fallback's copy and a key being read.
