@@ -6,7 +6,9 @@
 //! A figure, not a gate on every run (it takes minutes): `plugin/tests/status-scale` runs it.
 //! `KUBECTL_KARPENTER_BIN` times another binary (e.g. a release build); `SCALE_NODES` and
 //! `SCALE_PODS_PER_NODE` change the size; `SCALE_SETTLE_SECS` (90) is the pause between every
-//! pod Running and the first measurement.
+//! pod Running and the first measurement. Past a couple of thousand Nodes, also set
+//! `RIG_NODE_LEASE_SECONDS=300` (tests/rig/README.md): with 40 s Leases kwok cannot renew them
+//! all on two cores, and Nodes lapsing to NotReady would be measured instead.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 

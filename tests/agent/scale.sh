@@ -29,7 +29,12 @@
 # (e.g. POD_CPU=400m INSTANCE_TYPES=m5.large: four pods a node, so 20,000 pods make 5,000 nodes).
 # RUN_TIMEOUT (seconds, default 600) bounds the wait for every pod to run. STATUS_BIN (default
 # target/release/kubectl-karpenter when built) is timed running `status` on the full rig, each
-# run after kubectl's fetch of the bare NodeClaim list, timed too.
+# run after kubectl's fetch of the bare NodeClaim list, timed too, and after kubectl fetching
+# the lists status makes, concurrently, as status does (the floor under the same load).
+# Past 2,000 pods, RIG_NODE_LEASE_SECONDS (tests/rig/rig) defaults to 300 and
+# RIG_KWOK_PARALLELISM to 32: kwok cannot renew thousands of 40 s Leases on two cores, nor give
+# thousands of new Nodes and pods their status four at a time, and Nodes lapsing to NotReady or
+# waiting on kwok's queue would be measured instead of the agent.
 # AGENT_ARGS adds flags to the agent's command line: at 20,000 pods the rig's API server, on the
 # same two cores, can miss upstream's 10 s Lease renew deadline, and the agent then exits as
 # upstream's does (a Deployment would restart it); AGENT_ARGS=--leader-elect=false measures on.
@@ -44,6 +49,12 @@ agent_bin="${AGENT_BIN:-${CARGO_TARGET_DIR:-target}/debug/karpenter-agent}"
 [[ -n "${AGENT_BIN:-}" ]] || cargo build --workspace --quiet
 bin="$(tests/rig/rig bin | tail -n 1)"
 settle_seconds="${SETTLE_SECONDS:-60}"
+lease_seconds() {
+  if [[ -n "${RIG_NODE_LEASE_SECONDS:-}" ]]; then echo "$RIG_NODE_LEASE_SECONDS"; elif [[ "$1" -gt 2000 ]]; then echo 300; else echo 40; fi
+}
+kwok_parallelism() {
+  if [[ -n "${RIG_KWOK_PARALLELISM:-}" ]]; then echo "$RIG_KWOK_PARALLELISM"; elif [[ "$1" -gt 2000 ]]; then echo 32; else echo 4; fi
+}
 arrival="${ARRIVAL:-0}"
 consolidate_after="${CONSOLIDATE_AFTER:-0s}"
 
@@ -124,7 +135,7 @@ for size in "${sizes[@]}"; do
   m=""
   [[ "$size" == *:* ]] && m="${size#*:}"
   dir="$(mktemp -d /tmp/karpenter-scale-XXXXXX)"
-  tests/rig/rig up "$dir" --owner-pid $$ >/dev/null
+  RIG_NODE_LEASE_SECONDS="$(lease_seconds "$n")" RIG_KWOK_PARALLELISM="$(kwok_parallelism "$n")" tests/rig/rig up "$dir" --owner-pid $$ >/dev/null
   k=("$bin/kubectl" --kubeconfig "$dir/kubeconfig")
   "$agent_bin" crds | "${k[@]}" apply --server-side -f - >/dev/null
   "${k[@]}" wait --for condition=Established --timeout 60s crd --all >/dev/null
@@ -184,22 +195,37 @@ for size in "${sizes[@]}"; do
   status_line=""
   if [[ -n "$status_bin" ]]; then
     # Three runs; the median wall time, and the plugin's own count of its API calls. Before
-    # each, kubectl fetches the same NodeClaim list bare (from the watch cache, as status asks):
-    # on a loaded rig that is the floor no client can go under, sampled under the same load.
+    # each, kubectl fetches the same NodeClaim list bare (from the watch cache, as status asks),
+    # then all the lists status makes at once: on a loaded rig that is the floor no client can
+    # go under, sampled under the same load.
     times=()
     bare=()
+    floor=()
     for _ in 1 2 3; do
       t0=$(date +%s%N)
       "${k[@]}" get --raw '/apis/karpenter.sh/v1/nodeclaims?resourceVersion=0' >/dev/null
       bare+=($(( ($(date +%s%N) - t0) / 1000000 )))
+      t0=$(date +%s%N)
+      lists=()
+      for url in '/apis/karpenter.sh/v1/nodepools?resourceVersion=0' '/apis/karpenter.sh/v1/nodeclaims?resourceVersion=0' \
+        '/api/v1/nodes?resourceVersion=0' '/api/v1/pods?fieldSelector=spec.nodeName%3D&resourceVersion=0'; do
+        "${k[@]}" get --raw "$url" >/dev/null &
+        lists+=($!)
+      done
+      wait "${lists[@]}"
+      floor+=($(( ($(date +%s%N) - t0) / 1000000 )))
       t0=$(date +%s%N)
       calls=$("$status_bin" status -v --kubeconfig "$dir/kubeconfig" 2>&1 >/dev/null | grep -o '[0-9]* API calls in [0-9]* ms: .*' | head -n 1 || true)
       times+=($(( ($(date +%s%N) - t0) / 1000000 )))
     done
     median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)
     bare_median=$(printf '%s\n' "${bare[@]}" | sort -n | sed -n 2p)
+    floor_median=$(printf '%s\n' "${floor[@]}" | sort -n | sed -n 2p)
+    not_ready=$("${k[@]}" get nodes --no-headers | awk '$2 != "Ready"' | wc -l)
     status_line="status: median ${median} ms over 3 runs (${times[*]} ms); ${calls:-no API call count printed}
-the NodeClaim list alone (kubectl get --raw, just before each status): median ${bare_median} ms (${bare[*]} ms)"
+the NodeClaim list alone (kubectl get --raw, just before each status): median ${bare_median} ms (${bare[*]} ms)
+the lists status makes, by kubectl concurrently (Nodes as JSON, status asks protobuf): median ${floor_median} ms (${floor[*]} ms)
+nodes not Ready when status ran: ${not_ready} (Node Leases of $(lease_seconds "$n") s, kwok parallelism $(kwok_parallelism "$n"))"
   fi
   metrics=$(curl -s "http://127.0.0.1:$port/metrics" 2>/dev/null || python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())")
   claims=$("${k[@]}" get nodeclaims --no-headers | wc -l)
