@@ -16,6 +16,9 @@ use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+/// How much of a list's body is gathered before the decoding thread gets it (see `stream_list`).
+const CHUNK: usize = 256 * 1024;
+
 /// kubectl's connection flags.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ConnectArgs {
@@ -188,16 +191,26 @@ impl Cluster {
                 .map_err(ListError::Api)?;
             return Err(ListError::Api(api_error(code, &body)));
         }
-        let (chunks, arriving) = std::sync::mpsc::channel();
+        let (chunks, arriving) = std::sync::mpsc::channel::<Vec<u8>>();
         let decoder = tokio::task::spawn_blocking(move || items::decode::<K, L, _>(arriving));
         let mut body = response.into_body();
         let mut read_error = None;
+        // Frames are a socket read each (~4 KB): handed over one by one, a 25 MB list was 6,000
+        // wake-ups of the decoding thread. Gathered to CHUNK it is about a hundred; one `status`
+        // of 5,000 claims and Nodes went from 44,800 futex calls to 33,400 (the rest is the
+        // runtime's own), and the splitter moves its leftover bytes once a chunk.
+        let mut pending = Vec::with_capacity(CHUNK);
         while let Some(frame) = body.frame().await {
             match frame {
                 Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        pending.extend_from_slice(&data);
+                    }
                     // A decoder that stopped has its error to give; the rest is not needed.
-                    if let Ok(data) = frame.into_data()
-                        && chunks.send(data).is_err()
+                    if pending.len() >= CHUNK
+                        && chunks
+                            .send(std::mem::replace(&mut pending, Vec::with_capacity(CHUNK)))
+                            .is_err()
                     {
                         break;
                     }
@@ -207,6 +220,10 @@ impl Cluster {
                     break;
                 }
             }
+        }
+        if !pending.is_empty() {
+            // Fails only when the decoder already stopped, and then it has the error to give.
+            let _ = chunks.send(pending);
         }
         drop(chunks);
         let decoded = decoder

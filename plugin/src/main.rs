@@ -23,6 +23,14 @@ use clap::{CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc's malloc: `status` decodes tens of megabytes of lists on several
+/// threads at once, and glibc grew its per-thread arenas a page range at a time. One `status` of
+/// 4,930 NodeClaims and 4,925 Nodes (release build, the 2-core rig): 19,256 `mprotect` calls
+/// with glibc, none with mimalloc; system time median 0.46 s against 0.40 s over 5 runs, the
+/// same peak RSS (~145 MB).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Set up, watch and explain just-in-time node provisioning (Karpenter v1 API).
 #[derive(Parser)]
 #[command(

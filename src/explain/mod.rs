@@ -47,7 +47,7 @@ pub use crate::disruption::{Blocker, BlockerKind, Disruptability};
 pub use choice::{ChoiceOption, InstanceChoice};
 pub use claim_state::{ClaimPhase, ClaimState, claim_state, claim_state_at};
 pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
-pub use pending::{PendingPod, is_pending, pending_pods};
+pub use pending::{PendingPod, is_pending, namespaces_an_event_could_explain, pending_pods};
 pub use price::{
     HOURS_PER_MONTH, ListPrices, Price, PriceSource, claim_price, node_price, node_price_or_list,
 };

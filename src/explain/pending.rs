@@ -33,13 +33,19 @@ pub fn is_pending(pod: &Pod) -> bool {
     node_name_of(pod).is_none() && !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
 }
 
-/// Pods that wait for a node, with the reason each waits, oldest first.
-pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
-    // Claims still coming up, by the pods they were made for.
-    let mut nominated: HashMap<String, (&NodeClaim, ClaimState)> = HashMap::new();
-    let nodes = NodeIndex::new(&cluster.nodes);
-    for claim in &cluster.node_claims {
-        let state = claim_state(claim, nodes.of(claim));
+/// Pods keyed `namespace/name`, with the claim still coming up that was made for each.
+///
+/// Which claims are coming up does not depend on their Nodes: `claim_state` reads the Node only
+/// once Launched, Registered and Initialized are all true, and then the phase is Ready or
+/// NotReady. So `status` can tell without the Node list; with `nodes`, the state also says
+/// whether the Node is being disrupted.
+fn nominated<'a>(
+    claims: &'a [NodeClaim],
+    nodes: Option<&NodeIndex>,
+) -> HashMap<String, (&'a NodeClaim, ClaimState)> {
+    let mut nominated = HashMap::new();
+    for claim in claims {
+        let state = claim_state(claim, nodes.and_then(|n| n.of(claim)));
         if matches!(
             state.phase,
             ClaimPhase::Ready | ClaimPhase::NotReady | ClaimPhase::Terminating
@@ -50,6 +56,60 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
             nominated.insert(pod, (claim, state.clone()));
         }
     }
+    nominated
+}
+
+/// The scheduler's PodScheduled condition of a pod it could not place, if it has one.
+fn unscheduled(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status != "True")
+        })
+}
+
+fn scheduling_gates(pod: &Pod) -> Vec<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.name.as_str())
+        .collect()
+}
+
+/// Whether [`pending_pods`] would take this pod's reason from a FailedProvisioning Event, were
+/// there one: it waits, the scheduler has judged it, it is not gated, and no claim is coming up
+/// for it.
+fn event_could_explain(pod: &Pod, nominated: &HashMap<String, (&NodeClaim, ClaimState)>) -> bool {
+    is_pending(pod)
+        && unscheduled(pod).is_some()
+        && scheduling_gates(pod).is_empty()
+        && !nominated.contains_key(&pod_key(pod))
+}
+
+/// The namespaces of the pending pods whose reason a FailedProvisioning Event could give: where
+/// `status` has to list Events. Often none, even mid scale-out, since pods waiting for a claim
+/// that is coming up get their reason from the claim; Events are the one kind the API server
+/// does not cache, so each list of them reads a whole namespace from etcd.
+pub fn namespaces_an_event_could_explain<'a>(
+    pods: &'a [Pod],
+    claims: &[NodeClaim],
+) -> std::collections::BTreeSet<&'a str> {
+    let nominated = nominated(claims, None);
+    pods.iter()
+        .filter(|p| event_could_explain(p, &nominated))
+        .map(|p| p.metadata.namespace.as_deref().unwrap_or_default())
+        .collect()
+}
+
+/// Pods that wait for a node, with the reason each waits, oldest first.
+pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
+    // Claims still coming up, by the pods they were made for.
+    let nodes = NodeIndex::new(&cluster.nodes);
+    let nominated = nominated(&cluster.node_claims, Some(&nodes));
     // The newest FailedProvisioning event per pod.
     let mut failed: HashMap<String, (Option<Timestamp>, &Event)> = HashMap::new();
     for event in &cluster.events {
@@ -76,22 +136,8 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
         .map(|pod| {
             let key = pod_key(pod);
             let created_at = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            let scheduled = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| {
-                    c.iter()
-                        .find(|c| c.type_ == "PodScheduled" && c.status != "True")
-                });
-            let gates: Vec<&str> = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|g| g.name.as_str())
-                .collect();
+            let scheduled = unscheduled(pod);
+            let gates = scheduling_gates(pod);
             let (reason, message, node_claim) = if !gates.is_empty() {
                 (
                     "SchedulingGated".to_owned(),
@@ -109,7 +155,7 @@ pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
                     Some(name),
                 )
             } else if let Some((_, event)) = failed.get(&key).filter(|(at, _)| {
-                scheduled.is_some() && at.is_some_and(|at| Some(at) >= created_at)
+                event_could_explain(pod, &nominated) && at.is_some_and(|at| Some(at) >= created_at)
             }) {
                 (
                     "FailedProvisioning".to_owned(),
@@ -201,5 +247,48 @@ mod tests {
         assert_eq!(reason("plain"), Some("Unschedulable"));
         assert_eq!(reason("gated"), Some("SchedulingGated"));
         assert_eq!(reason("running"), None);
+    }
+
+    #[test]
+    fn events_are_needed_only_for_judged_pods_no_claim_is_coming_up_for() {
+        let mut coming = ours("m.small");
+        coming.status = serde_json::from_value(json!({"conditions": [{"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": NOW}, {"type": "Registered", "status": "False", "reason": "NotRegistered", "message": "", "lastTransitionTime": NOW}]})).expect("status");
+        let unschedulable = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}});
+        let waiting_for_claims = vec![
+            pod("web-1", None, unschedulable.clone()),
+            pod("web-2", None, unschedulable.clone()),
+            pod("new", None, json!({})),
+            pod(
+                "gated",
+                None,
+                json!({"spec": {"schedulingGates": [{"name": "example.com/wait"}]}}),
+            ),
+            pod("running", Some("n1"), json!({})),
+        ];
+        assert!(
+            namespaces_an_event_could_explain(&waiting_for_claims, std::slice::from_ref(&coming))
+                .is_empty(),
+            "pods with a claim coming up, gated or not yet judged need no Event"
+        );
+
+        let mut stuck = waiting_for_claims.clone();
+        stuck.push(pod(
+            "huge",
+            None,
+            json!({"metadata": {"namespace": "batch"}, "status": unschedulable["status"]}),
+        ));
+        assert_eq!(
+            namespaces_an_event_could_explain(&stuck, std::slice::from_ref(&coming))
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec!["batch"]
+        );
+        // Once the claim is Ready, the pods it was made for are no longer waiting on it.
+        assert_eq!(
+            namespaces_an_event_could_explain(&waiting_for_claims, &[ours("m.small")])
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec!["default"]
+        );
     }
 }
