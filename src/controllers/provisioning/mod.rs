@@ -140,6 +140,7 @@ pub async fn run<P: CloudProvider + 'static>(
                     batch_closed_by = closed_by.as_str(),
                     elapsed_ms = started.elapsed().as_millis(),
                     sync_ms = round.timings.sync.as_millis(),
+                    gather_ms = round.timings.gather.as_millis(),
                     input_ms = round.timings.input.as_millis(),
                     scheduling_ms = round.timings.solve.as_millis(),
                     "scheduling round"
