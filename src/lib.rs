@@ -1,11 +1,28 @@
-//! The core library of kubectl-karpenter.
+//! The core library of kubectl-karpenter, and the map of the house.
 //!
-//! Everything with logic lives here; the `karpenter-agent` and `kubectl-karpenter` binaries only
-//! parse flags and wire these pieces together. The arrows run one way: controllers, setup and
-//! explanations sit on top of scheduling, cloud providers and cluster state, which sit on top of
-//! the API types ([`apis`]) and resource arithmetic.
+//! Everything with logic lives here; the `karpenter-agent` (`agent/`) and `kubectl-karpenter`
+//! (`plugin/`) binaries read their flags, environment and signals, and wire these pieces
+//! together. The modules stand in layers, and an arrow only ever points down: a module may use
+//! its own layer and the ones below, never one above nor a sibling at its own height
+//! (`src/layers.rs` checks it, and fails on a module it does not know).
+//!
+//! | height | modules | what they own |
+//! |---|---|---|
+//! | 7 | [`controllers`], [`setup`] | the agent's control loops, which act and write; what `init aws\|gcp` does, as a plan of idempotent steps |
+//! | 6 | [`explain`], [`simulate`], [`migrate`] | the facts behind `status` and `explain`; a plan and its price before anything runs; Cluster Autoscaler's node groups as NodePools (all pure) |
+//! | 5 | [`disruption`] | which nodes to give back, and how (pure) |
+//! | 4 | [`state`] | the watches, the one handle on the cluster they fill, the cluster read once, and the pure step to the scheduler's input; reads only |
+//! | 3 | [`cloud`] | the provider seam and its implementations (`aws`, `gcp`, `kwok`, a fake); cloud calls, no Kubernetes writes |
+//! | 2 | [`scheduling`], [`convert`] | the scheduler (pure, synchronous: no client, no SDK); manifests of retired API versions rewritten for v1 |
+//! | 1 | [`apis`], [`client`] | Karpenter's v1 API types (no I/O); how the library talks to the API server |
+//! | 0 | [`resources`], [`metrics`], [`interner`] | quantities and their arithmetic; the Prometheus registry; shared strings |
+//!
+//! The rest of the repository: `agent/` (the agent binary and its Helm chart), `plugin/` (the
+//! kubectl plugin), `krew/` (its krew index), `examples/` (manifests to copy), `tests/`
+//! (integration tests against a real control plane, the test rig, the GCP fake, benchmarks).
 
 pub mod apis;
+pub mod client;
 pub mod cloud;
 pub mod controllers;
 pub mod convert;
@@ -16,7 +33,6 @@ pub mod interner;
 mod layers;
 pub mod metrics;
 pub mod migrate;
-pub mod proxy;
 pub mod resources;
 pub mod scheduling;
 pub mod setup;

@@ -57,8 +57,10 @@ impl Cluster {
             },
         };
         // HTTPS_PROXY and NO_PROXY as kubectl reads them (kube alone reads them otherwise).
-        karpenter_core::proxy::apply_environment(&mut config);
-        karpenter_core::controllers::identify(&mut config, "kubectl-karpenter");
+        karpenter_core::client::proxy::apply_environment(&mut config, |name| {
+            std::env::var(name).ok()
+        });
+        karpenter_core::client::identify(&mut config, "kubectl-karpenter");
         let client = Client::try_from(config).context("cannot build a client for the cluster")?;
         Ok(Self {
             client,

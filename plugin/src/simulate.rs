@@ -19,11 +19,9 @@ use karpenter_core::cloud::aws::pricing::PriceTable;
 use karpenter_core::cloud::gcp_prices;
 use karpenter_core::cloud::kwok::catalogue;
 use karpenter_core::disruption;
-use karpenter_core::scheduling::{NamespaceLabels, VolumeTopology};
 use karpenter_core::simulate::disruption::DisruptionPlan;
 use karpenter_core::simulate::{self, Report};
-use karpenter_core::state::input::{Catalogues, Snapshot};
-use karpenter_core::state::{CachedNode, CachedPod};
+use karpenter_core::state::{self, CachedNode, CachedPod, Gathered};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -354,34 +352,29 @@ pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Resu
     pools.extend(added);
     let pools: Vec<Arc<NodePool>> = pools.into_iter().map(Arc::new).collect();
 
-    let mut catalogues = Catalogues::default();
-    for class in karpenter_core::state::input::node_classes(&pools, &claims) {
-        if catalogues.contains(class) {
-            continue;
-        }
-        let provider = args.provider.unwrap_or(match class.kind.as_str() {
-            "EC2NodeClass" => Provider::Aws,
-            "GCENodeClass" => Provider::Gcp,
-            _ => Provider::Kwok,
-        });
-        catalogues.insert(class, catalogue_for(provider, args).await?.into());
-    }
-    let daemon_set_pods = karpenter_core::state::input::daemon_set_pods(&daemon_sets);
-    let namespace_labels: NamespaceLabels = namespaces
-        .into_iter()
-        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
-        .collect();
-    let volumes = VolumeTopology::default();
-    let snapshot = Snapshot {
-        pods: &pods,
-        nodes: &nodes,
-        claims: &claims,
-        pools: &pools,
-        catalogues: &catalogues,
-        daemon_set_pods: &daemon_set_pods,
-        namespace_labels: &namespace_labels,
-        volumes: &volumes,
+    let mut cluster = Gathered {
+        pods,
+        nodes,
+        claims,
+        pools,
+        daemon_set_pods: state::daemon_set_pods(&daemon_sets),
+        namespace_labels: state::namespace_labels(&namespaces),
+        ..Gathered::default()
     };
+    let failed = cluster
+        .fetch_catalogues(|class| async move {
+            let provider = args.provider.unwrap_or(match class.kind.as_str() {
+                "EC2NodeClass" => Provider::Aws,
+                "GCENodeClass" => Provider::Gcp,
+                _ => Provider::Kwok,
+            });
+            catalogue_for(provider, args).await.map(Into::into)
+        })
+        .await;
+    if let Some((_, e)) = failed.into_iter().next() {
+        return Err(e);
+    }
+    let snapshot = cluster.snapshot();
     let mut report = simulate::plan_cluster(&snapshot, &shipped(Provider::Kwok));
     if args.disruption {
         let pdbs = Api::<PodDisruptionBudget>::all(client.clone())

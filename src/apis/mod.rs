@@ -18,7 +18,6 @@ pub mod gcenodeclass;
 mod human_duration;
 pub mod kwoknodeclass;
 pub mod labels;
-pub mod metadata_list;
 pub mod nodeclaim;
 pub mod nodepool;
 mod nodepool_hash;

@@ -6,7 +6,7 @@
 //! what is missing).
 
 use super::interruption::InterruptionHandler;
-use super::{Error, Running, nodeclass_status};
+use super::{Error, ProviderLoops, Running, nodeclass_status};
 use crate::cloud::Metered;
 use crate::cloud::aws::AwsProvider;
 use crate::cloud::aws::interruption::InterruptionQueue;
@@ -33,8 +33,19 @@ pub async fn start(running: &mut Running<Metered<AwsProvider>>) -> Result<(), Er
             "opening the interruption queue {queue}"
         )))?;
         tracing::info!(%queue, "reading the interruption queue");
-        let handler = InterruptionHandler::new(sqs, ctx.client.clone());
-        running.spawn(super::names::INTERRUPTION, handler.run(ctx.claims.clone()));
+        let handler = InterruptionHandler::new(sqs, ctx.client.clone(), ctx.recorder.clone());
+        running.spawn(
+            super::names::INTERRUPTION,
+            handler.run(ctx.cluster.claims.clone()),
+        );
     }
     Ok(())
+}
+
+impl ProviderLoops for AwsProvider {
+    fn start_loops(
+        running: &mut Running<Metered<Self>>,
+    ) -> impl Future<Output = Result<(), Error>> {
+        start(running)
+    }
 }

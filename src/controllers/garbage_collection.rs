@@ -67,7 +67,7 @@ pub async fn collect<P: CloudProvider>(
 ) -> Result<usize, Error> {
     // Read the claims after the instances: a claim created in between is then seen, never the
     // other way round.
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     let owned_ids: HashSet<String> = claims
         .iter()
         .filter_map(|c| c.status.as_ref().and_then(|s| s.provider_id.clone()))
@@ -129,7 +129,7 @@ pub async fn collect_claims_without_instances<P: CloudProvider>(
         .collect();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut deleted = 0;
-    for claim in ctx.claims.state() {
+    for claim in ctx.cluster.claims.state() {
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
         }

@@ -4,7 +4,7 @@
 //! requests of the kubelets on the agent's VMs ([`super::csr_approval`]), which GKE leaves to
 //! whoever created them.
 
-use super::{Running, csr_approval, nodeclass_status};
+use super::{Error, ProviderLoops, Running, csr_approval, nodeclass_status};
 use crate::cloud::Metered;
 use crate::cloud::gcp::GcpProvider;
 
@@ -18,4 +18,11 @@ pub fn start(running: &mut Running<Metered<GcpProvider>>) {
         nodeclass_status::node_classes(ctx.client.clone(), ctx.provider.inner().clone()),
     );
     running.spawn(super::names::CSR_APPROVAL, csr_approval::run(ctx));
+}
+
+impl ProviderLoops for GcpProvider {
+    async fn start_loops(running: &mut Running<Metered<Self>>) -> Result<(), Error> {
+        start(running);
+        Ok(())
+    }
 }

@@ -8,12 +8,12 @@
 //! Every message is deleted from the queue once handled (or found unparseable), so none loops;
 //! one whose claim could not be deleted stays, and SQS delivers it again.
 
-use super::{Error, FIELD_MANAGER};
+use super::Error;
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::ProviderId;
 use crate::cloud::aws::interruption::{Interruption, InterruptionQueue};
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
@@ -37,13 +37,9 @@ pub struct Handled {
 }
 
 impl InterruptionHandler {
-    /// A handler for `queue`, deleting claims and recording Events through `client`.
-    pub fn new(queue: InterruptionQueue, client: kube::Client) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
+    /// A handler for `queue`, deleting claims through `client` and recording Events with
+    /// `recorder`.
+    pub fn new(queue: InterruptionQueue, client: kube::Client, recorder: Recorder) -> Self {
         Self {
             queue,
             client,

@@ -36,10 +36,10 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 
 /// One pass over every pool whose status is out of date.
 pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     let usage = usage_by_pool(claims.iter().map(|c| c.as_ref()));
     let api: Api<NodePool> = Api::all(ctx.client.clone());
-    for pool in ctx.pools.state() {
+    for pool in ctx.cluster.pools.state() {
         let name = pool.name_any();
         let (nodes, resources) = usage.get(&name).cloned().unwrap_or_default();
         let mut status = pool.status.clone().unwrap_or_default();

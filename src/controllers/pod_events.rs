@@ -114,7 +114,7 @@ pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error>
     if pending.is_empty() {
         return Ok(());
     }
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     let by_node: HashMap<&str, &NodeClaim> = claims
         .iter()
         .filter_map(|c| {

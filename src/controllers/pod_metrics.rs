@@ -27,12 +27,14 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
             .health
             .pass(super::names::POD_METRICS, ctx.settings.stuck_pass_after);
         let nodes: HashMap<String, Arc<CachedNode>> = ctx
+            .cluster
             .nodes
             .state()
             .into_iter()
             .map(|n| (n.name.clone(), n))
             .collect();
         let now: HashSet<PodStateLabels> = ctx
+            .cluster
             .pods
             .state()
             .iter()

@@ -1,11 +1,14 @@
-//! The control loops' timings, passed to [`super::start`] by the binary (which reads them from
-//! its flags) or a test.
+//! The control loops' timings, feature gates and identity, passed to [`super::start`] by the
+//! binary (which reads them from its flags and environment) or a test.
 
 use std::time::Duration;
 
 /// Timings of the control loops; upstream's defaults unless said otherwise.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// This replica's pod name (the binary reads `POD_NAME`, set from the downward API): the
+    /// reporting instance of the agent's Events. `None` outside a pod.
+    pub pod_name: Option<String>,
     /// Provisioning waits this long after the last new pending pod before it schedules.
     pub batch_idle: Duration,
     /// ...but never longer than this after the first one.
@@ -52,6 +55,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            pod_name: None,
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
             batch_close_when_complete: true,

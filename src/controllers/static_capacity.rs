@@ -14,7 +14,7 @@ use crate::apis::{NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
 use crate::disruption;
 use crate::scheduling::static_claim;
-use crate::state::Snapshot;
+use crate::state::Gathered;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::{Event, EventType};
@@ -61,6 +61,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 
 async fn pass<P: CloudProvider>(ctx: &Context<P>, created: &mut Created) {
     let pools: Vec<Arc<NodePool>> = ctx
+        .cluster
         .pools
         .state()
         .into_iter()
@@ -87,26 +88,20 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, created: &mut Created) {
         }
         return;
     }
-    let all_pools = ctx.pools.state();
-    let claims = ctx.claims.state();
-    let pods = ctx.pods.state();
-    let nodes = ctx.nodes.state();
-    let catalogues = super::provisioning::catalogues(ctx, &all_pools, &claims).await;
-    let snapshot = Snapshot {
-        pods: &pods,
-        nodes: &nodes,
-        claims: &claims,
-        pools: &all_pools,
-        catalogues: &catalogues,
-        daemon_set_pods: &[],
-        // Static pools launch without a scheduling simulation, so neither is read.
-        namespace_labels: &Default::default(),
-        volumes: &Default::default(),
+    // Static pools launch without a scheduling simulation: no DaemonSets, namespace labels or
+    // volumes are read.
+    let mut cluster = Gathered {
+        pods: ctx.cluster.pods.state(),
+        nodes: ctx.cluster.nodes.state(),
+        claims: ctx.cluster.claims.state(),
+        pools: ctx.cluster.pools.state(),
+        ..Gathered::default()
     };
+    super::provisioning::fetch_catalogues(ctx, &mut cluster).await;
     // PodDisruptionBudgets do not change what a static pool removes, only how it drains.
-    let judged = disruption::judge(&snapshot, &[], Timestamp::now());
+    let judged = disruption::judge(&cluster.snapshot(), &[], Timestamp::now());
     for pool in &pools {
-        let unseen = created.unseen(&pool.name_any(), &claims);
+        let unseen = created.unseen(&pool.name_any(), &cluster.claims);
         let scale = disruption::static_scale(pool, &judged, unseen);
         if scale.held_by_limit > 0 {
             let note = format!(
@@ -118,7 +113,9 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, created: &mut Created) {
             notice(ctx, pool, EventType::Warning, "NodePoolLimitReached", &note).await;
         }
         if scale.launch > 0 {
-            let catalogue = catalogues.of(&pool.spec.template.spec.node_class_ref);
+            let catalogue = cluster
+                .catalogues
+                .of(&pool.spec.template.spec.node_class_ref);
             let names = launch(ctx, pool, catalogue, scale.launch).await;
             let now = Instant::now();
             created

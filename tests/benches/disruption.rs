@@ -50,9 +50,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_core::apis::{DisruptionReason, NodeClaim, NodePool};
 use karpenter_core::disruption::consolidation::{Outcome, consolidate};
 use karpenter_core::disruption::{self, Candidate, Decision, Input, Options};
-use karpenter_core::scheduling::{self, NamespaceLabels, PoolInput, VolumeTopology};
+use karpenter_core::scheduling::{self, PoolInput};
 use karpenter_core::state::{
-    CachedNode, CachedPod, Catalogues, ReplicaParts, Snapshot, WatchedPod, scheduling_input,
+    CachedNode, CachedPod, Catalogues, Gathered, ReplicaParts, WatchedPod, scheduling_input,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -278,16 +278,22 @@ fn pod(i: usize, node: &str, slot: Slot, rng: &mut Rng) -> WatchedPod {
     }))
 }
 
-/// The stores of a shape, as the agent's watches would hold them.
-struct Cluster {
-    pods: Vec<Arc<CachedPod>>,
-    nodes: Vec<Arc<CachedNode>>,
-    claims: Vec<Arc<NodeClaim>>,
-    pools: Vec<Arc<NodePool>>,
-    catalogues: Catalogues,
-    daemon_set_pods: Vec<Pod>,
-    namespace_labels: NamespaceLabels,
-    volumes: VolumeTopology,
+/// The stores of a shape, as the agent's watches would hold them, gathered as a disruption
+/// pass gathers them.
+struct Cluster(Gathered);
+
+impl std::ops::Deref for Cluster {
+    type Target = Gathered;
+
+    fn deref(&self) -> &Gathered {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut Gathered {
+        &mut self.0
+    }
 }
 
 impl Cluster {
@@ -301,16 +307,14 @@ impl Cluster {
         let created = (now - SignedDuration::from_hours(2)).to_string();
         let mut shared = ReplicaParts::default();
         let mut rng = Rng(42);
-        let mut cluster = Self {
+        let mut cluster = Self(Gathered {
             pods: Vec::with_capacity(PODS),
             nodes: Vec::with_capacity(NODES),
             claims: Vec::with_capacity(NODES),
             pools: vec![Arc::new(pool)],
             catalogues,
-            daemon_set_pods: Vec::new(),
-            namespace_labels: NamespaceLabels::new(),
-            volumes: VolumeTopology::default(),
-        };
+            ..Gathered::default()
+        });
         for (i, slot) in shape.slots.iter().enumerate() {
             let name = format!("default-{i:04}");
             // Sizes go round every node, zones every three, so each zone gets every size.
@@ -331,16 +335,7 @@ impl Cluster {
 
     fn input(&self) -> Input<'_> {
         Input {
-            snapshot: Snapshot {
-                pods: &self.pods,
-                nodes: &self.nodes,
-                claims: &self.claims,
-                pools: &self.pools,
-                catalogues: &self.catalogues,
-                daemon_set_pods: &self.daemon_set_pods,
-                namespace_labels: &self.namespace_labels,
-                volumes: &self.volumes,
-            },
+            snapshot: self.snapshot(),
             pdbs: &[],
             now: NOW
                 .parse()

@@ -68,7 +68,7 @@ async fn start_with(fake: &gcp_fake::FakeGcp, config: GcpConfig, settings: Setti
                 let mut running =
                     controllers::start(client, provider, settings, Arc::new(Metrics::new())).await;
                 controllers::gcp::start(&mut running);
-                running.wait().await;
+                running.run_until(std::future::pending()).await;
             }
         }),
         tokio::spawn(kubelet(client, cluster, gce_node_name, {

@@ -13,7 +13,8 @@ use super::node_classes::NodeClasses;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
-use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels, metadata_list};
+use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
+use crate::client::metadata_list;
 use crate::resources::ResourceList;
 use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
@@ -381,7 +382,7 @@ impl CloudProvider for KwokProvider {
         );
         // Metadata only: a page of whole Nodes (conditions, images, the kubelet's status) was
         // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`);
-        // and of the metadata only what a listing holds, in pages (see `apis::metadata_list`):
+        // and of the metadata only what a listing holds, in pages (see `client::metadata_list`):
         // kwok's managed fields on a Node are larger decoded than the rest of it.
         let listed: Vec<ListedMeta> = metadata_list::list_metadata::<Node, _>(
             &self.client,

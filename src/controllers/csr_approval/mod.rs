@@ -169,7 +169,7 @@ fn own_claim<P>(ctx: &Context<P>, node_name: &str) -> Option<(Arc<NodeClaim>, Pr
     if node_name.is_empty() {
         return None;
     }
-    ctx.claims.state().into_iter().find_map(|claim| {
+    ctx.cluster.claims.state().into_iter().find_map(|claim| {
         if claim.metadata.deletion_timestamp.is_some() {
             return None;
         }
@@ -191,6 +191,7 @@ async fn check<P: CloudProvider>(
     object: &CertificateSigningRequest,
 ) -> Result<(), String> {
     let registered = ctx
+        .cluster
         .nodes
         .state()
         .iter()

@@ -16,19 +16,16 @@
 mod queue;
 
 use super::{Context, Error};
-use crate::apis::{DisruptionReason, NodeClaim, NodePool};
+use crate::apis::{DisruptionReason, NodePool};
 use crate::cloud::{CloudProvider, RepairPolicy};
 use crate::disruption::{
     self, BlockerKind, Command, Decision, Method, budgets::REASONS, reason_name,
 };
 use crate::metrics::{ConsolidationLabels, DecisionLabels, PoolReasonLabels, ReasonLabels};
-use crate::scheduling::{NamespaceLabels, VolumeTopology};
-use crate::state::{CachedNode, CachedPod, Catalogues, Snapshot};
-use k8s_openapi::api::core::v1::Pod;
+use crate::state::Gathered;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,69 +34,32 @@ use tracing::{info, warn};
 
 /// The cluster as one pass reads it; [`Parts::input`] borrows it as the decision's input.
 struct Parts {
-    pods: Vec<Arc<CachedPod>>,
-    nodes: Vec<Arc<CachedNode>>,
-    claims: Vec<Arc<NodeClaim>>,
-    pools: Vec<Arc<NodePool>>,
-    catalogues: Catalogues,
-    daemon_set_pods: Vec<Pod>,
+    cluster: Gathered,
     pdbs: Vec<PodDisruptionBudget>,
     /// The cloud's repair policies, or none while the `NodeRepair` gate is off.
     repair_policies: Vec<RepairPolicy>,
-    /// Namespace labels, for the simulation's pod-affinity terms with a `namespaceSelector`.
-    namespace_labels: NamespaceLabels,
-    /// Where the pods with persistent volumes may move.
-    volumes: VolumeTopology,
 }
 
 impl Parts {
-    async fn read<P: CloudProvider>(ctx: &Context<P>) -> Result<Self, Error> {
-        let pools = ctx.pools.state();
-        let claims = ctx.claims.state();
-        let catalogues = super::provisioning::catalogues(ctx, &pools, &claims).await;
-        let daemon_set_pods = super::provisioning::daemon_set_pods(ctx).await?;
-        // From the watch where there is one, as upstream reads its informer cache.
-        let pdbs = match &ctx.pdbs {
-            Some(store) => store.state().iter().map(|pdb| (**pdb).clone()).collect(),
-            None => {
-                Api::<PodDisruptionBudget>::all(ctx.client.clone())
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(Error::kube("listing PodDisruptionBudgets"))?
-                    .items
-            }
-        };
-        let pods = ctx.pods.state();
-        Ok(Self {
-            namespace_labels: ctx.namespace_labels(),
-            volumes: ctx.volume_topology(&pods),
-            pods,
-            nodes: ctx.nodes.state(),
-            claims,
-            pools,
-            catalogues,
-            daemon_set_pods,
-            pdbs,
+    async fn read<P: CloudProvider>(ctx: &Context<P>) -> Parts {
+        let mut cluster = ctx
+            .cluster
+            .gather(ctx.cluster.pods.state(), ctx.cluster.claims.state());
+        super::provisioning::fetch_catalogues(ctx, &mut cluster).await;
+        Self {
+            cluster,
+            pdbs: ctx.cluster.pdbs(),
             repair_policies: if ctx.settings.node_repair {
                 ctx.provider.repair_policies()
             } else {
                 Vec::new()
             },
-        })
+        }
     }
 
     fn input<P>(&self, ctx: &Context<P>) -> disruption::Input<'_> {
         disruption::Input {
-            snapshot: Snapshot {
-                pods: &self.pods,
-                nodes: &self.nodes,
-                claims: &self.claims,
-                pools: &self.pools,
-                catalogues: &self.catalogues,
-                daemon_set_pods: &self.daemon_set_pods,
-                namespace_labels: &self.namespace_labels,
-                volumes: &self.volumes,
-            },
+            snapshot: self.cluster.snapshot(),
             pdbs: &self.pdbs,
             now: Timestamp::now(),
             options: disruption::Options {
@@ -134,7 +94,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 }
 
 async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result<(), Error> {
-    let parts = Parts::read(ctx).await?;
+    let parts = Parts::read(ctx).await;
     let input = parts.input(ctx);
     let started = Instant::now();
     let decision = disruption::decide(&input);
@@ -145,7 +105,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
     for (pool, score) in &decision.rejected_scores {
         record_move(ctx, "rejected", pool, "Balanced", Some(score.value()));
     }
-    announce_invalid_budgets(ctx, &parts.pools, &decision).await;
+    announce_invalid_budgets(ctx, &parts.cluster.pools, &decision).await;
     announce_blocked(ctx, memory, &decision).await;
     let Some(command) = decision.command else {
         return Ok(());
@@ -156,7 +116,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         // kube-scheduler was about to bind, or a burst of new pods, may change the answer.
         Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             tokio::time::sleep(ctx.settings.disruption_validation).await;
-            let parts = Parts::read(ctx).await?;
+            let parts = Parts::read(ctx).await;
             match disruption::validate(&parts.input(ctx), &command) {
                 Ok(command) => command,
                 Err(why) => {
@@ -171,7 +131,7 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
         command.method,
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
     ) {
-        announce_moves(ctx, &parts.pools, &command).await;
+        announce_moves(ctx, &parts.cluster.pools, &command).await;
     }
     ctx.metrics
         .disruption_decisions
@@ -219,6 +179,7 @@ async fn announce_moves<P>(ctx: &Context<P>, pools: &[Arc<NodePool>], command: &
         if command.method == Method::SingleNodeConsolidation {
             for c in command.candidates.iter().filter(|c| c.pool == name) {
                 if let Some(claim) = ctx
+                    .cluster
                     .claims
                     .state()
                     .iter()
@@ -226,7 +187,7 @@ async fn announce_moves<P>(ctx: &Context<P>, pools: &[Arc<NodePool>], command: &
                 {
                     targets.push(claim.object_ref(&()));
                 }
-                if let Some(node) = ctx.nodes.state().iter().find(|x| x.name == c.node) {
+                if let Some(node) = ctx.cluster.nodes.state().iter().find(|x| x.name == c.node) {
                     targets.push(node.object_ref());
                 }
             }

@@ -73,6 +73,7 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
             Ok(claim) => {
                 if let Some(claim) = claim.left() {
                     let pool = ctx
+                        .cluster
                         .pools
                         .get(&kube::runtime::reflector::ObjectRef::new(&candidate.pool));
                     let consolidating = !command.method.consolidation_type().is_empty();
@@ -97,6 +98,7 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
 /// reason. A failed write is logged, not fatal: the deletion matters more than the label on it.
 async fn mark_disrupted<P>(ctx: &Context<P>, name: &str, command: &Command) {
     let Some(claim) = ctx
+        .cluster
         .claims
         .state()
         .into_iter()
@@ -127,7 +129,7 @@ async fn mark_disrupted<P>(ctx: &Context<P>, name: &str, command: &Command) {
 /// Creates the replacements' NodeClaims; returns their names.
 async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let pools = ctx.pools.state();
+    let pools = ctx.cluster.pools.state();
     let mut names = Vec::new();
     for replacement in &command.replacements {
         let Some(pool) = pools
@@ -170,7 +172,7 @@ async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, E
 async fn wait_initialized<P>(ctx: &Context<P>, names: &[String]) -> Result<(), String> {
     let deadline = Instant::now() + ctx.settings.disruption_replacement_timeout;
     loop {
-        let claims = ctx.claims.state();
+        let claims = ctx.cluster.claims.state();
         let mut ready = 0;
         for name in names {
             match claims
@@ -214,7 +216,7 @@ async fn rollback<P>(ctx: &Context<P>, command: &Command, replacements: &[String
         }
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     for name in replacements {
         let initialized = claims
             .iter()
@@ -256,8 +258,8 @@ async fn announce<P>(ctx: &Context<P>, command: &Command, reason: &str, note: St
         action: "Disrupt".to_owned(),
         secondary: None,
     };
-    let claims = ctx.claims.state();
-    let nodes = ctx.nodes.state();
+    let claims = ctx.cluster.claims.state();
+    let nodes = ctx.cluster.nodes.state();
     for candidate in &command.candidates {
         let claim = claims
             .iter()

@@ -46,7 +46,7 @@ use tracing::{info, warn};
 /// since the API server and the cloud throttle such bursts anyway.
 const MAX_CONCURRENT_RECONCILES: u16 = 64;
 
-/// Runs the lifecycle controller until SIGTERM/SIGINT. `triggers` names the claims to
+/// Runs the lifecycle controller until the task is dropped. `triggers` names the claims to
 /// reconcile: the agent's own claim and node watches feed it (see `controllers::start`), so the
 /// controller reads the shared claim store instead of caching every claim and watching every
 /// node a second time.
@@ -54,7 +54,7 @@ pub async fn run<P: CloudProvider + 'static>(
     ctx: Arc<Context<P>>,
     triggers: mpsc::UnboundedReceiver<ObjectRef<NodeClaim>>,
 ) {
-    let store = ctx.claims.clone();
+    let store = ctx.cluster.claims.clone();
     let queue = tokio_stream_of(triggers);
     let config = controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES);
     let reconciles = applier(
@@ -66,10 +66,7 @@ pub async fn run<P: CloudProvider + 'static>(
         config,
     )
     .for_each(|_| futures::future::ready(()));
-    tokio::select! {
-        () = reconciles => {}
-        () = shutdown_signal() => info!("shutting down"),
-    }
+    reconciles.await;
 }
 
 fn tokio_stream_of<T: Send + 'static>(
@@ -78,25 +75,6 @@ fn tokio_stream_of<T: Send + 'static>(
     Box::pin(futures::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|item| item.map(Ok))
     }))
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let Ok(mut terminate) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            let _ = interrupt.await;
-            return;
-        };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }
 
 /// The claims a Node event concerns: those whose providerID is the node's.
@@ -186,7 +164,7 @@ pub async fn reconcile<P: CloudProvider>(
             reason: "Launched but has no providerID".to_owned(),
         });
     };
-    let node = ctx.node_by_provider_id(&provider_id);
+    let node = ctx.cluster.node_by_provider_id(&provider_id);
     if let Some(node) = &node
         && node.deletion_timestamp.is_some()
     {

@@ -37,11 +37,12 @@ pub(super) async fn reconcile<P: CloudProvider>(
     memory: &mut Memory,
     now: Timestamp,
 ) {
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     memory.0.retain(|uid, (at, _)| {
         at.elapsed() < CLOUD_VERDICT_TTL && claims.iter().any(|c| c.uid().as_ref() == Some(uid))
     });
     let pools: HashMap<String, Arc<NodePool>> = ctx
+        .cluster
         .pools
         .state()
         .into_iter()

@@ -27,7 +27,7 @@ pub(super) async fn reconcile<P: CloudProvider>(
     memory: &mut Memory,
     now: Timestamp,
 ) -> Option<Timestamp> {
-    let claims = ctx.claims.state();
+    let claims = ctx.cluster.claims.state();
     memory.0.retain(|uid| {
         claims
             .iter()

@@ -54,7 +54,7 @@ async fn restamp_claims<P>(
     let name = pool.name_any();
     let legacy = pool.legacy_hash();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    for claim in ctx.claims.state() {
+    for claim in ctx.cluster.claims.state() {
         if claim.labels().get(labels::NODE_POOL) != Some(&name) {
             continue;
         }

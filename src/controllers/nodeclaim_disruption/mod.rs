@@ -58,7 +58,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 
 /// One pass: pool hashes, then expiry, then drift. Returns when the next claim expires.
 pub async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Option<Timestamp> {
-    for pool in ctx.pools.state() {
+    for pool in ctx.cluster.pools.state() {
         if let Err(e) = hash::reconcile(ctx, &pool).await {
             tracing::warn!(nodepool = %pool.name_any(), error = %e, cause = ?std::error::Error::source(&e), "could not stamp the nodepool hash");
         }

@@ -357,7 +357,7 @@ impl<P: CloudProvider> BatchCompletion for BurstComplete<'_, P> {
         if !self.ctx.settings.batch_close_when_complete {
             return false;
         }
-        let Some(controllers) = batch_controllers(&self.ctx.pods.state()) else {
+        let Some(controllers) = batch_controllers(&self.ctx.cluster.pods.state()) else {
             return false;
         };
         // No provisionable pod left (a requeue after every pod found room): nothing to gather.

@@ -42,8 +42,8 @@ pub use batcher::{
 pub use crate::state::is_provisionable;
 pub use claims::node_claim_for;
 pub use replan::Initialized;
+pub(crate) use round::fetch_catalogues;
 pub use round::{Memory, RecentClaims, Round};
-pub(crate) use round::{catalogues, daemon_set_pods};
 
 use super::Context;
 use crate::cloud::CloudProvider;

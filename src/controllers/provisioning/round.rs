@@ -9,15 +9,14 @@
 use super::batcher::PendingPods;
 use super::claims::{claims_to_create, warn_unschedulable};
 use super::creates::Creates;
-use crate::apis::{NodeClaim, NodePool, metadata_list};
+use crate::apis::NodeClaim;
+use crate::client::metadata_list;
 use crate::cloud::CloudProvider;
 use crate::controllers::{Context, Error};
 use crate::scheduling::{self, Input, Plan};
-use crate::state::{self, CachedPod, Catalogues, Snapshot};
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
+use crate::state::{self, CachedPod, Gathered};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -135,19 +134,22 @@ const SYNC_PATIENCE: Duration = Duration::from_secs(5);
 /// the same before each round ("cluster state synced").
 async fn claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> Result<bool, Error> {
     // Names only, in pages: each claim's managed fields, decoded, were ~20 KB, so at 2,500
-    // claims the whole list held 49 MiB every round (see `apis::metadata_list`).
+    // claims the whole list held 49 MiB every round (see `client::metadata_list`).
     let listed: Vec<Named> =
         metadata_list::list_metadata::<NodeClaim, _>(&ctx.client, &ListParams::default())
             .await
             .map_err(Error::kube("listing NodeClaims"))?;
     let cached: std::collections::HashSet<String> = ctx
+        .cluster
         .claims
         .state()
         .iter()
         .filter_map(|c| c.metadata.name.clone())
         .collect();
     Ok(listed.iter().all(|Named { name }| {
-        cached.contains(name) || recent.contains(name) || ctx.unreadable_claims.contains(name)
+        cached.contains(name)
+            || recent.contains(name)
+            || ctx.cluster.unreadable_claims.contains(name)
     }))
 }
 
@@ -203,7 +205,7 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
     memory: &mut Memory,
     creates: &mut Creates,
 ) -> Result<Option<Round>, Error> {
-    let pods = ctx.pods.state();
+    let pods = ctx.cluster.pods.state();
     if !pods.iter().any(|pod| state::is_provisionable(pod)) {
         ctx.metrics.pods_unschedulable.set(0);
         return Ok(None);
@@ -219,27 +221,12 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
     }
     timings.sync = started.elapsed();
     let started = Instant::now();
-    let pools = ctx.pools.state();
     let claims = claims_with_unconfirmed(ctx, recent);
-    let nodes = ctx.nodes.state();
-    let catalogues = catalogues(ctx, &pools, &claims).await;
-    let daemon_set_pods = daemon_set_pods(ctx).await?;
-    let namespace_labels = ctx.namespace_labels();
-    let volumes = ctx.volume_topology(&pods);
+    let mut cluster = ctx.cluster.gather(pods, claims);
+    fetch_catalogues(ctx, &mut cluster).await;
     timings.gather = started.elapsed();
     let started = Instant::now();
-    let input = compute(|| {
-        state::scheduling_input(&Snapshot {
-            pods: &pods,
-            nodes: &nodes,
-            claims: &claims,
-            pools: &pools,
-            catalogues: &catalogues,
-            daemon_set_pods: &daemon_set_pods,
-            namespace_labels: &namespace_labels,
-            volumes: &volumes,
-        })
-    });
+    let input = compute(|| state::scheduling_input(&cluster.snapshot()));
     timings.input = started.elapsed();
     let started = Instant::now();
     let plan = compute(|| simulate(ctx, &input));
@@ -276,7 +263,7 @@ async fn wait_for_claims_synced<P>(ctx: &Context<P>, recent: &RecentClaims) -> R
 
 /// The store's NodeClaims and those this agent created that the watch has not delivered yet.
 fn claims_with_unconfirmed<P>(ctx: &Context<P>, recent: &RecentClaims) -> Vec<Arc<NodeClaim>> {
-    let mut claims = ctx.claims.state();
+    let mut claims = ctx.cluster.claims.state();
     let unconfirmed = recent.unconfirmed();
     if unconfirmed.is_empty() {
         return claims;
@@ -294,46 +281,17 @@ fn claims_with_unconfirmed<P>(ctx: &Context<P>, recent: &RecentClaims) -> Vec<Ar
     claims
 }
 
-/// One catalogue per node class the live pools and the claims name. A class the provider
-/// cannot list has none: its pools launch nothing this round, the rest go on.
-pub(crate) async fn catalogues<P: CloudProvider>(
-    ctx: &Context<P>,
-    pools: &[Arc<NodePool>],
-    claims: &[Arc<NodeClaim>],
-) -> Catalogues {
-    let mut catalogues = Catalogues::default();
-    // Each class is asked once a round, answered or not: every claim names its class, and
-    // asking again per claim after a failure made an API server outage cost one failed call
-    // per claim per round (a hung one, a request timeout each).
-    let mut asked = std::collections::HashSet::new();
-    for class in state::node_classes(pools, claims) {
-        if !asked.insert((&class.group, &class.kind, &class.name)) {
-            continue;
-        }
-        match ctx.provider.instance_types(class).await {
-            Ok(types) => catalogues.insert(class, types),
-            Err(e) => {
-                warn!(node_class = %class.name, error = %e, "no instance types for node class")
-            }
-        }
+/// Fetches the catalogue of each node class `cluster`'s live pools and claims name from the
+/// provider. A class the provider cannot list has none: its pools launch nothing this round,
+/// the rest go on.
+pub(crate) async fn fetch_catalogues<P: CloudProvider>(ctx: &Context<P>, cluster: &mut Gathered) {
+    let provider = &*ctx.provider;
+    let failed = cluster
+        .fetch_catalogues(|class| async move { provider.instance_types(&class).await })
+        .await;
+    for (class, e) in failed {
+        warn!(node_class = %class.name, error = %e, "no instance types for node class");
     }
-    catalogues
-}
-
-/// One pod per DaemonSet in the cluster, as overhead on every new node. Read from the watch,
-/// as upstream's `getDaemonSetPods` reads its informer cache: a list per round cost the API
-/// server a read of every DaemonSet each time a batch closed.
-pub(crate) async fn daemon_set_pods<P>(ctx: &Context<P>) -> Result<Vec<Pod>, Error> {
-    if let Some(store) = &ctx.daemon_sets {
-        return Ok(state::daemon_set_pods(
-            store.state().iter().map(AsRef::as_ref),
-        ));
-    }
-    let daemon_sets = Api::<DaemonSet>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing DaemonSets"))?;
-    Ok(state::daemon_set_pods(&daemon_sets.items))
 }
 
 /// The pods this plan decides on for the first time: how long each waited for it.

@@ -155,7 +155,7 @@ impl Rig {
     }
 
     /// A client for an agent under test, built as the agent builds its own
-    /// (`karpenter_core::controllers::agent_client`: no automatic retries) and acting as the
+    /// (`karpenter_core::client::agent_client`: no automatic retries) and acting as the
     /// ServiceAccount `kubectl karpenter init` installs, with the ClusterRole it installs
     /// (impersonated from the rig's admin credentials): a verb the shipped RBAC lacks fails a
     /// test rather than a user.
@@ -182,7 +182,7 @@ impl Rig {
                 ],
             )
             .await;
-        karpenter_core::controllers::agent_client(config).expect("agent client for the rig")
+        karpenter_core::client::agent_client(config).expect("agent client for the rig")
     }
 
     /// A client acting as `user` in `groups` (impersonated from the rig's admin credentials),

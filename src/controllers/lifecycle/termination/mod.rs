@@ -132,7 +132,7 @@ pub(super) async fn terminate<P: CloudProvider>(
     let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
     let node = provider_id
         .as_deref()
-        .and_then(|id| ctx.node_by_provider_id(id));
+        .and_then(|id| ctx.cluster.node_by_provider_id(id));
     if let Some(node) = &node {
         if instance_is_gone(node, provider_id.as_deref(), ctx).await? {
             info!(nodeclaim = %claim.name_any(), node = %node.name, "instance is gone; deleting the node and its pods without a drain");

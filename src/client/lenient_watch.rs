@@ -18,7 +18,7 @@
 
 use futures::{Stream, StreamExt};
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource};
@@ -144,15 +144,8 @@ where
 /// Reports an object of kind `K` that does not decode: a warning log line, and a Warning Event
 /// on the object, which `kubectl describe` shows.
 pub fn report_undecodable<K: Resource<DynamicType = ()>>(
-    client: Client,
+    recorder: Recorder,
 ) -> impl Fn(&DynamicObject, &serde_json::Error) + Send + Sync + 'static {
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: super::FIELD_MANAGER.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
     let resource = ApiResource::erase::<K>(&());
     move |object, error| {
         let name = object.metadata.name.clone().unwrap_or_default();

@@ -91,13 +91,9 @@ fn split_port(entry: &str) -> (&str, Option<u16>) {
     (entry, None)
 }
 
-/// Sets `config`'s proxy from the environment, as [`proxy_for`] decides it, unless the
-/// kubeconfig named one of its own (`proxy-url`).
-pub fn apply_environment(config: &mut kube::Config) {
-    apply_with(config, |name| std::env::var(name).ok());
-}
-
-fn apply_with(config: &mut kube::Config, var: impl Fn(&str) -> Option<String>) {
+/// Sets `config`'s proxy from the environment `var` reads (the binaries pass the process's),
+/// as [`proxy_for`] decides it, unless the kubeconfig named one of its own (`proxy-url`).
+pub fn apply_environment(config: &mut kube::Config, var: impl Fn(&str) -> Option<String>) {
     // kube took `HTTPS_PROXY` as it is, or dropped it for a `NO_PROXY` that named the proxy;
     // anything else came from the kubeconfig.
     let from_environment = ["HTTPS_PROXY", "https_proxy"]
@@ -189,16 +185,16 @@ mod tests {
         ];
         // As kube leaves it: the environment's proxy, whatever NO_PROXY says.
         config.proxy_url = Some("http://p:3128".parse().expect("url"));
-        apply_with(&mut config, env(&vars));
+        apply_environment(&mut config, env(&vars));
         assert_eq!(config.proxy_url, None);
         config.proxy_url = Some("http://own:1080".parse().expect("url"));
-        apply_with(&mut config, env(&vars));
+        apply_environment(&mut config, env(&vars));
         assert_eq!(
             config.proxy_url.map(|u| u.to_string()).as_deref(),
             Some("http://own:1080/")
         );
         let mut config = kube::Config::new("https://api.corp.internal".parse().expect("url"));
-        apply_with(&mut config, env(&vars));
+        apply_environment(&mut config, env(&vars));
         assert_eq!(
             config.proxy_url.map(|u| u.to_string()).as_deref(),
             Some("http://p:3128/")

@@ -2,8 +2,8 @@
 //! volume topology ([`crate::scheduling::volume_topology`]), trimmed to what it reads.
 //! Upstream reads the same objects from its informer cache (`volumetopology.go`).
 
+use super::CachedPod;
 use crate::scheduling::{PodView, VolumeObjects, VolumeTopology};
-use crate::state::CachedPod;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -28,23 +28,6 @@ impl VolumeObjects for VolumeStores {
 
     fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
         self.classes.get(&ObjectRef::new(name))
-    }
-}
-
-/// No objects at all: every claim is missing.
-pub struct NoVolumes;
-
-impl VolumeObjects for NoVolumes {
-    fn claim(&self, _: &str, _: &str) -> Option<Arc<PersistentVolumeClaim>> {
-        None
-    }
-
-    fn volume(&self, _: &str) -> Option<Arc<PersistentVolume>> {
-        None
-    }
-
-    fn class(&self, _: &str) -> Option<Arc<StorageClass>> {
-        None
     }
 }
 
