@@ -51,6 +51,8 @@ pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
 // --- Annotations ---
 /// On a pod or a node: never disrupt it voluntarily.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// The annotation the kubelet puts on a static pod's mirror in the API.
+pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
 /// Set to `true` on a Node or NodeClaim to keep node repair off it (upstream's annotation,
 /// independent of `do-not-disrupt`).
 pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";

@@ -7,6 +7,7 @@
 
 use super::{Context, Error, FIELD_MANAGER};
 use crate::apis::NodeClaim;
+use crate::scheduling::PodView;
 use crate::state::CachedPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

@@ -8,6 +8,7 @@ use super::candidates::{
     ClaimView, Disruptability, disruptability, is_disrupting, is_reschedulable,
 };
 use crate::apis::{NodeClaim, NodePool, labels};
+use crate::scheduling::PodView;
 use crate::state::{CachedNode, CachedPod, Snapshot};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;

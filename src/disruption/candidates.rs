@@ -14,6 +14,7 @@ use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{
     ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, human_duration, labels,
 };
+use crate::scheduling::PodView;
 use crate::scheduling::selector::Selector;
 use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -78,9 +79,10 @@ pub enum BlockerKind {
 /// (upstream's `IsReschedulable`: not finished, not being deleted, not a DaemonSet's or a
 /// static pod).
 pub fn is_reschedulable(pod: &CachedPod) -> bool {
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    let mirror = pod.annotation("kubernetes.io/config.mirror").is_some();
-    !daemon && !mirror && !pod.is_terminal() && pod.metadata.deletion_timestamp.is_none()
+    !pod.is_daemon_set_pod()
+        && !pod.is_mirror()
+        && !pod.is_terminal()
+        && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// Whether a node carries the taint of a disruption under way.

@@ -13,6 +13,7 @@
 use super::candidate::Candidate;
 use crate::apis::labels;
 use crate::resources::ResourceList;
+use crate::scheduling::PodView;
 use crate::scheduling::pod_requests;
 use crate::scheduling::{Requirement, Requirements};
 use crate::state::Snapshot;

@@ -2,9 +2,10 @@
 //! own answer ([`crate::disruption::disruptability`], which the agent's disruption controller
 //! takes its candidates from), computed from the objects `explain` lists.
 
-use super::{Cluster, is_terminal, label, node_name_of};
+use super::{Cluster, label, node_name_of};
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::disruption::{ClaimView, Disruptability, candidates::is_disrupting};
+use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use crate::state::CachedPod;
 use k8s_openapi::api::core::v1::Pod;
@@ -40,7 +41,7 @@ pub(super) fn disruptability(
     let pending = |key: &str| {
         cluster.pods.iter().any(|p| {
             node_name_of(p).is_none()
-                && !is_terminal(p)
+                && !p.is_terminal()
                 && p.metadata.namespace.as_deref().unwrap_or_default()
                     == key.split('/').next().unwrap_or_default()
                 && p.metadata.name.as_deref() == key.split('/').nth(1)

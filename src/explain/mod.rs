@@ -24,6 +24,7 @@
 //! share.
 
 use crate::apis::{NodeClaim, NodePool};
+use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -80,13 +81,6 @@ fn label<'a>(
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
-fn annotation<'a>(
-    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    key: &str,
-) -> Option<&'a str> {
-    meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
 fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     meta.name.clone().unwrap_or_default()
 }
@@ -113,20 +107,7 @@ pub fn event_time(event: &Event) -> Option<Timestamp> {
 }
 
 fn is_daemon_or_mirror(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    daemon || annotation(&pod.metadata, "kubernetes.io/config.mirror").is_some()
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+    pod.is_daemon_set_pod() || pod.is_mirror()
 }
 
 fn node_name_of(pod: &Pod) -> Option<&str> {

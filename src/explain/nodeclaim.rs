@@ -8,10 +8,11 @@ use super::disruption::disruptability;
 use super::timeline::timeline;
 use super::{
     ClaimState, Cluster, Disruptability, InstanceChoice, NodeIndex, Price, TimelineEntry,
-    claim_price, claim_state_at, instance_type_options, is_daemon_or_mirror, is_terminal, label,
-    name_of, node_name_of, plural, pod_key, provisioned_for,
+    claim_price, claim_state_at, instance_type_options, is_daemon_or_mirror, label, name_of,
+    node_name_of, plural, pod_key, provisioned_for,
 };
 use crate::apis::{NodeClaim, human_duration, labels};
+use crate::scheduling::PodView;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -118,7 +119,7 @@ pub fn explain_node_claim(
         Some(n) => cluster
             .pods
             .iter()
-            .filter(|p| node_name_of(p) == Some(n) && !is_terminal(p))
+            .filter(|p| node_name_of(p) == Some(n) && !p.is_terminal())
             .collect(),
         None => Vec::new(),
     };
@@ -185,7 +186,7 @@ fn why_it_exists(
             }
         }
         Some(n) => format!("on node {n}"),
-        None if is_terminal(pod) => "finished".to_owned(),
+        None if pod.is_terminal() => "finished".to_owned(),
         None => "pending".to_owned(),
     };
     match provisioned_for(claim) {

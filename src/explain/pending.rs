@@ -2,10 +2,11 @@
 //! it, a FailedProvisioning Event, or the scheduler's own PodScheduled condition.
 
 use super::{
-    ClaimPhase, ClaimState, Cluster, NodeIndex, claim_state, event_time, is_terminal, label,
-    name_of, node_name_of, pod_key, provisioned_for,
+    ClaimPhase, ClaimState, Cluster, NodeIndex, claim_state, event_time, label, name_of,
+    node_name_of, pod_key, provisioned_for,
 };
 use crate::apis::{NodeClaim, labels};
+use crate::scheduling::PodView;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -30,7 +31,7 @@ pub struct PendingPod {
 
 /// Whether a pod waits for a node: unbound, not terminal, not being deleted.
 pub fn is_pending(pod: &Pod) -> bool {
-    node_name_of(pod).is_none() && !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
+    node_name_of(pod).is_none() && !pod.is_terminal() && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// Pods keyed `namespace/name`, with the claim still coming up that was made for each.

@@ -4,10 +4,11 @@
 
 use super::{
     ClaimState, Cluster, HOURS_PER_MONTH, ListPrices, NodeIndex, PendingPod, Price, claim_price,
-    claim_state, is_terminal, label, name_of, node_name_of, node_price_or_list, pending_pods,
+    claim_state, label, name_of, node_name_of, node_price_or_list, pending_pods,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::resources::{self, ResourceList};
+use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
@@ -206,7 +207,7 @@ pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport
     let mut claimed_nodes = std::collections::HashSet::new();
     let pods_by_node: HashMap<&str, Vec<&Pod>> = if options.all_pods_listed {
         let mut map: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        for pod in cluster.pods.iter().filter(|p| !is_terminal(p)) {
+        for pod in cluster.pods.iter().filter(|p| !p.is_terminal()) {
             if let Some(node) = node_name_of(pod) {
                 map.entry(node).or_default().push(pod);
             }

@@ -11,6 +11,7 @@ use crate::apis::labels;
 use crate::resources::{self, QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Container, Pod, PodAffinityTerm, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the scheduler reads of a pod: its metadata and spec. The API's [`Pod`] is one; the
@@ -29,6 +30,36 @@ pub trait PodView {
     /// [`PodSpecInfo`]. `None`, the default, reads every pod on its own.
     fn shape_key(&self) -> Option<ShapeKey> {
         None
+    }
+    /// `status.phase`.
+    fn pod_phase(&self) -> Option<&str>;
+    /// `metadata.ownerReferences`.
+    fn pod_owners(&self) -> &[OwnerReference];
+    /// The annotation `key` (a cached pod keeps only those some loop reads).
+    fn pod_annotation(&self, key: &str) -> Option<&str>;
+
+    /// Whether the pod has finished (`Succeeded` or `Failed`): it holds nothing on its node any
+    /// more (upstream's `pod.IsTerminal`).
+    fn is_terminal(&self) -> bool {
+        matches!(self.pod_phase(), Some("Succeeded" | "Failed"))
+    }
+
+    /// Whether a DaemonSet owns the pod: it runs on every node and moves with none (upstream's
+    /// `pod.IsOwnedByDaemonSet`).
+    fn is_daemon_set_pod(&self) -> bool {
+        self.pod_owners()
+            .iter()
+            .any(|o| o.api_version == "apps/v1" && o.kind == "DaemonSet")
+    }
+
+    /// Whether the pod is a static pod's mirror: the kubelet owns it and the API server cannot
+    /// remove it (upstream's `pod.IsOwnedByNode`; the kubelet also marks a mirror with
+    /// [`labels::MIRROR_POD`]).
+    fn is_mirror(&self) -> bool {
+        self.pod_owners()
+            .iter()
+            .any(|o| o.api_version == "v1" && o.kind == "Node")
+            || self.pod_annotation(labels::MIRROR_POD).is_some()
     }
 }
 
@@ -51,6 +82,25 @@ impl PodView for Pod {
 
     fn pod_spec(&self) -> Option<&PodSpec> {
         self.spec.as_ref()
+    }
+
+    fn pod_phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+
+    fn pod_owners(&self) -> &[OwnerReference] {
+        self.metadata
+            .owner_references
+            .as_deref()
+            .unwrap_or_default()
+    }
+
+    fn pod_annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
     }
 }
 

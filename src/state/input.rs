@@ -12,6 +12,7 @@ use super::pod_cache::CachedPod;
 use super::usage::usage_by_pool;
 use crate::apis::{NodeClaim, NodeClassReference, NodePool, labels};
 use crate::resources::{NODES, ResourceList};
+use crate::scheduling::PodView;
 use crate::scheduling::{
     ExistingNode, InFlightClaim, Input, InstanceType, NamespaceLabels, PoolInput, VolumeTopology,
 };
@@ -29,8 +30,10 @@ pub fn is_provisionable(pod: &CachedPod) -> bool {
     let unschedulable = pod
         .scheduled_condition()
         .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    pod.node_name.is_none() && unschedulable && !daemon && pod.metadata.deletion_timestamp.is_none()
+    pod.node_name.is_none()
+        && unschedulable
+        && !pod.is_daemon_set_pod()
+        && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// The pods a round provisions for, in the store's order (the plan refers to them by index).

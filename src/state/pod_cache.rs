@@ -189,7 +189,7 @@ impl From<WirePod> for CachedPod {
 
 /// Pod annotations a loop reads; every other annotation is dropped.
 fn annotation_kept(key: &str) -> bool {
-    key.starts_with("karpenter.sh/") || key == "kubernetes.io/config.mirror"
+    key.starts_with("karpenter.sh/") || key == crate::apis::labels::MIRROR_POD
 }
 
 /// Drops what no loop reads from a pod's spec (commands, env, probes, images, most
@@ -279,6 +279,18 @@ impl PodView for CachedPod {
         let spec = Arc::as_ptr(&self.spec) as usize;
         let labels = Arc::as_ptr(&self.metadata.labels) as usize;
         Some((spec, labels))
+    }
+
+    fn pod_phase(&self) -> Option<&str> {
+        self.phase()
+    }
+
+    fn pod_owners(&self) -> &[OwnerReference] {
+        self.owner_references()
+    }
+
+    fn pod_annotation(&self, key: &str) -> Option<&str> {
+        self.annotation(key)
     }
 }
 
@@ -371,11 +383,6 @@ impl CachedPod {
     /// `status.phase`.
     pub fn phase(&self) -> Option<&str> {
         self.status.phase.as_deref()
-    }
-
-    /// Whether the pod has finished (Succeeded or Failed).
-    pub fn is_terminal(&self) -> bool {
-        matches!(self.phase(), Some("Succeeded" | "Failed"))
     }
 
     /// Whether the pod's `Ready` condition is True.

@@ -5,6 +5,7 @@
 
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
+use crate::scheduling::PodView;
 use crate::state::{CachedPod, is_provisionable};
 use kube::api::Api;
 use std::collections::{BTreeMap, HashMap};

@@ -11,6 +11,7 @@
 //! bypassing PodDisruptionBudgets and `do-not-disrupt`.
 
 use crate::apis::{labels, parse_duration};
+use crate::scheduling::PodView;
 use crate::scheduling::taints::{NO_SCHEDULE, tolerates};
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -112,15 +113,15 @@ pub fn plan(pods: &[Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'
 
 /// Whether the drain waits for this pod to leave (upstream's `IsWaitingEviction`).
 fn is_waited_for(pod: &Pod, now: Timestamp) -> bool {
-    !is_terminal(pod)
-        && !is_static(pod)
+    !pod.is_terminal()
+        && !pod.is_mirror()
         && !tolerates_disrupted_taint(pod)
         && !is_stuck_terminating(pod, now)
 }
 
 /// The pod's tier (upstream's `groupPodsByPriority`).
 pub fn tier(pod: &Pod) -> Tier {
-    match (is_critical(pod), is_daemon(pod)) {
+    match (is_critical(pod), pod.is_daemon_set_pod()) {
         (false, false) => Tier::NonCritical,
         (false, true) => Tier::NonCriticalDaemonSet,
         (true, false) => Tier::Critical,
@@ -152,14 +153,6 @@ fn forced_delete(pod: &Pod, deadline: Timestamp, now: Timestamp) -> Option<Step>
     })
 }
 
-/// Whether the pod has finished (`Succeeded` or `Failed`).
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
@@ -169,28 +162,6 @@ fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
         .deletion_timestamp
         .as_ref()
         .is_some_and(|t| now.duration_since(t.0) > STUCK_TERMINATING)
-}
-
-fn is_owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.api_version == api_version && o.kind == kind)
-}
-
-/// A static pod's mirror: the kubelet owns it, the API server cannot remove it.
-pub fn is_static(pod: &Pod) -> bool {
-    is_owned_by(pod, "v1", "Node")
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
-}
-
-fn is_daemon(pod: &Pod) -> bool {
-    is_owned_by(pod, "apps/v1", "DaemonSet")
 }
 
 fn is_critical(pod: &Pod) -> bool {

@@ -21,6 +21,7 @@ mod events;
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::{CloudProvider, DeleteOutcome, ProviderId};
 use crate::controllers::{Context, Error, is_not_found};
+use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use drain::Drain;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -68,7 +69,7 @@ async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(
         .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
         .await
         .map_err(Error::kube("listing pods left on the deleted node"))?;
-    for pod in stranded.items.iter().filter(|p| !drain_plan::is_static(p)) {
+    for pod in stranded.items.iter().filter(|p| !p.is_mirror()) {
         let namespaced: Api<Pod> =
             Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
         if let Err(e) = namespaced
