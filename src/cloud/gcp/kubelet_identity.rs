@@ -4,7 +4,8 @@
 //! certificate approver (`controllers::csr_approval`) asks this before it approves a kubelet's
 //! certificate request, as GKE's own approver checks the VM behind a node's request.
 
-use super::{GcpConfig, GcpProvider, cloud_error, last_segment};
+use super::errors::cloud_error;
+use super::{GcpConfig, GcpProvider, last_segment};
 use crate::cloud::provider::{CloudError, KubeletIdentity, ProviderId};
 use serde_json::Value;
 use std::net::IpAddr;

@@ -267,13 +267,49 @@ pub fn instance_body(
     let zone = &attempt.zone;
     let config = &provider.config;
     let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
-    let scheduling = if spot {
+    let scheduling = scheduling(spot, accelerated);
+    let disks = instance_disks(spec, zone, &attempt.image.source);
+    let interfaces = network_interfaces(spec, config, template);
+    let claim_name = claim.name_any();
+    let metadata = instance_metadata(config, claim, spec, accelerated, template);
+    let mut body = json!({
+        "name": instance_name(&config.cluster_name, &claim_name),
+        "machineType": format!("zones/{zone}/machineTypes/{}", attempt.instance_type),
+        "labels": instance_labels(config, claim, resolved),
+        "scheduling": scheduling,
+        "disks": disks,
+        "networkInterfaces": interfaces,
+        "serviceAccounts": [{"email": spec.service_account.clone().or_else(|| template.and_then(|t| t.service_account.clone())).unwrap_or_else(|| "default".to_owned()),
+                             "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}],
+        "metadata": {"items": metadata.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()},
+    });
+    let tags = network_tags(spec, template);
+    if !tags.is_empty() {
+        body["tags"] = json!({"items": tags});
+    }
+    if let Some(shielded) = &spec.shielded_instance_config {
+        body["shieldedInstanceConfig"] = json!({"enableSecureBoot": shielded.enable_secure_boot,
+            "enableVtpm": shielded.enable_vtpm, "enableIntegrityMonitoring": shielded.enable_integrity_monitoring});
+    }
+    if let Some(kind) = &spec.confidential_instance_type {
+        body["confidentialInstanceConfig"] = json!({"confidentialInstanceType": kind});
+    }
+    body
+}
+
+/// The instance's `scheduling`: spot, or standard (live-migrated unless it has GPUs).
+fn scheduling(spot: bool, accelerated: bool) -> Value {
+    if spot {
         json!({"provisioningModel": "SPOT", "instanceTerminationAction": "DELETE", "automaticRestart": false,
             "onHostMaintenance": "TERMINATE", "preemptible": false})
     } else {
         json!({"provisioningModel": "STANDARD", "automaticRestart": true,
             "onHostMaintenance": if accelerated { "TERMINATE" } else { "MIGRATE" }})
-    };
+    }
+}
+
+/// The instance's disks: the boot disk from `image`, then the class's other disks.
+fn instance_disks(spec: &GCENodeClassSpec, zone: &str, image: &str) -> Vec<Value> {
     let mut disks: Vec<Value> = Vec::new();
     let default_boot_gib = i32::try_from(super::catalogue::DEFAULT_BOOT_DISK_GIB).ok();
     let mut boot = spec.disks.iter().find(|d| d.boot).cloned().unwrap_or(Disk {
@@ -284,14 +320,24 @@ pub fn instance_body(
     // Unsized, Compute Engine would make the boot disk the image's size (10 GB for COS), too
     // small for a node's images; the catalogue counts ephemeral storage on this default.
     boot.size_gib = boot.size_gib.or(default_boot_gib);
-    disks.push(disk_json(&boot, zone, Some(&attempt.image.source)));
+    disks.push(disk_json(&boot, zone, Some(image)));
     disks.extend(
         spec.disks
             .iter()
             .filter(|d| !d.boot)
             .map(|d| disk_json(d, zone, None)),
     );
+    disks
+}
 
+/// The instance's network interfaces: the primary one (the class's subnetwork, else the
+/// provider's, else the node template's; public unless the class or template says private),
+/// then the class's additional ones.
+fn network_interfaces(
+    spec: &GCENodeClassSpec,
+    config: &GcpConfig,
+    template: Option<&NodeTemplate>,
+) -> Vec<Value> {
     let network = spec.network_config.clone().unwrap_or_default();
     let template_nic = template.and_then(|t| t.network_interface.as_ref());
     let template_field = |key: &str| {
@@ -339,8 +385,18 @@ pub fn instance_body(
         }
         interfaces.push(nic);
     }
+    interfaces
+}
 
-    let claim_name = claim.name_any();
+/// The instance's metadata: the node template's (GKE's bootstrap), then the class's, then the
+/// claim's and pool's exact names, and the kubelet's labels, flags and taints.
+fn instance_metadata(
+    config: &GcpConfig,
+    claim: &NodeClaim,
+    spec: &GCENodeClassSpec,
+    accelerated: bool,
+    template: Option<&NodeTemplate>,
+) -> BTreeMap<String, String> {
     let mut metadata: BTreeMap<String, String> = template
         .map(|t| t.metadata.iter().cloned().collect())
         .unwrap_or_default();
@@ -352,12 +408,32 @@ pub fn instance_body(
             .filter(|(k, _)| !RESERVED_METADATA_KEYS.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone())),
     );
-    metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim_name.clone());
+    metadata.insert(NODE_CLAIM_METADATA.to_owned(), claim.name_any());
     if let Some(pool) = claim.labels().get(labels::NODE_POOL) {
         metadata.insert(NODE_POOL_METADATA.to_owned(), pool.clone());
     }
     metadata.insert("cluster-name".to_owned(), config.cluster_name.clone());
     // What GKE's node bootstrap reads for the kubelet's labels and taints.
+    let kube_labels = kube_labels(&metadata, claim, spec, accelerated, &config.project);
+    metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
+    if let (Some(kubelet), Some(env)) = (&spec.kubelet_configuration, metadata.get_mut("kube-env"))
+    {
+        *env = with_kubelet_args(env, kubelet);
+    }
+    let taints = kube_node_taints(claim, spec, accelerated);
+    metadata.insert("kube-node-taints".to_owned(), taints.join(","));
+    metadata
+}
+
+/// The node's labels for GKE's bootstrap (`kube-labels`): the template's, the claim's, and
+/// the GPU driver and secondary boot disk labels GKE's own components look for.
+fn kube_labels(
+    metadata: &BTreeMap<String, String>,
+    claim: &NodeClaim,
+    spec: &GCENodeClassSpec,
+    accelerated: bool,
+    project: &str,
+) -> Vec<String> {
     let mut kube_labels: Vec<String> = metadata
         .get("kube-labels")
         .map(|l| {
@@ -379,12 +455,13 @@ pub fn instance_body(
         let version = spec.gpu_driver_version.as_deref().unwrap_or("default");
         kube_labels.push(format!("cloud.google.com/gke-gpu-driver-version={version}"));
     }
-    kube_labels.extend(secondary_boot_disk_labels(spec, &config.project));
-    metadata.insert("kube-labels".to_owned(), kube_labels.join(","));
-    if let (Some(kubelet), Some(env)) = (&spec.kubelet_configuration, metadata.get_mut("kube-env"))
-    {
-        *env = with_kubelet_args(env, kubelet);
-    }
+    kube_labels.extend(secondary_boot_disk_labels(spec, project));
+    kube_labels
+}
+
+/// The node's taints for GKE's bootstrap (`kube-node-taints`): the claim's and its startup
+/// taints, GKE's GPU taint when the class asks for it, and the unregistered taint.
+fn kube_node_taints(claim: &NodeClaim, spec: &GCENodeClassSpec, accelerated: bool) -> Vec<String> {
     let mut taints: Vec<String> = claim
         .spec
         .taints
@@ -404,19 +481,11 @@ pub fn instance_body(
         taints.push("nvidia.com/gpu=present:NoSchedule".to_owned());
     }
     taints.push(format!("{}=:NoExecute", labels::UNREGISTERED_TAINT_KEY));
-    metadata.insert("kube-node-taints".to_owned(), taints.join(","));
+    taints
+}
 
-    let mut body = json!({
-        "name": instance_name(&config.cluster_name, &claim_name),
-        "machineType": format!("zones/{zone}/machineTypes/{}", attempt.instance_type),
-        "labels": instance_labels(config, claim, resolved),
-        "scheduling": scheduling,
-        "disks": disks,
-        "networkInterfaces": interfaces,
-        "serviceAccounts": [{"email": spec.service_account.clone().or_else(|| template.and_then(|t| t.service_account.clone())).unwrap_or_else(|| "default".to_owned()),
-                             "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}],
-        "metadata": {"items": metadata.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()},
-    });
+/// The instance's network tags: the node template's, then the class's.
+fn network_tags(spec: &GCENodeClassSpec, template: Option<&NodeTemplate>) -> Vec<String> {
     let mut tags: Vec<String> = template.map(|t| t.tags.clone()).unwrap_or_default();
     tags.extend(
         spec.network_tags
@@ -425,17 +494,7 @@ pub fn instance_body(
             .cloned()
             .collect::<Vec<_>>(),
     );
-    if !tags.is_empty() {
-        body["tags"] = json!({"items": tags});
-    }
-    if let Some(shielded) = &spec.shielded_instance_config {
-        body["shieldedInstanceConfig"] = json!({"enableSecureBoot": shielded.enable_secure_boot,
-            "enableVtpm": shielded.enable_vtpm, "enableIntegrityMonitoring": shielded.enable_integrity_monitoring});
-    }
-    if let Some(kind) = &spec.confidential_instance_type {
-        body["confidentialInstanceConfig"] = json!({"confidentialInstanceType": kind});
-    }
-    body
+    tags
 }
 
 /// GKE's `kube-env` with the node class's kubelet settings added to `KUBELET_ARGS` (GKE's node
@@ -562,7 +621,16 @@ pub(super) async fn launch(
         });
     };
     let config = &provider.config;
-    let name = instance_name(&config.cluster_name, &claim_name);
+    let shared = Launch {
+        provider,
+        claim,
+        name: instance_name(&config.cluster_name, &claim_name),
+        claim_name,
+        resolved,
+        snapshot,
+        template,
+        capacity_type,
+    };
     let mut failed = Vec::new();
     for attempt in attempts.iter().take(config.max_launch_attempts.max(1)) {
         let offering = format!("{capacity_type}:{}:{}", attempt.instance_type, attempt.zone);
@@ -572,18 +640,50 @@ pub(super) async fn launch(
         {
             continue; // a quota error on an earlier attempt ruled it out
         }
-        let accelerated = snapshot
+        match shared.try_offering(attempt, &offering).await? {
+            Some(launched) => return Ok(launched),
+            None => failed.push(offering),
+        }
+    }
+    Err(CloudError::InsufficientCapacity { offerings: failed })
+}
+
+/// What every attempt of one launch shares.
+struct Launch<'a> {
+    provider: &'a GcpProvider,
+    claim: &'a NodeClaim,
+    claim_name: String,
+    /// The instance's name, the same in every zone.
+    name: String,
+    resolved: &'a ResolvedNodeClass,
+    snapshot: &'a CatalogueSnapshot,
+    template: Option<&'a NodeTemplate>,
+    capacity_type: &'static str,
+}
+
+impl Launch<'_> {
+    /// Inserts the instance in one offering: the instance it launched (or adopted), `None`
+    /// when the offering had no capacity (now marked unavailable), or the error that ends the
+    /// launch.
+    async fn try_offering(
+        &self,
+        attempt: &Attempt,
+        offering: &str,
+    ) -> Result<Option<Instance>, CloudError> {
+        let provider = self.provider;
+        let accelerated = self
+            .snapshot
             .types
             .get(&attempt.instance_type)
             .is_some_and(|t| t.gpus.is_some());
         let body = instance_body(
             provider,
-            claim,
-            resolved,
+            self.claim,
+            self.resolved,
             attempt,
-            capacity_type,
+            self.capacity_type,
             accelerated,
-            template,
+            self.template,
         );
         let instance: google_cloud_compute_v1::model::Instance = serde_json::from_value(body)
             .map_err(|e| CloudError::api("building the instance request", e))?;
@@ -594,7 +694,7 @@ pub(super) async fn launch(
             .clients
             .instances
             .insert()
-            .set_project(&config.project)
+            .set_project(&provider.config.project)
             .set_zone(&attempt.zone)
             .set_body(instance)
             .poller()
@@ -603,36 +703,61 @@ pub(super) async fn launch(
         let op = match result {
             Ok(op) => op,
             Err(e) if e.http_status_code() == Some(409) => {
-                // Launched before (an agent restart between insert and recording it): adopt it
-                // if it is this claim's.
-                let existing = provider.instance_by_name(&attempt.zone, &name).await?;
-                match existing {
-                    Some(found) if found.node_claim.as_deref() == Some(claim_name.as_str()) => {
-                        return Ok(found);
-                    }
-                    _ => {
-                        return Err(CloudError::api(
-                            "creating the instance",
-                            GcpApiError::from(e),
-                        ));
-                    }
-                }
+                return self.adopt(attempt, e).await.map(Some);
             }
-            Err(e) if super::is_quota_or_stockout(&e) => {
-                tracing::warn!(nodeclaim = %claim_name, offering = %offering, error = %GcpApiError::from(e), "no capacity; trying the next offering");
-                provider
-                    .unavailable
-                    .mark(capacity_type, &attempt.instance_type, &attempt.zone);
-                failed.push(offering);
-                continue;
+            Err(e) if super::errors::is_quota_or_stockout(&e) => {
+                tracing::warn!(nodeclaim = %self.claim_name, offering = %offering, error = %GcpApiError::from(e), "no capacity; trying the next offering");
+                provider.unavailable.mark(
+                    self.capacity_type,
+                    &attempt.instance_type,
+                    &attempt.zone,
+                );
+                return Ok(None);
             }
-            Err(e) => return Err(super::cloud_error("creating the instance", e)),
+            Err(e) => return Err(super::errors::cloud_error("creating the instance", e)),
         };
-        match operation_failure(&op) {
+        self.finished(attempt, offering, &op).await
+    }
+
+    /// The instance an insert conflicted with, when it is this claim's.
+    async fn adopt(
+        &self,
+        attempt: &Attempt,
+        conflict: google_cloud_compute_v1::Error,
+    ) -> Result<Instance, CloudError> {
+        // Launched before (an agent restart between insert and recording it): adopt it
+        // if it is this claim's.
+        let existing = self
+            .provider
+            .instance_by_name(&attempt.zone, &self.name)
+            .await?;
+        match existing {
+            Some(found) if found.node_claim.as_deref() == Some(self.claim_name.as_str()) => {
+                Ok(found)
+            }
+            _ => Err(CloudError::api(
+                "creating the instance",
+                GcpApiError::from(conflict),
+            )),
+        }
+    }
+
+    /// What a finished insert operation came to: the launched instance, `None` when the
+    /// offering had no capacity or quota (now marked unavailable), or the error that ends the
+    /// launch.
+    async fn finished(
+        &self,
+        attempt: &Attempt,
+        offering: &str,
+        op: &google_cloud_compute_v1::model::Operation,
+    ) -> Result<Option<Instance>, CloudError> {
+        let provider = self.provider;
+        let (claim_name, name, capacity_type) = (&self.claim_name, &self.name, self.capacity_type);
+        match operation_failure(op) {
             None => {
                 tracing::info!(nodeclaim = %claim_name, instance = %name, offering = %offering, "instance inserted");
                 let mut launched = provider
-                    .instance_by_name(&attempt.zone, &name)
+                    .instance_by_name(&attempt.zone, name)
                     .await?
                     .ok_or_else(|| {
                         CloudError::api(
@@ -644,20 +769,21 @@ pub(super) async fn launch(
                         )
                     })?;
                 launched.image_id = Some(attempt.image.source.clone());
-                launched.annotations = super::drift::claim_annotations(&resolved.spec);
+                launched.annotations = super::drift::claim_annotations(&self.resolved.spec);
                 launched.price = crate::scheduling::known_price(attempt.price);
-                return Ok(launched);
+                Ok(Some(launched))
             }
             Some(OperationFailure::Stockout(message)) => {
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "zone has no capacity; trying the next offering");
                 provider
                     .unavailable
                     .mark(capacity_type, &attempt.instance_type, &attempt.zone);
-                failed.push(offering);
+                Ok(None)
             }
             Some(OperationFailure::Quota(message)) => {
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %message, "quota exceeded; trying the next offering");
-                for zone in snapshot
+                for zone in self
+                    .snapshot
                     .zones_of
                     .get(&attempt.instance_type)
                     .into_iter()
@@ -667,19 +793,18 @@ pub(super) async fn launch(
                         .unavailable
                         .mark(capacity_type, &attempt.instance_type, zone);
                 }
-                failed.push(offering);
+                Ok(None)
             }
             Some(OperationFailure::Other(message)) => {
                 let operation = op.name.clone().unwrap_or_default();
                 tracing::warn!(nodeclaim = %claim_name, offering = %offering, %operation, %message, "instance insert failed");
-                return Err(CloudError::api(
+                Err(CloudError::api(
                     "creating the instance",
                     OperationError { operation, message },
-                ));
+                ))
             }
         }
     }
-    Err(CloudError::InsufficientCapacity { offerings: failed })
 }
 
 #[cfg(test)]
