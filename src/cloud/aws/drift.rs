@@ -4,9 +4,14 @@
 //! the image (`AMIDrift`), then the instance's security groups (`SecurityGroupDrift`) and
 //! subnet (`SubnetDrift`) against what the class resolves to now. Capacity-reservation and
 //! placement-group drift are not judged: this agent launches into neither.
+//!
+//! The rules are pure functions; `AwsProvider::is_drifted` reads the class (from the watch)
+//! and the instance (DescribeInstances) they judge.
 
+use super::AwsProvider;
 use crate::apis::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, NodeClaim};
 use crate::cloud::node_class_hash::{self, NODE_CLASS_DRIFT};
+use crate::cloud::provider::{CloudError, ProviderId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Upstream's reason for an instance whose AMI the node class no longer resolves to.
@@ -118,6 +123,47 @@ pub fn network_drift(
     let subnet = subnet?;
     (!status.subnets.is_empty() && !status.subnets.iter().any(|s| s.id == subnet))
         .then_some(SUBNET_DRIFT)
+}
+
+impl AwsProvider {
+    /// Upstream's AWS `IsDrifted` for a claim of an EC2NodeClass: static fields, image, then
+    /// the instance's security groups and subnet.
+    pub(super) async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<String>, CloudError> {
+        let reference = &claim.spec.node_class_ref;
+        let Some(class) = self
+            .classes
+            .get(&reference.name)
+            .await
+            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?
+        else {
+            return Ok(None);
+        };
+        if let Some(reason) =
+            static_drift(claim, &class).or_else(|| ami_drift(claim, class.status.as_ref()))
+        {
+            return Ok(Some(reason.to_owned()));
+        }
+        let Some(ProviderId::Aws { instance_id, .. }) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| id.parse().ok())
+        else {
+            return Ok(None);
+        };
+        let instances = self
+            .describe_instances(Vec::new(), vec![instance_id])
+            .await?;
+        let Some(instance) = instances.first() else {
+            return Ok(None);
+        };
+        let groups: Vec<String> = instance
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_owned))
+            .collect();
+        Ok(network_drift(class.status.as_ref(), instance.subnet_id(), &groups).map(str::to_owned))
+    }
 }
 
 #[cfg(test)]
