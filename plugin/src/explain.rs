@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
-use karpenter_core::explain::{self, ClaimExplanation, human_duration, provisioned_for};
+use karpenter_core::explain::{self, ClaimExplanation, human_duration};
 use karpenter_core::state::CachedNode;
 use kube::api::{Api, ListParams};
 use std::fmt::Write as _;
@@ -73,7 +73,7 @@ fn target(args: &ExplainArgs) -> anyhow::Result<Target> {
 pub async fn fetch(
     cluster: &Cluster,
     args: &ExplainArgs,
-) -> anyhow::Result<(String, explain::Cluster)> {
+) -> anyhow::Result<(String, explain::ClusterObjects)> {
     let claims_api = cluster.all::<NodeClaim>();
     let claim = match target(args)? {
         Target::NodeClaim(name) => match cluster.get_opt(&claims_api, &name).await? {
@@ -82,9 +82,9 @@ pub async fn fetch(
                 let all = cluster
                     .list(claims_api.clone(), ListParams::default())
                     .await?;
-                let snapshot = explain::Cluster {
+                let snapshot = explain::ClusterObjects {
                     node_claims: all,
-                    ..explain::Cluster::default()
+                    ..explain::ClusterObjects::default()
                 };
                 // Not found: the error names the claims that do exist.
                 return Ok((name, snapshot));
@@ -232,7 +232,8 @@ pub async fn fetch(
             )
         })
         .collect();
-    let missing: Vec<String> = provisioned_for(&claim)
+    let missing: Vec<String> = claim
+        .provisioned_for()
         .unwrap_or_default()
         .into_iter()
         .filter(|k| !on_node.contains(k))
@@ -259,7 +260,7 @@ pub async fn fetch(
     );
     Ok((
         name,
-        explain::Cluster {
+        explain::ClusterObjects {
             node_pools: pool,
             node_claims,
             nodes: CachedNode::all(node),

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::apis::{NodeClaim, NodePool, labels};
-use karpenter_core::explain::Cluster;
+use karpenter_core::explain::ClusterObjects;
 use karpenter_core::state::CachedNode;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -99,7 +99,7 @@ fn unschedulable() -> Value {
 }
 
 /// The cluster the snapshots render.
-pub fn cluster() -> Cluster {
+pub fn cluster() -> ClusterObjects {
     let upstream: NodeClaim = object(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "general-x7k2p", "creationTimestamp": "2026-03-02T09:58:00Z", "labels": {labels::NODE_POOL: "general"}},
@@ -109,7 +109,7 @@ pub fn cluster() -> Cluster {
         },
     }));
     let running = json!({"phase": "Running"});
-    Cluster {
+    ClusterObjects {
         node_pools: vec![pool("default", json!({"cpu": "100", "memory": "400Gi"})), pool("general", json!({}))],
         node_claims: vec![
             our_claim("default-abcde", "c5.xlarge", Some("default-abcde"), "2026-03-02T07:00:00Z"),
@@ -140,7 +140,7 @@ trait WithPending {
     fn with_pending_claim_for(self, pod: &str) -> Self;
 }
 
-impl WithPending for Cluster {
+impl WithPending for ClusterObjects {
     /// Records `pod` on the launching claim, as the agent would have.
     fn with_pending_claim_for(mut self, pod: &str) -> Self {
         let claim = self
@@ -157,7 +157,7 @@ impl WithPending for Cluster {
 /// A cluster as upstream Karpenter leaves it: a Ready claim with upstream's labels and a status
 /// its controllers wrote, its Node (no price label: upstream sets none), a pod on it that an
 /// exhausted PodDisruptionBudget covers, in a pool that waits 1h before consolidating.
-pub fn upstream_cluster() -> Cluster {
+pub fn upstream_cluster() -> ClusterObjects {
     let claim: NodeClaim = object(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "general-q9z8w", "creationTimestamp": "2026-03-02T09:00:00Z",
@@ -186,7 +186,7 @@ pub fn upstream_cluster() -> Cluster {
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
         "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
     }));
-    Cluster {
+    ClusterObjects {
         node_pools: vec![general],
         node_claims: vec![claim],
         nodes: vec![node],

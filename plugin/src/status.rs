@@ -55,7 +55,10 @@ const PENDING_ROWS: usize = 20;
 ///
 /// Nodes, NodeClaims and Pods decode into lean shapes ([`crate::cluster::lean`]): on 1,000 nodes
 /// the Node list is ~4 MB of JSON, half of it `managedFields`, which `status` never reads.
-pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<explain::Cluster> {
+pub async fn fetch(
+    cluster: &Cluster,
+    args: &StatusArgs,
+) -> anyhow::Result<explain::ClusterObjects> {
     let wide = args.output == Format::Wide;
     // Without -o wide only unbound pods matter: the API server filters the rest out (from an
     // index on spec.nodeName in its cache), so a cluster of 10,000 running pods costs nothing.
@@ -114,7 +117,7 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
             .map(|c| &c.metadata)
             .chain(nodes.iter().map(|n| &n.metadata)),
     );
-    Ok(explain::Cluster {
+    Ok(explain::ClusterObjects {
         node_pools,
         node_claims,
         nodes: karpenter_core::state::CachedNode::all(nodes),
@@ -126,7 +129,11 @@ pub async fn fetch(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<expla
 }
 
 /// Builds the report from what [`fetch`] listed, judging expiry at `now`.
-pub fn report(snapshot: &explain::Cluster, args: &StatusArgs, now: Timestamp) -> StatusReport {
+pub fn report(
+    snapshot: &explain::ClusterObjects,
+    args: &StatusArgs,
+    now: Timestamp,
+) -> StatusReport {
     let options = StatusOptions {
         node_pool: args.nodepool.clone(),
         all_pods_listed: args.output == Format::Wide,
@@ -436,7 +443,7 @@ mod tests {
     }
 
     /// The fixture's `general` pool, to change.
-    fn general_pool(cluster: &mut karpenter_core::explain::Cluster) -> &mut NodePool {
+    fn general_pool(cluster: &mut karpenter_core::explain::ClusterObjects) -> &mut NodePool {
         cluster
             .node_pools
             .iter_mut()

@@ -100,7 +100,7 @@ struct Follow {
 
 impl Follow {
     /// Starts from the first screen's objects, whose rows were just printed.
-    fn new(snapshot: &explain::Cluster, node_pool: Option<String>) -> Self {
+    fn new(snapshot: &explain::ClusterObjects, node_pool: Option<String>) -> Self {
         let mut follow = Self {
             node_pool,
             claims: BTreeMap::new(),
@@ -340,7 +340,7 @@ impl Screen {
 /// Follows NodeClaims and Nodes until interrupted.
 pub async fn run(
     cluster: &Cluster,
-    snapshot: &explain::Cluster,
+    snapshot: &explain::ClusterObjects,
     args: &StatusArgs,
 ) -> anyhow::Result<()> {
     let wide = args.output == Format::Wide;
@@ -507,7 +507,7 @@ mod tests {
             .collect()
     }
 
-    fn ready_claim_and_node() -> (explain::Cluster, String, CachedNode) {
+    fn ready_claim_and_node() -> (explain::ClusterObjects, String, CachedNode) {
         let cluster = fixtures::cluster();
         let claim = cluster
             .node_claims

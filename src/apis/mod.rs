@@ -19,6 +19,7 @@ mod human_duration;
 pub mod kwoknodeclass;
 pub mod labels;
 pub mod nodeclaim;
+pub mod nodeclaim_annotations;
 pub mod nodepool;
 mod nodepool_hash;
 mod upstream_schema;
@@ -32,6 +33,7 @@ pub use gcenodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
 pub use human_duration::human_duration;
 pub use kwoknodeclass::{KWOKNodeClass, KWOKNodeClassSpec, KWOKNodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
+pub use nodeclaim_annotations::RecordedInstanceType;
 pub use nodepool::{
     Budget, ConsolidationPolicy, Disruption, DisruptionReason, NodeClaimTemplate,
     NodeClaimTemplateSpec, NodePool, NodePoolSpec, NodePoolStatus, TemplateMetadata,

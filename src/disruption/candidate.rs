@@ -4,7 +4,7 @@
 //! `disruptionutils.ReschedulingCost × LifetimeRemaining`, by which every method orders its
 //! candidates, cheapest to disrupt first).
 
-use super::candidates::{
+use super::disruptability::{
     ClaimView, Disruptability, disruptability, is_disrupting, is_reschedulable,
 };
 use crate::apis::{NodeClaim, NodePool, labels};

@@ -6,8 +6,8 @@
 
 use super::budgets::{Allowance, REASONS, allowance, reason_name};
 use super::candidate::{Candidate, candidates};
-use super::candidates::is_disrupting;
 use super::consolidation::Replacement;
+use super::disruptability::is_disrupting;
 use super::methods;
 use crate::apis::{DisruptionReason, NodeClaim, labels};
 use crate::cloud::RepairPolicy;

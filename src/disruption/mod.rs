@@ -6,7 +6,7 @@
 //! One file per concept: `consolidatable` (when `consolidateAfter` lets consolidation consider a
 //! claim), `drift` (whether a claim no longer matches its NodePool), `expiration` (when a claim's
 //! `expireAfter` is reached), `repair` (whether a node is unhealthy past its cloud's
-//! toleration), `budgets` (how many nodes a pool lets go now), `candidates` (what
+//! toleration), `budgets` (how many nodes a pool lets go now), `disruptability` (what
 //! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
 //! with its price and disruption cost), `consolidation` (the simulation without some nodes and
 //! its verdict), `room` (a quick test that rules a simulation out), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
@@ -17,10 +17,10 @@
 pub mod balanced;
 pub mod budgets;
 pub mod candidate;
-pub mod candidates;
 pub mod consolidatable;
 pub mod consolidation;
 pub mod decision;
+pub mod disruptability;
 pub mod drift;
 pub mod expiration;
 mod methods;
@@ -32,10 +32,10 @@ mod tests;
 
 pub use budgets::{Allowance, allowance, reason_name};
 pub use candidate::{Candidate, candidates as judge};
-pub use candidates::{Blocker, BlockerKind, ClaimView, Disruptability, disruptability};
 pub use consolidatable::{ConsolidatableAt, consolidatable_at};
 pub use consolidation::{Outcome, Replacement};
 pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide, validate};
+pub use disruptability::{Blocker, BlockerKind, ClaimView, Disruptability, disruptability};
 pub use drift::{Drift, DriftReason, drifted};
 pub use expiration::{expires_at, is_expired};
 pub use static_scale::{StaticScale, static_scale};

@@ -12,7 +12,7 @@
 //!   termination grace period as for any deletion.
 
 use super::candidate::Candidate;
-use super::candidates::{BlockerKind, is_disrupting};
+use super::disruptability::{BlockerKind, is_disrupting};
 use crate::apis::NodePool;
 
 /// What a static pool needs now.

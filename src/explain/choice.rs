@@ -3,7 +3,8 @@
 //! naming why cheaper ones were passed over; for claims without a record, the instance types its
 //! requirements allow.
 
-use super::{InstanceTypeOption, event_time, human_duration, instance_type_options, label, plural};
+use super::{event_time, human_duration, label, plural};
+use crate::apis::RecordedInstanceType;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, RequirementOperator, labels};
 use k8s_openapi::api::core::v1::Event;
@@ -30,7 +31,7 @@ pub struct InstanceChoice {
 #[serde(rename_all = "camelCase")]
 pub struct ChoiceOption {
     #[serde(flatten)]
-    pub option: InstanceTypeOption,
+    pub option: RecordedInstanceType,
     /// `launched`, `no capacity: ...`, `cheaper, not launched: ...`, or empty for the options
     /// behind the launched one.
     pub outcome: String,
@@ -63,7 +64,7 @@ pub(super) fn instance_choice(
         .condition(cond::LAUNCHED)
         .filter(|c| c.status == "True")
         .map(|c| c.last_transition_time.0);
-    let Some(options) = instance_type_options(claim) else {
+    let Some(options) = claim.instance_type_options() else {
         let allowed: Vec<String> = claim
             .spec
             .requirements
@@ -204,14 +205,14 @@ pub(super) fn instance_choice(
 #[cfg(test)]
 #[allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 mod tests {
-    use crate::explain::Cluster;
+    use crate::explain::ClusterObjects;
     use crate::explain::fixtures::*;
 
     #[test]
     fn a_cheaper_option_skipped_without_an_event_is_said_to_have_no_record() {
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_claims: vec![ours("m.large")],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let e = explained(&cluster);
         assert!(

@@ -134,7 +134,7 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&CachedNode>) -> ClaimState {
         phase,
         detail,
         drifted,
-        disrupting: node.is_some_and(crate::disruption::candidates::is_disrupting),
+        disrupting: node.is_some_and(crate::disruption::disruptability::is_disrupting),
         expiring: false,
     }
 }

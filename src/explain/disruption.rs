@@ -2,9 +2,9 @@
 //! own answer ([`crate::disruption::disruptability`], which the agent's disruption controller
 //! takes its candidates from), computed from the objects `explain` lists.
 
-use super::{Cluster, label, node_name_of};
+use super::{ClusterObjects, label, node_name_of};
 use crate::apis::{NodeClaim, NodePool, labels};
-use crate::disruption::{ClaimView, Disruptability, candidates::is_disrupting};
+use crate::disruption::{ClaimView, Disruptability, disruptability::is_disrupting};
 use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use crate::state::CachedPod;
@@ -16,7 +16,7 @@ pub(super) fn disruptability(
     pool: Option<&NodePool>,
     node: Option<&CachedNode>,
     pods_on_node: &[&Pod],
-    cluster: &Cluster,
+    cluster: &ClusterObjects,
     now: Timestamp,
 ) -> Disruptability {
     let pods: Vec<CachedPod> = pods_on_node
@@ -78,11 +78,11 @@ mod tests {
 
     #[test]
     fn nothing_blocks_an_initialized_claim_in_a_consolidating_pool() {
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let e = explained(&cluster);
         assert!(e.disruption.disruptable_now, "{:?}", e.disruption);
@@ -96,7 +96,7 @@ mod tests {
             "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
         }))
         .expect("pdb");
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
@@ -106,7 +106,7 @@ mod tests {
                 json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}),
             )],
             pod_disruption_budgets: vec![pdb],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let e = explained(&cluster);
         assert!(!e.disruption.disruptable_now);
@@ -122,11 +122,11 @@ mod tests {
     #[test]
     fn a_zero_budget_blocks_disruption() {
         let zero = pool(json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}));
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![zero],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         assert_eq!(kinds(&explained(&cluster)), [BlockerKind::Budget]);
     }
@@ -140,12 +140,12 @@ mod tests {
         let sundays = pool(
             json!({"consolidateAfter": "0s", "budgets": [{"nodes": "0", "schedule": "0 0 * * sun", "duration": "8h"}]}),
         );
-        let base = Cluster {
+        let base = ClusterObjects {
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
-        let weekday_cluster = Cluster {
+        let weekday_cluster = ClusterObjects {
             node_pools: vec![weekdays],
             ..base.clone()
         };
@@ -156,7 +156,7 @@ mod tests {
             "{}",
             e.disruption.blockers[0].message
         );
-        let sunday_cluster = Cluster {
+        let sunday_cluster = ClusterObjects {
             node_pools: vec![sundays],
             ..base
         };
@@ -167,12 +167,12 @@ mod tests {
     fn when_empty_pools_keep_nodes_with_pods_and_consolidate_after_makes_it_wait() {
         let when_empty =
             pool(json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}));
-        let mut cluster = Cluster {
+        let mut cluster = ClusterObjects {
             node_pools: vec![when_empty],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
             pods: vec![pod("web-1", Some("n1"), json!({}))],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         assert_eq!(kinds(&explained(&cluster)), [BlockerKind::NotEmpty]);
         cluster.node_pools = vec![pool(json!({"consolidateAfter": "2h"}))];

@@ -2,7 +2,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use super::{ClaimExplanation, Cluster, explain_node_claim};
+use super::{ClaimExplanation, ClusterObjects, explain_node_claim};
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -115,6 +115,6 @@ pub(super) fn consolidatable_pool() -> NodePool {
     )
 }
 
-pub(super) fn explained(cluster: &Cluster) -> ClaimExplanation {
+pub(super) fn explained(cluster: &ClusterObjects) -> ClaimExplanation {
     explain_node_claim(cluster, "default-abcde", at(NOW)).expect("claim exists")
 }

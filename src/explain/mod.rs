@@ -5,7 +5,7 @@
 //!
 //! Everything here is a pure function over API objects and an injected clock, so the plugin, the
 //! agent's Events and the tests compute the same answer from the same objects. Nothing here talks
-//! to the API server; the caller lists what [`Cluster`] holds.
+//! to the API server; the caller lists what [`ClusterObjects`] holds.
 //!
 //! Claims created by this project's agent carry two annotations
 //! ([`labels::PROVISIONED_FOR`](crate::apis::labels::PROVISIONED_FOR),
@@ -20,7 +20,7 @@
 //! it could have been and why this one won), `timeline` (what happened to it and when),
 //! `disruption` (whether it can be disrupted now, and what blocks it; a budget's own rules are
 //! methods on [`Budget`](crate::apis::Budget)), and durations are worded by
-//! [`human_duration`](crate::apis::human_duration). This module holds the objects they read ([`Cluster`]) and small lookups they
+//! [`human_duration`](crate::apis::human_duration). This module holds the objects they read ([`ClusterObjects`]) and small lookups they
 //! share.
 
 use crate::apis::{NodeClaim, NodePool};
@@ -39,7 +39,6 @@ mod fixtures;
 mod nodeclaim;
 mod pending;
 mod price;
-mod recorded;
 mod status;
 mod timeline;
 
@@ -52,7 +51,6 @@ pub use pending::{PendingPod, is_pending, namespaces_an_event_could_explain, pen
 pub use price::{
     HOURS_PER_MONTH, ListPrices, Price, PriceSource, claim_price, node_price, node_price_or_list,
 };
-pub use recorded::{InstanceTypeOption, instance_type_options, provisioned_for};
 pub use status::{
     ClaimSummary, LimitUsage, NodeUsage, PoolSummary, StatusOptions, StatusReport, Totals,
     claim_summary, status_report,
@@ -63,7 +61,7 @@ pub use timeline::TimelineEntry;
 /// lists every pool, claim and node but only unbound pods; `explain` lists one claim's
 /// surroundings.
 #[derive(Clone, Debug, Default)]
-pub struct Cluster {
+pub struct ClusterObjects {
     pub node_pools: Vec<NodePool>,
     pub node_claims: Vec<NodeClaim>,
     pub nodes: Vec<CachedNode>,

@@ -7,9 +7,9 @@ use super::choice::instance_choice;
 use super::disruption::disruptability;
 use super::timeline::timeline;
 use super::{
-    ClaimState, Cluster, Disruptability, InstanceChoice, NodeIndex, Price, TimelineEntry,
-    claim_price, claim_state_at, instance_type_options, is_daemon_or_mirror, label, name_of,
-    node_name_of, plural, pod_key, provisioned_for,
+    ClaimState, ClusterObjects, Disruptability, InstanceChoice, NodeIndex, Price, TimelineEntry,
+    claim_price, claim_state_at, is_daemon_or_mirror, label, name_of, node_name_of, plural,
+    pod_key,
 };
 use crate::apis::{NodeClaim, human_duration, labels};
 use crate::scheduling::PodView;
@@ -83,7 +83,7 @@ pub struct PodWhereabouts {
 /// Events on NodeClaims (for its timeline and for InsufficientCapacity on earlier claims) and
 /// PodDisruptionBudgets.
 pub fn explain_node_claim(
-    cluster: &Cluster,
+    cluster: &ClusterObjects,
     name: &str,
     now: Timestamp,
 ) -> Result<ClaimExplanation, NotFound> {
@@ -147,7 +147,7 @@ pub fn explain_node_claim(
             .collect(),
         None => Vec::new(),
     };
-    let recorded = provisioned_for(claim).is_some() || instance_type_options(claim).is_some();
+    let recorded = claim.provisioned_for().is_some() || claim.instance_type_options().is_some();
 
     Ok(ClaimExplanation {
         name: name.to_owned(),
@@ -174,7 +174,7 @@ pub fn explain_node_claim(
 
 fn why_it_exists(
     claim: &NodeClaim,
-    cluster: &Cluster,
+    cluster: &ClusterObjects,
     node_name: Option<&str>,
     pods_on_node: &[&Pod],
 ) -> WhyItExists {
@@ -189,7 +189,7 @@ fn why_it_exists(
         None if pod.is_terminal() => "finished".to_owned(),
         None => "pending".to_owned(),
     };
-    match provisioned_for(claim) {
+    match claim.provisioned_for() {
         Some(keys) => {
             let by_key: HashMap<String, &Pod> =
                 cluster.pods.iter().map(|p| (pod_key(p), p)).collect();
@@ -292,9 +292,9 @@ mod tests {
 
     #[test]
     fn an_unknown_name_lists_the_names_that_exist() {
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_claims: vec![ours("m.small")],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let err = explain_node_claim(&cluster, "nope", at(NOW)).expect_err("unknown");
         assert_eq!(err.existing, vec!["default-abcde".to_owned()]);
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_claim_of_ours_names_its_pods_and_why_its_type_won() {
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.large")],
             nodes: vec![node("n1", Some("0.2"))],
@@ -317,7 +317,7 @@ mod tests {
                 "no capacity for m.small; the pods will be provisioned again",
                 "2026-03-02T08:59:30Z",
             )],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let e = explained(&cluster);
         assert!(e.recorded_by_agent);
@@ -351,12 +351,12 @@ mod tests {
             "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]}]},
             "status": {"nodeName": "n1", "providerID": "kwok://n1", "conditions": ready_conditions("2026-03-02T09:01:00Z")},
         }));
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![upstream],
             nodes: vec![node("n1", None)],
             pods: vec![pod("api-0", Some("n1"), json!({}))],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let e = explained(&cluster);
         assert!(!e.recorded_by_agent);

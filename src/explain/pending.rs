@@ -2,8 +2,8 @@
 //! it, a FailedProvisioning Event, or the scheduler's own PodScheduled condition.
 
 use super::{
-    ClaimPhase, ClaimState, Cluster, NodeIndex, claim_state, event_time, label, name_of,
-    node_name_of, pod_key, provisioned_for,
+    ClaimPhase, ClaimState, ClusterObjects, NodeIndex, claim_state, event_time, label, name_of,
+    node_name_of, pod_key,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::scheduling::PodView;
@@ -53,7 +53,7 @@ fn nominated<'a>(
         ) {
             continue;
         }
-        for pod in provisioned_for(claim).unwrap_or_default() {
+        for pod in claim.provisioned_for().unwrap_or_default() {
             nominated.insert(pod, (claim, state.clone()));
         }
     }
@@ -107,7 +107,7 @@ pub fn namespaces_an_event_could_explain<'a>(
 }
 
 /// Pods that wait for a node, with the reason each waits, oldest first.
-pub fn pending_pods(cluster: &Cluster) -> Vec<PendingPod> {
+pub fn pending_pods(cluster: &ClusterObjects) -> Vec<PendingPod> {
     // Claims still coming up, by the pods they were made for.
     let nodes = NodeIndex::new(&cluster.nodes);
     let nominated = nominated(&cluster.node_claims, Some(&nodes));
@@ -211,7 +211,7 @@ mod tests {
         let mut coming = ours("m.small");
         coming.status = serde_json::from_value(json!({"conditions": [{"type": "Launched", "status": "False", "reason": "NotLaunched", "message": "", "lastTransitionTime": NOW}]})).expect("status");
         let unschedulable = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}]}});
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_claims: vec![coming],
             pods: vec![
                 pod("web-1", None, unschedulable.clone()),
@@ -231,7 +231,7 @@ mod tests {
                 "no NodePool fits: cpu 500 > 64",
                 NOW,
             )],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let reasons: Vec<(String, String)> = pending_pods(&cluster)
             .into_iter()

@@ -4,7 +4,7 @@
 //! ([`ListPrices`]): the agent records a price, upstream Karpenter does not, so a cluster it runs
 //! is priced from the same tables.
 
-use super::{instance_type_options, label};
+use super::label;
 use crate::apis::{NodeClaim, labels};
 use crate::state::CachedNode;
 use serde::Serialize;
@@ -93,7 +93,7 @@ fn recorded_price(claim: &NodeClaim) -> Option<Price> {
     let launched = label(&claim.metadata, labels::INSTANCE_TYPE)?;
     let zone = label(&claim.metadata, labels::ZONE);
     let capacity_type = label(&claim.metadata, labels::CAPACITY_TYPE);
-    let options = instance_type_options(claim)?;
+    let options = claim.instance_type_options()?;
     let exact = options.iter().find(|o| {
         o.name == launched
             && Some(o.zone.as_str()) == zone

@@ -3,8 +3,8 @@
 //! its node, the pending pods, and cluster-wide totals.
 
 use super::{
-    ClaimState, Cluster, HOURS_PER_MONTH, ListPrices, NodeIndex, PendingPod, Price, claim_price,
-    claim_state, label, name_of, node_name_of, node_price_or_list, pending_pods,
+    ClaimState, ClusterObjects, HOURS_PER_MONTH, ListPrices, NodeIndex, PendingPod, Price,
+    claim_price, claim_state, label, name_of, node_name_of, node_price_or_list, pending_pods,
 };
 use crate::apis::{NodeClaim, labels};
 use crate::resources::{self, ResourceList};
@@ -115,7 +115,7 @@ pub struct ClaimSummary {
     pub usage: Option<NodeUsage>,
 }
 
-/// Cluster-wide sums.
+/// ClusterObjects-wide sums.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Totals {
@@ -148,7 +148,7 @@ pub struct StatusReport {
 pub struct StatusOptions {
     /// Only this NodePool's pools and claims (pending pods and totals stay cluster-wide).
     pub node_pool: Option<String>,
-    /// `Cluster::pods` holds every pod, so per-node usage can be computed.
+    /// `ClusterObjects::pods` holds every pod, so per-node usage can be computed.
     pub all_pods_listed: bool,
     /// The clock claims' expiry is judged against; `None` leaves expiry out.
     pub now: Option<Timestamp>,
@@ -202,7 +202,7 @@ pub fn claim_summary(
 }
 
 /// Builds the report `status` prints.
-pub fn status_report(cluster: &Cluster, options: &StatusOptions) -> StatusReport {
+pub fn status_report(cluster: &ClusterObjects, options: &StatusOptions) -> StatusReport {
     let nodes = NodeIndex::new(&cluster.nodes);
     let mut claimed_nodes = std::collections::HashSet::new();
     let pods_by_node: HashMap<&str, Vec<&Pod>> = if options.all_pods_listed {
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn status_sums_pools_against_limits_and_prices_the_cluster() {
-        let cluster = Cluster {
+        let cluster = ClusterObjects {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![claim(json!({
                 "metadata": {"labels": {"node.kubernetes.io/instance-type": "m.large"}},
@@ -372,7 +372,7 @@ mod tests {
                 node("static-1", Some("0.25")),
                 node("static-2", None),
             ],
-            ..Cluster::default()
+            ..ClusterObjects::default()
         };
         let report = status_report(&cluster, &StatusOptions::default());
         let p = &report.node_pools[0];

@@ -412,7 +412,7 @@ fn carry_out(
             let mut moved = pod.as_ref().clone();
             moved.node_name = Some(node.clone());
             stay.push(Arc::new(moved));
-        } else if disruption::candidates::is_reschedulable(&pod) {
+        } else if disruption::disruptability::is_reschedulable(&pod) {
             moving.push(pod.as_ref().clone());
         }
     }

@@ -6,7 +6,7 @@
 
 use super::creates::ClaimToCreate;
 use super::round::Memory;
-use crate::apis::{NodeClaim, NodePool, labels};
+use crate::apis::{NodeClaim, NodePool, RecordedInstanceType, labels, nodeclaim_annotations};
 use crate::controllers::Context;
 use crate::scheduling::{Input, NewClaim, Plan};
 use crate::state::CachedPod;
@@ -50,17 +50,22 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
         .collect();
     annotations.insert(
         labels::PROVISIONED_FOR.to_owned(),
-        serde_json::Value::from(pod_names).to_string(),
+        nodeclaim_annotations::provisioned_for_value(&pod_names),
     );
-    let options: Vec<serde_json::Value> = plan
+    let options: Vec<RecordedInstanceType> = plan
         .instance_types
         .iter()
-        .take(20)
-        .map(|o| serde_json::json!({"name": o.name, "price": o.known_price(), "zone": o.zone, "capacityType": o.capacity_type}))
+        .take(nodeclaim_annotations::RECORDED_INSTANCE_TYPES)
+        .map(|o| RecordedInstanceType {
+            name: o.name.clone(),
+            price: o.known_price(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.clone(),
+        })
         .collect();
     annotations.insert(
         labels::INSTANCE_TYPE_OPTIONS.to_owned(),
-        serde_json::Value::from(options).to_string(),
+        nodeclaim_annotations::instance_type_options_value(&options),
     );
     let mut claim_labels = plan.node_labels();
     claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name_any());

@@ -11,9 +11,9 @@
 //! toleration): then the fault is likely not the nodes', and replacing them would not help.
 
 use super::super::candidate::Candidate;
-use super::super::candidates::BlockerKind;
 use super::super::consolidation::{Outcome, simulate};
 use super::super::decision::{Budgets, Command, Input, Method, disrupted};
+use super::super::disruptability::BlockerKind;
 use super::super::repair::{Unhealthy, unhealthy};
 use crate::apis::{DisruptionReason, labels};
 use std::collections::BTreeMap;

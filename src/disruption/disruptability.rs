@@ -129,13 +129,6 @@ pub struct ClaimView<'a> {
 /// a bound keeps a pod that never binds from pinning the node for ever.
 pub const NOMINATION: SignedDuration = SignedDuration::from_mins(5);
 
-/// The pods the agent launched a claim for (its `provisioned-for` annotation).
-fn provisioned_for(claim: &NodeClaim) -> Vec<String> {
-    annotation(&claim.metadata, labels::PROVISIONED_FOR)
-        .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default()
-}
-
 /// Whether the claim can be disrupted now, and what blocks it.
 pub fn disruptability(
     view: &ClaimView<'_>,
@@ -197,7 +190,9 @@ pub fn disruptability(
         .condition(cond::INITIALIZED)
         .map(|c| c.last_transition_time.0);
     if initialized_at.is_some_and(|at| now.duration_since(at) < NOMINATION)
-        && let Some(pod) = provisioned_for(claim)
+        && let Some(pod) = claim
+            .provisioned_for()
+            .unwrap_or_default()
             .into_iter()
             .find(|p| (view.pending)(p))
     {
