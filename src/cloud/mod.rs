@@ -9,6 +9,9 @@ pub mod catalogue;
 
 #[cfg(feature = "aws")]
 pub mod aws;
+/// A provider that records its calls and fails on cue: for tests (the library's own, and with
+/// the `fake` feature the integration tests'), never in a shipped binary.
+#[cfg(any(test, feature = "fake"))]
 pub mod fake;
 #[cfg(feature = "gcp")]
 pub mod gcp;
