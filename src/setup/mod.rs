@@ -24,6 +24,7 @@ pub mod aws;
 pub mod chart;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+mod manifest;
 pub mod manifests;
 
 use futures::future::BoxFuture;

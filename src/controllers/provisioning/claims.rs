@@ -1,21 +1,14 @@
 //! What a round writes: the plan's new claims as NodeClaim objects (upstream's
 //! `NodeClaimTemplate.ToNodeClaim`, with the NodePool hash of `pkg/apis/v1/nodepool.go`), handed
-//! to `creates.rs`, and a FailedProvisioning Event for each
-//! pod nothing can hold (upstream's `PodFailedToScheduleEvent`), at most one per pod every
-//! [`WARN_AGAIN_AFTER`].
+//! to `creates.rs`; what it tells the pods nothing can hold is `unschedulable.rs`.
 
-use super::creates::ClaimToCreate;
-use super::round::Memory;
 use crate::apis::{NodeClaim, NodePool, RecordedInstanceType, labels, nodeclaim_annotations};
-use crate::controllers::Context;
 use crate::scheduling::{Input, NewClaim, Plan};
 use crate::state::CachedPod;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use rand::Rng;
-use std::time::{Duration, Instant};
-use tracing::info;
 
 /// A new claim name for `pool`: upstream's `generateName` of the pool's name and five
 /// characters from the API server's alphabet. Chosen here, not by the server, so the round can
@@ -89,6 +82,16 @@ pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> 
     }
 }
 
+/// A claim the round decided on, with what its create reports.
+pub(super) struct ClaimToCreate {
+    pub claim: NodeClaim,
+    pub node_pool: String,
+    /// The pods it was planned for: to time how long each waited for a claim, and to tell
+    /// them when the API server refused it.
+    pub pods: Vec<ObjectReference>,
+    pub cheapest: Option<String>,
+}
+
 /// The plan's new claims as the objects to create, each with what its create reports.
 pub(super) fn claims_to_create(plan: &Plan, input: &Input<'_, CachedPod>) -> Vec<ClaimToCreate> {
     plan.new_claims
@@ -111,62 +114,4 @@ pub(super) fn claims_to_create(plan: &Plan, input: &Input<'_, CachedPod>) -> Vec
             })
         })
         .collect()
-}
-
-/// How long a pod that was warned about is not warned about again.
-const WARN_AGAIN_AFTER: Duration = Duration::from_secs(300);
-
-/// Publishes a FailedProvisioning Event (and logs why) for each pod of `pods` the plan could
-/// not place, unless it got the same one less than [`WARN_AGAIN_AFTER`] ago.
-pub(super) async fn warn_unschedulable<P>(
-    ctx: &Context<P>,
-    memory: &mut Memory,
-    plan: &Plan,
-    pods: &[&CachedPod],
-) {
-    let now = Instant::now();
-    memory
-        .last_warned
-        .retain(|_, (at, _)| now.duration_since(*at) < WARN_AGAIN_AFTER);
-    for unschedulable in &plan.unschedulable {
-        let Some(pod) = pods.get(unschedulable.pod) else {
-            continue;
-        };
-        let key = pod
-            .metadata
-            .uid
-            .clone()
-            .unwrap_or_else(|| unschedulable.pod_name.clone());
-        let note = truncate(&unschedulable.to_string(), 1000);
-        if memory
-            .last_warned
-            .get(&key)
-            .is_some_and(|(_, said)| *said == note)
-        {
-            continue;
-        }
-        memory.last_warned.insert(key, (now, note.clone()));
-        info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedProvisioning".to_owned(),
-            note: Some(note.clone()),
-            action: "Provisioning".to_owned(),
-            secondary: None,
-        };
-        // A new reason is a new Event (the Recorder would patch it into the old one's series,
-        // old text and all).
-        ctx.notices.publish(&event, &pod.object_ref(), &note).await;
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let cut = (0..=max)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
-    format!("{}…", &text[..cut])
 }

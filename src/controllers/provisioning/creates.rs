@@ -24,13 +24,12 @@
 //!   thousands of claims, so a refusal does not ask for it.
 
 use super::batcher::PendingPods;
-use super::claims::claim_name;
-use super::round::RecentClaims;
+use super::claims::{ClaimToCreate, claim_name};
+use super::recent_claims::RecentClaims;
 use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
 use crate::controllers::Context;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
@@ -44,16 +43,6 @@ use tracing::{info, warn};
 /// How many creates are in flight at once, across rounds (upstream's `ParallelizeUntil` runs
 /// up to 16 workers per round; rounds here overlap, so the bound is shared).
 const IN_FLIGHT: usize = 16;
-
-/// A claim the round decided on, with what its create reports.
-pub(super) struct ClaimToCreate {
-    pub claim: NodeClaim,
-    pub node_pool: String,
-    /// The pods it was planned for: to time how long each waited for a claim, and to tell
-    /// them when the API server refused it.
-    pub pods: Vec<ObjectReference>,
-    pub cheapest: Option<String>,
-}
 
 /// The creates under way. Dropping it abandons them, as dropping a round mid-create did (the
 /// lease was lost): whoever provisions next checks the watch against the API server first.

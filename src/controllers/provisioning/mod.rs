@@ -31,8 +31,10 @@
 mod batcher;
 mod claims;
 mod creates;
+mod recent_claims;
 mod replan;
 mod round;
+mod unschedulable;
 
 pub use batcher::{
     BatchClose, BatchCompletion, BurstComplete, PendingPods, PodController, Wake, WantedPods,
@@ -41,9 +43,10 @@ pub use batcher::{
 // Which pods are ours is decided where the scheduler's input is built; tests ask it here.
 pub use crate::state::is_provisionable;
 pub use claims::node_claim_for;
+pub use recent_claims::RecentClaims;
 pub use replan::Initialized;
 pub(crate) use round::fetch_catalogues;
-pub use round::{Memory, RecentClaims, Round};
+pub use round::{Memory, Round};
 
 use super::Context;
 use crate::cloud::CloudProvider;

@@ -7,27 +7,25 @@
 //! `creates.rs`, which creates them while the next batch fills.
 
 use super::batcher::PendingPods;
-use super::claims::{claims_to_create, warn_unschedulable};
+use super::claims::claims_to_create;
 use super::creates::Creates;
+use super::recent_claims::RecentClaims;
+use super::unschedulable::{Warned, warn_unschedulable};
 use crate::apis::NodeClaim;
 use crate::client::metadata_list;
 use crate::cloud::CloudProvider;
 use crate::controllers::{Context, Error};
 use crate::scheduling::{self, Input, Plan};
 use crate::state::{self, CachedPod, Gathered};
-use kube::ResourceExt;
 use kube::api::ListParams;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 /// What provisioning remembers between rounds.
 pub struct Memory {
-    /// When each pod last got a FailedProvisioning Event, and what it said, so a pod is not
-    /// warned about every round, yet hears at once when the reason changes (its claim got
-    /// bound, and now its volume's zone is the problem).
-    pub(super) last_warned: HashMap<String, (Instant, String)>,
+    /// Which pods were told they cannot be provisioned for, and what.
+    pub(super) warned: Warned,
     /// Until when a round first checks the NodeClaim watch against a quorum list of the API
     /// server's claims ([`claims_synced`]).
     confirm_until: Instant,
@@ -44,7 +42,7 @@ impl Memory {
     pub(super) fn new(predecessor_may_be_writing: bool) -> Self {
         let now = Instant::now();
         Self {
-            last_warned: HashMap::new(),
+            warned: Warned::default(),
             confirm_until: if predecessor_may_be_writing {
                 now + CONFIRM_WINDOW
             } else {
@@ -77,52 +75,6 @@ impl Memory {
 /// within seconds of its lease expiring, and an uncertain create is settled well within this
 /// (every request is answered or abandoned within `client::REQUEST_TIMEOUT`, 60 s).
 const CONFIRM_WINDOW: Duration = Duration::from_secs(120);
-
-/// Claims this agent created that the NodeClaim watch has not delivered yet. Under load a watch
-/// can lag a round behind; without these, the next round would provision the same pods again.
-/// An entry goes as soon as the watch reports the claim (created or deleted): from then on the
-/// reflector's store is the truth.
-#[derive(Default)]
-pub struct RecentClaims(Mutex<HashMap<String, (Instant, Arc<NodeClaim>)>>);
-
-/// The longest a created claim counts as capacity without the watch confirming it.
-const RECENT_CLAIM_MEMORY: Duration = Duration::from_secs(60);
-
-impl RecentClaims {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<NodeClaim>)>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts `claim` as capacity from now on: called before it is created.
-    pub(super) fn record(&self, claim: NodeClaim) {
-        self.lock()
-            .insert(claim.name_any(), (Instant::now(), Arc::new(claim)));
-    }
-
-    /// Stops counting the claim named `name`: its create failed.
-    pub(super) fn forget(&self, name: &str) {
-        self.lock().remove(name);
-    }
-
-    /// Called for every NodeClaim the watch delivers, applied or deleted.
-    pub fn seen(&self, claim: &NodeClaim) {
-        if let Some(name) = &claim.metadata.name {
-            self.lock().remove(name);
-        }
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.lock().contains_key(name)
-    }
-
-    fn unconfirmed(&self) -> Vec<Arc<NodeClaim>> {
-        let mut claims = self.lock();
-        claims.retain(|_, (at, _)| at.elapsed() < RECENT_CLAIM_MEMORY);
-        claims.values().map(|(_, claim)| claim.clone()).collect()
-    }
-}
 
 /// How long a round waits for the NodeClaim watch to show every claim the API server has.
 const SYNC_PATIENCE: Duration = Duration::from_secs(5);
@@ -244,7 +196,7 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
     ctx.metrics
         .pods_unschedulable
         .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
-    warn_unschedulable(ctx, memory, &plan, &input.pods).await;
+    warn_unschedulable(ctx, &mut memory.warned, &plan, &input.pods).await;
     Ok(Some(round))
 }
 

@@ -27,6 +27,7 @@
 //! requirements; a *shape* is an interned pod description at one relaxation level. Memo tables
 //! map (state, pod requirements) to the narrowed state, so the hot path compares integers.
 
+mod bins;
 mod ids;
 mod instance_types;
 mod output;
@@ -37,9 +38,9 @@ mod setup;
 mod shapes;
 mod topology;
 
+use self::bins::Bin;
 use self::ids::{BinId, GroupId, Id, InfoId, KeyId, PodId, PoolId, ReqId, ShapeId, StateId, Table};
 use self::instance_types::State;
-use self::placement::Bin;
 use self::pools::Pool;
 use self::reasons::Explained;
 use self::shapes::{Info, Relax, Shape};

@@ -2,8 +2,8 @@
 //! when it closes, with its cheapest-first options (cut at the price ratio, extended for
 //! `minValues`, capped by what is left of the NodePool's limits).
 
+use super::bins::BinKind;
 use super::ids::{BinId, Id, PodId};
-use super::placement::BinKind;
 use super::{PRICE_EPSILON, Solver, fits_add};
 use crate::apis::labels;
 use crate::resources::ResourceList;

@@ -3,6 +3,7 @@
 //! `trySchedule` in `scheduler.go`), choosing by price as the module docs of
 //! [`crate::scheduling`] describe.
 
+use super::bins::{Bin, BinKind};
 use super::ids::{BinId, GroupId, Id, PodId, PoolId, ShapeId, StateId};
 use super::topology::HostView;
 use super::{PRICE_EPSILON, Solver, fits_add};
@@ -20,36 +21,6 @@ const GROW_SCAN: usize = 16;
 const LIST_SCAN: usize = 64;
 /// Existing nodes examined per pod.
 const EXISTING_SCAN: usize = 512;
-
-/// What a bin is: existing capacity (with its allocatable and the domain it is in per topology
-/// key), or a claim of this round (its requirement state and the position of its current
-/// cheapest type in that state's price order).
-pub(super) enum BinKind {
-    Node {
-        idx: usize,
-        cap: Vec<u64>,
-        domains: Vec<Option<u16>>,
-    },
-    InFlight {
-        idx: usize,
-        cap: Vec<u64>,
-        domains: Vec<Option<u16>>,
-    },
-    Claim {
-        state: StateId,
-        pos: usize,
-    },
-}
-
-/// Anything a pod can be placed on, with what its pods use.
-pub(super) struct Bin {
-    pub(super) kind: BinKind,
-    pub(super) used: Vec<u64>,
-    pub(super) pods: Vec<PodId>,
-    pub(super) ports: Vec<HostPort>,
-    /// Selected-pod counts not yet attributed to a domain: (group, count).
-    pub(super) pending: Vec<(GroupId, u32)>,
-}
 
 /// What placing a pod on a claim would do: the claim's new state and type, and the price change.
 #[derive(Clone, Copy, Debug)]

@@ -2,8 +2,8 @@
 //! NodePool, the first check it fails, in the [`crate::scheduling::Unschedulable`] vocabulary.
 //! Built only for pods left over at the end of a round, once per shape.
 
+use super::bins::BinKind;
 use super::ids::{BinId, Id, PodId, PoolId, ShapeId, TypeId};
-use super::placement::BinKind;
 use super::topology::{HostView, TopoFail, Why};
 use super::{Solver, fits_add};
 use crate::apis::labels;

@@ -3,8 +3,8 @@
 //! claims, each interned into a small integer once so the placement loop compares integers.
 
 use super::Solver;
+use super::bins::{Bin, BinKind};
 use super::ids::{BinId, GroupId, Id, InfoId, KeyId, ReqId};
-use super::placement::{Bin, BinKind};
 use super::pools::daemon_runs_on;
 use super::shapes::Info;
 use super::topology::MAX_DOMAINS;

@@ -5,8 +5,8 @@
 //! still open.
 
 use super::Solver;
+use super::bins::BinKind;
 use super::ids::{BinId, GroupId, Id, InfoId, KeyId, ReqId, ShapeId, StateId};
-use super::placement::BinKind;
 use crate::scheduling::pod::PodView;
 use crate::scheduling::topology::Kind;
 

@@ -12,12 +12,11 @@
 //! The CRDs (`agent/chart/crds/`) are not rendered here: the library makes them
 //! ([`crate::apis::crds`]) and `agent/tests/crds.rs` keeps the chart's copy equal to them.
 
-mod functions;
 mod template;
 
 pub use template::TemplateError;
 
-use super::manifests::Manifest;
+use super::manifest::Manifest;
 use serde_json::{Value, json};
 
 /// The chart's files, as `helm package` would take them.

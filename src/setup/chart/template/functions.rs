@@ -5,7 +5,7 @@
 //! (Sprig takes the piped value last: `contains SUBSTRING STRING`). An unknown function fails
 //! the render, naming it, as Go's parser does.
 
-use super::template::{Scope, TemplateError, print, truthy};
+use super::{Scope, TemplateError, print, truthy};
 use serde_json::Value;
 
 /// Calls the function `name` with its arguments (a piped value comes last).
@@ -262,7 +262,7 @@ fn to_yaml(value: &Value) -> Result<String, serde_saphyr::SerializeError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::template::render;
+    use super::super::render;
     use super::*;
     use serde_json::json;
 

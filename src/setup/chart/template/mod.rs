@@ -3,7 +3,7 @@
 //! fields (`.Values.x`, `$`, `$name`), literals, parenthesised pipelines and function calls,
 //! variable declarations (`$name := …`), `if`/`else if`/`else`, `with`, `range`, `define` and
 //! `template`. The functions (Helm's `include`, `required`, `fail`, `toYaml` and the Sprig ones)
-//! are in [`super::functions`].
+//! are in [`functions`].
 //!
 //! Why a renderer of our own: `kubectl karpenter init` installs the agent from the chart's own
 //! templates, so the chart is the one source of truth, and no Rust crate renders Helm charts.
@@ -13,6 +13,8 @@
 //! number types, `range` with index variables) the chart does not use; a template that uses it
 //! fails to parse, naming the file and the action, and `agent/tests/chart.rs` renders the chart
 //! with the real `helm template` and with this module and compares the objects.
+
+mod functions;
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -737,7 +739,7 @@ impl Scope<'_> {
                 values.push(self.operand(arg, dot)?);
             }
             values.extend(piped);
-            return super::functions::call(self, name, values);
+            return functions::call(self, name, values);
         }
         match (command, piped) {
             ([operand], None) => self.operand(operand, dot),
@@ -762,7 +764,7 @@ impl Scope<'_> {
                 self.fields(&value, fields)
             }
             Operand::Literal(value) => Ok(value.clone()),
-            Operand::Function(name) => super::functions::call(self, name, Vec::new()),
+            Operand::Function(name) => functions::call(self, name, Vec::new()),
             Operand::Group(pipeline, fields) => {
                 let value = self.pipeline(pipeline, dot)?;
                 self.fields(&value, fields)
