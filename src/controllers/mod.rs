@@ -52,6 +52,8 @@ mod own_writes;
 mod recent_launches;
 mod settings;
 mod start;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use context::Context;
 pub use error::Error;

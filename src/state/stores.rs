@@ -56,6 +56,42 @@ pub struct Writers {
     pub(super) pdbs: Writer<PodDisruptionBudget>,
 }
 
+#[cfg(test)]
+impl Writers {
+    /// Lists these objects into the stores, and nothing into the others, as the watches' first
+    /// lists would (reconcile-level tests, `controllers::testing`).
+    pub(crate) fn fill(
+        &mut self,
+        claims: Vec<NodeClaim>,
+        nodes: Vec<CachedNode>,
+        pools: Vec<NodePool>,
+        pods: Vec<CachedPod>,
+    ) {
+        use kube::runtime::watcher::Event;
+        fn list<K>(writer: &mut Writer<K>, objects: Vec<K>)
+        where
+            K: kube::runtime::reflector::Lookup + Clone,
+            K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+        {
+            writer.apply_watcher_event(&Event::Init);
+            for object in objects {
+                writer.apply_watcher_event(&Event::InitApply(object));
+            }
+            writer.apply_watcher_event(&Event::InitDone);
+        }
+        list(&mut self.claims, claims);
+        list(&mut self.nodes, nodes);
+        list(&mut self.pools, pools);
+        list(&mut self.pods, pods);
+        list(&mut self.namespaces, Vec::new());
+        list(&mut self.volume_claims, Vec::new());
+        list(&mut self.volumes, Vec::new());
+        list(&mut self.classes, Vec::new());
+        list(&mut self.daemon_sets, Vec::new());
+        list(&mut self.pdbs, Vec::new());
+    }
+}
+
 impl Stores {
     /// Empty stores, and the writers [`super::watches`] fills them through.
     pub fn new() -> (Self, Writers) {

@@ -17,6 +17,8 @@ mod deadline;
 mod drain;
 mod drain_plan;
 mod events;
+#[cfg(test)]
+mod tests;
 
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::{CloudProvider, DeleteOutcome, ProviderId};
