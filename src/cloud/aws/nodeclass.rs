@@ -13,7 +13,6 @@ use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// What a node class resolved to.
 #[derive(Clone, Debug, PartialEq)]
@@ -720,13 +719,10 @@ pub fn status(
     }
 }
 
-/// What resolving a node class came to: the resolution (or why the class is not ready), and the
-/// status to write when it differs from the one the class has.
-#[derive(Debug)]
-pub struct NodeClassResolution {
-    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
-    pub status: Option<EC2NodeClassStatus>,
-}
+/// What resolving an EC2NodeClass came to (see the shared
+/// [`NodeClassResolution`](crate::cloud::node_class_resolution::NodeClassResolution)).
+pub type NodeClassResolution =
+    crate::cloud::node_class_resolution::NodeClassResolution<ResolvedNodeClass, EC2NodeClassStatus>;
 
 /// Whether two statuses say the same (transition times and condition order aside).
 pub(super) fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {
