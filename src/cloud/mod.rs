@@ -1,9 +1,10 @@
 //! What the cloud offers and how to get it.
 //!
 //! Providers build the scheduler's instance-type values ([`crate::scheduling::InstanceType`]);
-//! [`catalogue`] holds the helpers they share. The `CloudProvider` trait (create, delete, get, list,
-//! instance types, drift) and the aws/, gcp/, kwok/ and fake providers build on these types and
-//! live beside this module.
+//! [`catalogue`] holds the helpers they share, `node_class_resolution` the node class resolution
+//! (and its cache) the aws and gcp providers share. The `CloudProvider` trait (create, delete, get,
+//! list, instance types, drift) and the aws/, gcp/, kwok/ and fake providers build on these types
+//! and live beside this module.
 
 pub mod catalogue;
 
@@ -24,6 +25,8 @@ pub mod kwok;
 pub mod last_good;
 pub mod metered;
 pub mod node_class_hash;
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod node_class_resolution;
 pub mod node_classes;
 pub mod provider;
 pub mod repair;

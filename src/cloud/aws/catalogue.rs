@@ -163,6 +163,19 @@ pub fn instance_type(
         .memory_mib
         .saturating_sub((info.memory_mib as f64 * VM_MEMORY_OVERHEAD_PERCENT).ceil() as u64)
         * MIB;
+    let pods = max_pods(info, kubelet);
+    let capacity = capacity(info, memory, pods, root_volume_bytes);
+    let mut it = InstanceType::new(&info.name, capacity);
+    it.overhead = overhead(info, memory, pods, root_volume_bytes, kubelet);
+    for requirement in requirements(info, region) {
+        it.requirements.add(requirement);
+    }
+    it
+}
+
+/// The pods a node of the type takes: the ENI limit unless the node class sets `maxPods`, and
+/// at most `podsPerCore` per vCPU.
+fn max_pods(info: &TypeInfo, kubelet: Option<&KubeletConfiguration>) -> u64 {
     let mut pods = kubelet
         .and_then(|k| k.max_pods)
         .and_then(|p| u64::try_from(p).ok())
@@ -174,6 +187,11 @@ pub fn instance_type(
     {
         pods = pods.min(per_core * info.vcpus);
     }
+    pods
+}
+
+/// What a node of the type has: `memory` is what the VM overhead leaves.
+fn capacity(info: &TypeInfo, memory: u64, pods: u64, root_volume_bytes: u64) -> ResourceList {
     let mut capacity = ResourceList::new()
         .with(CPU, info.vcpus * 1000)
         .with(MEMORY, memory)
@@ -189,7 +207,18 @@ pub fn instance_type(
     if info.neuron_devices > 0 {
         capacity.set(AWS_NEURON, info.neuron_devices);
     }
+    capacity
+}
 
+/// What the node keeps for itself: upstream's defaults, then the node class's kubelet
+/// overrides.
+fn overhead(
+    info: &TypeInfo,
+    memory: u64,
+    pods: u64,
+    root_volume_bytes: u64,
+    kubelet: Option<&KubeletConfiguration>,
+) -> Overhead {
     let mut kube_reserved = ResourceList::new()
         .with(CPU, kube_reserved_cpu_millis(info.vcpus))
         .with(MEMORY, (11 * pods + 255) * MIB)
@@ -221,13 +250,16 @@ pub fn instance_type(
             }
         }
     }
-
-    let mut it = InstanceType::new(&info.name, capacity);
-    it.overhead = Overhead {
+    Overhead {
         kube_reserved,
         system_reserved,
         eviction_threshold: eviction,
-    };
+    }
+}
+
+/// The type's labels: the well-known ones, and `karpenter.k8s.aws/instance-*` (absent where the
+/// type has no such property).
+fn requirements(info: &TypeInfo, region: &str) -> Vec<Requirement> {
     let (family, category, generation, size) = info.name_parts();
     let mut requirements = vec![
         Requirement::in_values(labels::ARCH, [info.arch.as_str()]),
@@ -273,10 +305,7 @@ pub fn instance_type(
             _ => Requirement::does_not_exist(key),
         });
     }
-    for requirement in requirements {
-        it.requirements.add(requirement);
-    }
-    it
+    requirements
 }
 
 /// Offerings of a type: on-demand in every zone where it is offered and priced, spot where the

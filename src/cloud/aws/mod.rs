@@ -8,12 +8,13 @@
 //! ([`interruption`]). It makes no Kubernetes writes: it reads the EC2NodeClass it resolves, and
 //! the controllers write the rest.
 //!
-//! Where things are: what it is told (`config`), its SDK clients (`clients`) and how their
-//! errors read (`errors`); the tags it puts on what it makes (`tags`); what it learns about the
-//! cluster (`cluster`); resolved node classes (`nodeclass_cache`, over [`nodeclass`]); the
-//! catalogue (`catalogue_snapshot`, over [`catalogue`]); this cluster's instances
-//! (`instances`); a launch (`overrides`, `launch_template`, `launch`); drift ([`drift`]) and
-//! what a deleted node class leaves behind (`cleanup`).
+//! Where things are: what it is told (`config`), its SDK clients (`clients`) and how their errors
+//! read (`errors`); the tags it puts on what it makes (`tags`); what it learns about the cluster
+//! (`cluster`); resolved node classes (`nodeclass_cache`, over [`nodeclass`] and the shared
+//! [`node_class_resolution`](super::node_class_resolution)); the catalogue (`catalogue_snapshot`,
+//! over [`catalogue`]); this cluster's instances (`instances`); a launch (`overrides`,
+//! `launch_template`, `launch`); drift ([`drift`]) and what a deleted node class leaves behind
+//! (`cleanup`).
 //!
 //! ```no_run
 //! # async fn example(kube: kube::Client) -> Result<(), karpenter_core::cloud::CloudError> {
@@ -56,8 +57,8 @@ use super::provider::{
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use crate::scheduling::InstanceType;
-use nodeclass_cache::CachedNodeClass;
-use std::collections::{HashMap, HashSet};
+use nodeclass_cache::NodeClassResolutions;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use userdata::ClusterBootstrap;
 
@@ -68,7 +69,7 @@ pub struct AwsProvider {
     config: AwsConfig,
     unavailable: Arc<UnavailableOfferings>,
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
-    node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    node_classes: NodeClassResolutions,
     classes: NodeClasses<EC2NodeClass>,
     launch_templates: Mutex<HashSet<String>>,
     k8s_version: tokio::sync::OnceCell<String>,
@@ -100,9 +101,9 @@ impl AwsProvider {
             classes: NodeClasses::new(kube.clone()),
             kube,
             unavailable: Arc::new(UnavailableOfferings::new(config.unavailable_ttl)),
+            node_classes: NodeClassResolutions::new(config.node_class_ttl),
             config,
             catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
-            node_classes: Mutex::new(HashMap::new()),
             launch_templates: Mutex::new(HashSet::new()),
             k8s_version: tokio::sync::OnceCell::new(),
             bootstrap: tokio::sync::OnceCell::new(),

@@ -13,7 +13,6 @@ use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// What a node class resolved to.
 #[derive(Clone, Debug, PartialEq)]
@@ -409,65 +408,14 @@ async fn resolve_amis(
     let mut amis: Vec<Ami> = Vec::new();
     for term in &spec.ami_selector_terms {
         if let Some(alias) = &term.alias {
-            let (alias_family, parameters) = alias_parameters(alias, k8s_version)
-                .map_err(|reason| ResolveError::not_ready(conditions::AMIS_READY, reason))?;
+            let (alias_family, alias_amis) = alias_amis(clients, alias, k8s_version).await?;
             family = Some(alias_family);
-            for (parameter, arch, accelerated) in parameters {
-                let Some(id) = ssm_parameter(clients, &parameter).await? else {
-                    tracing::debug!(parameter, "no such SSM parameter; that variant is skipped");
-                    continue;
-                };
-                let image = describe_images(clients, vec![id.clone()], None)
-                    .await?
-                    .into_iter()
-                    .next();
-                amis.push(Ami {
-                    id,
-                    name: image.as_ref().and_then(|i| i.name()).map(str::to_owned),
-                    arch: arch.to_owned(),
-                    accelerated,
-                    created: image
-                        .as_ref()
-                        .and_then(|i| i.creation_date())
-                        .map(str::to_owned),
-                });
-            }
+            amis.extend(alias_amis);
             continue;
         }
-        let images = if let Some(parameter) = &term.ssm_parameter {
-            match ssm_parameter(clients, parameter).await? {
-                Some(id) => describe_images(clients, vec![id], None).await?,
-                None => Vec::new(),
-            }
-        } else {
-            let ids = term.id.iter().cloned().collect();
-            describe_images(clients, ids, (term.id.is_none()).then_some(term)).await?
-        };
-        for image in images {
-            let (Some(id), Some(arch)) = (image.image_id(), arch_label(image.architecture()))
-            else {
-                continue;
-            };
-            amis.push(Ami {
-                id: id.to_owned(),
-                name: image.name().map(str::to_owned),
-                arch: arch.to_owned(),
-                accelerated: None,
-                created: image.creation_date().map(str::to_owned),
-            });
-        }
+        amis.extend(selected_amis(clients, term).await?);
     }
-    // The newest image per kind of node, as upstream picks.
-    amis.sort_by(|a, b| b.created.cmp(&a.created).then(a.id.cmp(&b.id)));
-    let mut kept: Vec<Ami> = Vec::new();
-    for ami in amis {
-        if !kept
-            .iter()
-            .any(|k| k.arch == ami.arch && k.accelerated == ami.accelerated)
-        {
-            kept.push(ami);
-        }
-    }
+    let kept = newest_per_kind(amis);
     if kept.is_empty() {
         return Err(ResolveError::not_ready(
             conditions::AMIS_READY,
@@ -481,6 +429,85 @@ async fn resolve_amis(
         )
     })?;
     Ok((family, kept))
+}
+
+/// The images an alias (`al2023@latest`) names, read from the SSM parameters EKS publishes, and
+/// the family it implies.
+async fn alias_amis(
+    clients: &Clients,
+    alias: &str,
+    k8s_version: &str,
+) -> Result<(AmiFamily, Vec<Ami>), ResolveError> {
+    let (family, parameters) = alias_parameters(alias, k8s_version)
+        .map_err(|reason| ResolveError::not_ready(conditions::AMIS_READY, reason))?;
+    let mut amis = Vec::new();
+    for (parameter, arch, accelerated) in parameters {
+        let Some(id) = ssm_parameter(clients, &parameter).await? else {
+            tracing::debug!(parameter, "no such SSM parameter; that variant is skipped");
+            continue;
+        };
+        let image = describe_images(clients, vec![id.clone()], None)
+            .await?
+            .into_iter()
+            .next();
+        amis.push(Ami {
+            id,
+            name: image.as_ref().and_then(|i| i.name()).map(str::to_owned),
+            arch: arch.to_owned(),
+            accelerated,
+            created: image
+                .as_ref()
+                .and_then(|i| i.creation_date())
+                .map(str::to_owned),
+        });
+    }
+    Ok((family, amis))
+}
+
+/// The images a term other than an alias selects: by SSM parameter, by id, or by name, owner
+/// and tags.
+async fn selected_amis(
+    clients: &Clients,
+    term: &AmiSelectorTerm,
+) -> Result<Vec<Ami>, ResolveError> {
+    let images = if let Some(parameter) = &term.ssm_parameter {
+        match ssm_parameter(clients, parameter).await? {
+            Some(id) => describe_images(clients, vec![id], None).await?,
+            None => Vec::new(),
+        }
+    } else {
+        let ids = term.id.iter().cloned().collect();
+        describe_images(clients, ids, (term.id.is_none()).then_some(term)).await?
+    };
+    let mut amis = Vec::new();
+    for image in images {
+        let (Some(id), Some(arch)) = (image.image_id(), arch_label(image.architecture())) else {
+            continue;
+        };
+        amis.push(Ami {
+            id: id.to_owned(),
+            name: image.name().map(str::to_owned),
+            arch: arch.to_owned(),
+            accelerated: None,
+            created: image.creation_date().map(str::to_owned),
+        });
+    }
+    Ok(amis)
+}
+
+/// The newest image per kind of node (architecture, accelerated or not), as upstream picks.
+fn newest_per_kind(mut amis: Vec<Ami>) -> Vec<Ami> {
+    amis.sort_by(|a, b| b.created.cmp(&a.created).then(a.id.cmp(&b.id)));
+    let mut kept: Vec<Ami> = Vec::new();
+    for ami in amis {
+        if !kept
+            .iter()
+            .any(|k| k.arch == ami.arch && k.accelerated == ami.accelerated)
+        {
+            kept.push(ami);
+        }
+    }
+    kept
 }
 
 /// The instance profile `name`, or `None` when IAM has none.
@@ -505,25 +532,11 @@ async fn resolve_instance_profile(
     spec: &EC2NodeClassSpec,
     class_name: &str,
 ) -> Result<String, ResolveError> {
-    let not_ready =
-        |reason: String| ResolveError::not_ready(conditions::INSTANCE_PROFILE_READY, reason);
     if let Some(profile) = &spec.instance_profile {
-        return match clients
-            .iam
-            .get_instance_profile()
-            .instance_profile_name(profile)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(profile.clone()),
-            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => Err(not_ready(format!(
-                "instance profile {profile} does not exist"
-            ))),
-            Err(e) => Err(super::cloud_error("reading the instance profile", e).into()),
-        };
+        return named_instance_profile(clients, profile).await;
     }
     let Some(role) = spec.role.as_deref() else {
-        return Err(not_ready(
+        return Err(instance_profile_not_ready(
             "neither role nor instanceProfile is set".to_owned(),
         ));
     };
@@ -536,68 +549,110 @@ async fn resolve_instance_profile(
         .map(|p| p.roles().iter().map(|r| r.role_name().to_owned()).collect())
         .unwrap_or_default();
     if existing.is_none() {
-        let tag = |k: &str, v: &str| {
-            aws_sdk_iam::types::Tag::builder()
-                .key(k)
-                .value(v)
-                .build()
-                .ok()
-        };
-        let tags = [
-            tag(
-                &format!("kubernetes.io/cluster/{}", clients.cluster_name),
-                "owned",
-            ),
-            tag(labels::AWS_EC2_NODE_CLASS, class_name),
-            tag("eks:eks-cluster-name", &clients.cluster_name),
-            tag("topology.kubernetes.io/region", &clients.region),
-        ];
-        match clients
-            .iam
-            .create_instance_profile()
-            .instance_profile_name(&name)
-            .set_tags(Some(tags.into_iter().flatten().collect()))
-            .send()
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(instance_profile = %name, node_class = class_name, "created instance profile")
-            }
-            Err(e) if sdk_error_code(&e) == Some("EntityAlreadyExists") => {}
-            Err(e) => return Err(super::cloud_error("creating the instance profile", e).into()),
-        }
+        create_instance_profile(clients, &name, class_name).await?;
     }
     if !roles.iter().any(|r| r == role) {
-        for old in &roles {
-            let _ = clients
-                .iam
-                .remove_role_from_instance_profile()
-                .instance_profile_name(&name)
-                .role_name(old)
-                .send()
-                .await;
-        }
-        match clients
-            .iam
-            .add_role_to_instance_profile()
-            .instance_profile_name(&name)
-            .role_name(role)
-            .send()
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => {
-                return Err(not_ready(format!("role {role} does not exist")));
-            }
-            Err(e) if sdk_error_code(&e) == Some("LimitExceeded") => {}
-            Err(e) => {
-                return Err(
-                    super::cloud_error("adding the role to the instance profile", e).into(),
-                );
-            }
-        }
+        replace_role(clients, &name, &roles, role).await?;
     }
     Ok(name)
+}
+
+fn instance_profile_not_ready(reason: String) -> ResolveError {
+    ResolveError::not_ready(conditions::INSTANCE_PROFILE_READY, reason)
+}
+
+/// The instance profile the node class names (`instanceProfile`), which must exist.
+async fn named_instance_profile(clients: &Clients, profile: &str) -> Result<String, ResolveError> {
+    match clients
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(profile)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(profile.to_owned()),
+        Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => Err(instance_profile_not_ready(
+            format!("instance profile {profile} does not exist"),
+        )),
+        Err(e) => Err(super::cloud_error("reading the instance profile", e).into()),
+    }
+}
+
+/// Creates the instance profile `name` for the class, tagged as this cluster's.
+async fn create_instance_profile(
+    clients: &Clients,
+    name: &str,
+    class_name: &str,
+) -> Result<(), ResolveError> {
+    let tag = |k: &str, v: &str| {
+        aws_sdk_iam::types::Tag::builder()
+            .key(k)
+            .value(v)
+            .build()
+            .ok()
+    };
+    let tags = [
+        tag(
+            &format!("kubernetes.io/cluster/{}", clients.cluster_name),
+            "owned",
+        ),
+        tag(labels::AWS_EC2_NODE_CLASS, class_name),
+        tag("eks:eks-cluster-name", &clients.cluster_name),
+        tag("topology.kubernetes.io/region", &clients.region),
+    ];
+    match clients
+        .iam
+        .create_instance_profile()
+        .instance_profile_name(name)
+        .set_tags(Some(tags.into_iter().flatten().collect()))
+        .send()
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(instance_profile = %name, node_class = class_name, "created instance profile")
+        }
+        Err(e) if sdk_error_code(&e) == Some("EntityAlreadyExists") => {}
+        Err(e) => return Err(super::cloud_error("creating the instance profile", e).into()),
+    }
+    Ok(())
+}
+
+/// Puts `role` in the instance profile `name` in place of the `roles` it has.
+async fn replace_role(
+    clients: &Clients,
+    name: &str,
+    roles: &[String],
+    role: &str,
+) -> Result<(), ResolveError> {
+    for old in roles {
+        let _ = clients
+            .iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(name)
+            .role_name(old)
+            .send()
+            .await;
+    }
+    match clients
+        .iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(name)
+        .role_name(role)
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if sdk_error_code(&e) == Some("NoSuchEntity") => {
+            return Err(instance_profile_not_ready(format!(
+                "role {role} does not exist"
+            )));
+        }
+        Err(e) if sdk_error_code(&e) == Some("LimitExceeded") => {}
+        Err(e) => {
+            return Err(super::cloud_error("adding the role to the instance profile", e).into());
+        }
+    }
+    Ok(())
 }
 
 fn condition(
@@ -631,102 +686,115 @@ pub fn status(
     generation: Option<i64>,
     previous: &EC2NodeClassStatus,
 ) -> EC2NodeClassStatus {
-    let prev = &previous.conditions;
     match result {
-        Ok(resolved) => {
-            let mut conditions: Vec<Condition> = conditions::ALL
-                .iter()
-                .map(|t| condition(t, true, t, "", generation, prev))
-                .collect();
-            conditions.push(condition(
-                conditions::READY,
-                true,
-                "Ready",
-                "",
-                generation,
-                prev,
-            ));
-            EC2NodeClassStatus {
-                subnets: resolved
-                    .subnets
-                    .iter()
-                    .map(|s| ResolvedSubnet {
-                        id: s.id.clone(),
-                        zone: s.zone.clone(),
-                        zone_id: s.zone_id.clone(),
-                    })
-                    .collect(),
-                security_groups: resolved.security_groups.clone(),
-                capacity_reservations: Vec::new(),
-                amis: resolved
-                    .amis
-                    .iter()
-                    .map(|a| {
-                        let mut requirements = vec![NodeSelectorRequirement {
-                            key: labels::ARCH.to_owned(),
-                            operator: "In".to_owned(),
-                            values: Some(vec![a.arch.clone()]),
-                        }];
-                        if let Some(accelerated) = a.accelerated {
-                            requirements.push(NodeSelectorRequirement {
-                                key: labels::AWS_INSTANCE_GPU_COUNT.to_owned(),
-                                operator: if accelerated {
-                                    "Exists"
-                                } else {
-                                    "DoesNotExist"
-                                }
-                                .to_owned(),
-                                values: None,
-                            });
-                        }
-                        ResolvedAmi {
-                            id: a.id.clone(),
-                            name: a.name.clone(),
-                            deprecated: None,
-                            requirements,
-                        }
-                    })
-                    .collect(),
-                instance_profile: Some(resolved.instance_profile.clone()),
-                conditions,
-            }
-        }
-        Err(reason) => {
-            let failed = failed_condition.unwrap_or(conditions::READY);
-            let mut conditions: Vec<Condition> = previous
-                .conditions
-                .iter()
-                .filter(|c| c.type_ != failed && c.type_ != conditions::READY)
-                .cloned()
-                .collect();
-            if failed != conditions::READY {
-                conditions.push(condition(
-                    failed, false, "NotFound", reason, generation, prev,
-                ));
-            }
-            conditions.push(condition(
-                conditions::READY,
-                false,
-                "NotReady",
-                reason,
-                generation,
-                prev,
-            ));
-            EC2NodeClassStatus {
-                conditions,
-                ..previous.clone()
-            }
-        }
+        Ok(resolved) => ready_status(resolved, generation, previous),
+        Err(reason) => failed_status(reason, failed_condition, generation, previous),
     }
 }
 
-/// What resolving a node class came to: the resolution (or why the class is not ready), and the
-/// status to write when it differs from the one the class has.
-#[derive(Debug)]
-pub struct NodeClassResolution {
-    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
-    pub status: Option<EC2NodeClassStatus>,
+/// A resolved class's status: what it resolved to, every condition True.
+fn ready_status(
+    resolved: &ResolvedNodeClass,
+    generation: Option<i64>,
+    previous: &EC2NodeClassStatus,
+) -> EC2NodeClassStatus {
+    let prev = &previous.conditions;
+    let mut conditions: Vec<Condition> = conditions::ALL
+        .iter()
+        .map(|t| condition(t, true, t, "", generation, prev))
+        .collect();
+    conditions.push(condition(
+        conditions::READY,
+        true,
+        "Ready",
+        "",
+        generation,
+        prev,
+    ));
+    EC2NodeClassStatus {
+        subnets: resolved
+            .subnets
+            .iter()
+            .map(|s| ResolvedSubnet {
+                id: s.id.clone(),
+                zone: s.zone.clone(),
+                zone_id: s.zone_id.clone(),
+            })
+            .collect(),
+        security_groups: resolved.security_groups.clone(),
+        capacity_reservations: Vec::new(),
+        amis: resolved.amis.iter().map(resolved_ami).collect(),
+        instance_profile: Some(resolved.instance_profile.clone()),
+        conditions,
+    }
 }
+
+/// An image as the status lists it, with the nodes it is for as requirements.
+fn resolved_ami(a: &Ami) -> ResolvedAmi {
+    let mut requirements = vec![NodeSelectorRequirement {
+        key: labels::ARCH.to_owned(),
+        operator: "In".to_owned(),
+        values: Some(vec![a.arch.clone()]),
+    }];
+    if let Some(accelerated) = a.accelerated {
+        requirements.push(NodeSelectorRequirement {
+            key: labels::AWS_INSTANCE_GPU_COUNT.to_owned(),
+            operator: if accelerated {
+                "Exists"
+            } else {
+                "DoesNotExist"
+            }
+            .to_owned(),
+            values: None,
+        });
+    }
+    ResolvedAmi {
+        id: a.id.clone(),
+        name: a.name.clone(),
+        deprecated: None,
+        requirements,
+    }
+}
+
+/// A failed resolution's status: the failed condition (if not Ready itself) and Ready False,
+/// the rest as it was.
+fn failed_status(
+    reason: &str,
+    failed_condition: Option<&str>,
+    generation: Option<i64>,
+    previous: &EC2NodeClassStatus,
+) -> EC2NodeClassStatus {
+    let prev = &previous.conditions;
+    let failed = failed_condition.unwrap_or(conditions::READY);
+    let mut conditions: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != failed && c.type_ != conditions::READY)
+        .cloned()
+        .collect();
+    if failed != conditions::READY {
+        conditions.push(condition(
+            failed, false, "NotFound", reason, generation, prev,
+        ));
+    }
+    conditions.push(condition(
+        conditions::READY,
+        false,
+        "NotReady",
+        reason,
+        generation,
+        prev,
+    ));
+    EC2NodeClassStatus {
+        conditions,
+        ..previous.clone()
+    }
+}
+
+/// What resolving an EC2NodeClass came to (see the shared
+/// [`NodeClassResolution`](crate::cloud::node_class_resolution::NodeClassResolution)).
+pub type NodeClassResolution =
+    crate::cloud::node_class_resolution::NodeClassResolution<ResolvedNodeClass, EC2NodeClassStatus>;
 
 /// Whether two statuses say the same (transition times and condition order aside).
 pub(super) fn same_status(a: &EC2NodeClassStatus, b: &EC2NodeClassStatus) -> bool {

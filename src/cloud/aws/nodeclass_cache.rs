@@ -1,23 +1,24 @@
 //! The provider's view of EC2NodeClasses: [`AwsProvider::resolve_node_class`] for launches and
 //! the catalogue (the class from the watch), [`AwsProvider::resolve_node_class_status`] for the
-//! node class status controller (the class from the API server), both through one resolution
-//! ([`super::nodeclass::resolve`]) reused while the class is Ready, its spec unchanged and the
-//! answer younger than `node_class_ttl`. The GCP provider does the same for GCENodeClasses;
-//! this file is kept whole so the two can later share one helper.
+//! node class status controller (the class from the API server), both through the resolution
+//! the providers share ([`crate::cloud::node_class_resolution`]). What is AWS's own is here: a
+//! class resolves through [`super::nodeclass::resolve`] with the cluster's Kubernetes version,
+//! and its answer is reused while the class is Ready, its spec unchanged and the answer younger
+//! than `node_class_ttl`.
+//!
+//! This mirrors how upstream's AWS provider resolves an EC2NodeClass in its status controller
+//! (`pkg/controllers/nodeclass`) and reuses the result (the caches of its `amifamily`, `subnet`
+//! and `securitygroup` providers).
 
 use super::AwsProvider;
 use super::nodeclass::{self, NodeClassResolution, ResolvedNodeClass};
-use crate::apis::EC2NodeClass;
+use crate::apis::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 use crate::cloud::CloudError;
+use crate::cloud::node_class_resolution::{self as shared, NodeClassCache, Resolver, Unresolved};
 use std::sync::Arc;
-use std::time::Instant;
 
-/// A resolution, and the spec it was made from.
-pub(super) struct CachedNodeClass {
-    resolved_at: Instant,
-    spec: crate::apis::EC2NodeClassSpec,
-    resolved: Arc<ResolvedNodeClass>,
-}
+/// The EC2NodeClass resolutions an [`AwsProvider`] keeps.
+pub(super) type NodeClassResolutions = NodeClassCache<EC2NodeClassSpec, (), ResolvedNodeClass>;
 
 impl AwsProvider {
     /// Resolves a node class (reusing a recent answer for an unchanged spec), as a launch and
@@ -26,13 +27,7 @@ impl AwsProvider {
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
-        // From the watch: this is every round's and every launch's read (see `NodeClasses`).
-        let class = self
-            .classes
-            .get(name)
-            .await
-            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
-        self.resolve_class(name, class.as_deref()).await?.resolved
+        shared::from_watch(self, &self.classes, name).await
     }
 
     /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
@@ -43,90 +38,65 @@ impl AwsProvider {
         &self,
         name: &str,
     ) -> Result<NodeClassResolution, CloudError> {
-        let api: kube::Api<EC2NodeClass> = kube::Api::all(self.kube.clone());
-        let class = api
-            .get_opt(name)
-            .await
-            .map_err(|e| CloudError::api("reading the EC2NodeClass", e))?;
-        self.resolve_class(name, class.as_ref()).await
+        shared::from_api_server(self, &self.kube, name).await
+    }
+}
+
+impl Resolver for AwsProvider {
+    type Class = EC2NodeClass;
+    /// The cache is keyed on the spec alone.
+    type Inputs = ();
+    type Resolved = ResolvedNodeClass;
+    /// The status condition that failed.
+    type Failed = &'static str;
+
+    fn cache(&self) -> &NodeClassResolutions {
+        &self.node_classes
     }
 
-    /// Resolves the class `name` as found (`None`: there is none).
-    async fn resolve_class(
-        &self,
-        name: &str,
-        class: Option<&EC2NodeClass>,
-    ) -> Result<NodeClassResolution, CloudError> {
-        let Some(class) = class else {
-            return Err(CloudError::NodeClassNotReady {
-                name: name.to_owned(),
-                reason: format!("EC2NodeClass {name} does not exist"),
-            });
-        };
-        let previous = class.status.clone().unwrap_or_default();
-        let generation = class.metadata.generation;
-        if let Some(cached) = self.cached_node_class(name, class) {
-            let status = nodeclass::status(&Ok((*cached).clone()), None, generation, &previous);
-            return Ok(NodeClassResolution {
-                resolved: Ok(cached),
-                status: (!nodeclass::same_status(&status, &previous)).then_some(status),
-            });
-        }
-        let k8s_version = self.kubernetes_version().await?.to_owned();
-        let result = nodeclass::resolve(&self.clients, class, &k8s_version).await;
-        let (status, outcome) = match result {
-            Ok(resolved) => {
-                let resolved = Arc::new(resolved);
-                (
-                    nodeclass::status(&Ok((*resolved).clone()), None, generation, &previous),
-                    Ok(resolved),
-                )
-            }
-            Err(nodeclass::ResolveError::NotReady { condition, reason }) => (
-                nodeclass::status(&Err(reason.clone()), Some(condition), generation, &previous),
-                Err(CloudError::NodeClassNotReady {
-                    name: name.to_owned(),
-                    reason,
-                }),
-            ),
-            Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
-        };
-        if let Ok(resolved) = &outcome {
-            self.node_classes
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(
-                    name.to_owned(),
-                    CachedNodeClass {
-                        resolved_at: Instant::now(),
-                        spec: class.spec.clone(),
-                        resolved: resolved.clone(),
-                    },
-                );
-        }
-        Ok(NodeClassResolution {
-            resolved: outcome,
-            status: (!nodeclass::same_status(&status, &previous)).then_some(status),
-        })
+    async fn inputs(&self) -> Result<(), CloudError> {
+        Ok(())
     }
 
-    fn cached_node_class(
-        &self,
-        name: &str,
-        class: &EC2NodeClass,
-    ) -> Option<Arc<ResolvedNodeClass>> {
-        let cache = self
-            .node_classes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let cached = cache.get(name)?;
-        let fresh =
-            cached.resolved_at.elapsed() < self.config.node_class_ttl && cached.spec == class.spec;
-        let ready = class.status.as_ref().is_some_and(|s| {
+    fn may_reuse(class: &EC2NodeClass) -> bool {
+        class.status.as_ref().is_some_and(|s| {
             s.conditions
                 .iter()
                 .any(|c| c.type_ == nodeclass::conditions::READY && c.status == "True")
-        });
-        (fresh && ready).then(|| cached.resolved.clone())
+        })
+    }
+
+    async fn resolve(
+        &self,
+        class: &EC2NodeClass,
+        _: &(),
+    ) -> Result<ResolvedNodeClass, Unresolved<&'static str>> {
+        let k8s_version = self
+            .kubernetes_version()
+            .await
+            .map_err(Unresolved::Cloud)?
+            .to_owned();
+        nodeclass::resolve(&self.clients, class, &k8s_version)
+            .await
+            .map_err(|e| match e {
+                nodeclass::ResolveError::NotReady { condition, reason } => Unresolved::NotReady {
+                    failed: condition,
+                    reason,
+                },
+                nodeclass::ResolveError::Cloud(e) => Unresolved::Cloud(e),
+            })
+    }
+
+    fn status(
+        result: &Result<ResolvedNodeClass, String>,
+        failed: Option<&'static str>,
+        generation: Option<i64>,
+        previous: &EC2NodeClassStatus,
+    ) -> EC2NodeClassStatus {
+        nodeclass::status(result, failed, generation, previous)
+    }
+
+    fn status_changed(status: &EC2NodeClassStatus, previous: &EC2NodeClassStatus) -> bool {
+        !nodeclass::same_status(status, previous)
     }
 }

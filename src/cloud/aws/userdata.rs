@@ -151,7 +151,6 @@ fn label_flag(labels: &BTreeMap<String, String>) -> String {
 
 /// The user data text (not yet base64-encoded).
 pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
-    let c = node.cluster;
     let mut flags = Vec::new();
     if !node.labels.is_empty() {
         flags.push(format!("--node-labels={}", label_flag(&node.labels)));
@@ -163,120 +162,132 @@ pub fn render(family: AmiFamily, node: &NodeBootstrap<'_>) -> String {
         ));
     }
     match family {
-        AmiFamily::AL2023 => {
-            let mut out = String::from(
-                "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n",
-            );
-            if let Some(custom) = node.custom {
-                let _ = write!(
-                    out,
-                    "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{custom}\n\n"
-                );
-            }
-            let _ = write!(
-                out,
-                "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n",
-                yaml(&c.name),
-                yaml(&c.endpoint),
-                yaml(&c.ca_bundle),
-                yaml(&c.service_cidr)
-            );
-            if node.raid0 {
-                out.push_str("  instance:\n    localStorage:\n      strategy: RAID0\n");
-            }
-            out.push_str("  kubelet:\n");
-            if let Some(kubelet) = node.kubelet {
-                out.push_str(&node_config_kubelet(kubelet));
-            }
-            if !flags.is_empty() {
-                out.push_str("    flags:\n");
-                for flag in &flags {
-                    let _ = writeln!(out, "      - {}", yaml(flag));
-                }
-            }
-            out.push_str("\n--//--\n");
-            out
-        }
-        AmiFamily::AL2 => {
-            let mut out = String::from(
-                "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
-            );
-            if let Some(custom) = node.custom {
-                let _ = writeln!(out, "{custom}");
-            }
-            let mut extra = String::new();
-            if let Some(kubelet) = node.kubelet {
-                flags.extend(crate::cloud::kubelet_flags::flags(kubelet));
-                if let Some(dns) = kubelet.cluster_dns.first() {
-                    let _ = write!(extra, " --dns-cluster-ip {}", sh(dns));
-                }
-                if !kubelet.other.is_empty() {
-                    // The fields without a flag go into the kubelet's config file, which
-                    // bootstrap.sh then completes; jq ships on the EKS AL2 AMI.
-                    let other = serde_json::Value::from(
-                        kubelet
-                            .other
-                            .clone()
-                            .into_iter()
-                            .collect::<serde_json::Map<_, _>>(),
-                    );
-                    // The JSON travels as one quoted argument, never as part of jq's program.
-                    let _ = writeln!(
-                        out,
-                        "jq --argjson extra {} '. + $extra' {KUBELET_CONFIG} > {KUBELET_CONFIG}.new && mv {KUBELET_CONFIG}.new {KUBELET_CONFIG}",
-                        sh(&other.to_string())
-                    );
-                }
-            }
-            let _ = writeln!(
-                out,
-                "/etc/eks/bootstrap.sh {} --apiserver-endpoint {} --b64-cluster-ca {} --use-max-pods false{extra}{} --kubelet-extra-args {}",
-                sh(&c.name),
-                sh(&c.endpoint),
-                sh(&c.ca_bundle),
-                if node.raid0 {
-                    " --local-disks raid0"
-                } else {
-                    ""
-                },
-                sh(&flags.join(" "))
-            );
-            out
-        }
-        AmiFamily::Bottlerocket => {
-            let mut out = format!(
-                "[settings.kubernetes]\ncluster-name = {}\napi-server = {}\ncluster-certificate = {}\n",
-                toml(&c.name),
-                toml(&c.endpoint),
-                toml(&c.ca_bundle)
-            );
-            if let Some(kubelet) = node.kubelet {
-                out.push_str(&bottlerocket_kubelet(kubelet));
-            }
-            if !node.labels.is_empty() {
-                out.push_str("\n[settings.kubernetes.node-labels]\n");
-                for (k, v) in &node.labels {
-                    let _ = writeln!(out, "{} = {}", toml_key(k), toml(v));
-                }
-            }
-            if !node.taints.is_empty() {
-                out.push_str("\n[settings.kubernetes.node-taints]\n");
-                let mut by_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-                for t in &node.taints {
-                    by_key.entry(&t.key).or_default().push(format!(
-                        "{}:{}",
-                        t.value.as_deref().unwrap_or_default(),
-                        t.effect
-                    ));
-                }
-                for (k, values) in by_key {
-                    let _ = writeln!(out, "{} = {}", toml_key(k), toml_list(&values));
-                }
-            }
-            out
-        }
+        AmiFamily::AL2023 => al2023(node, &flags),
+        AmiFamily::AL2 => al2(node, flags),
+        AmiFamily::Bottlerocket => bottlerocket(node),
         AmiFamily::Custom => node.custom.unwrap_or_default().to_owned(),
     }
+}
+
+/// AL2023's user data: a MIME multipart with the custom script, then nodeadm's NodeConfig.
+fn al2023(node: &NodeBootstrap<'_>, flags: &[String]) -> String {
+    let c = node.cluster;
+    let mut out =
+        String::from("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n");
+    if let Some(custom) = node.custom {
+        let _ = write!(
+            out,
+            "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n{custom}\n\n"
+        );
+    }
+    let _ = write!(
+        out,
+        "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: {}\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n    cidr: {}\n",
+        yaml(&c.name),
+        yaml(&c.endpoint),
+        yaml(&c.ca_bundle),
+        yaml(&c.service_cidr)
+    );
+    if node.raid0 {
+        out.push_str("  instance:\n    localStorage:\n      strategy: RAID0\n");
+    }
+    out.push_str("  kubelet:\n");
+    if let Some(kubelet) = node.kubelet {
+        out.push_str(&node_config_kubelet(kubelet));
+    }
+    if !flags.is_empty() {
+        out.push_str("    flags:\n");
+        for flag in flags {
+            let _ = writeln!(out, "      - {}", yaml(flag));
+        }
+    }
+    out.push_str("\n--//--\n");
+    out
+}
+
+/// AL2's user data: a shell script that runs the custom script, then bootstrap.sh with the
+/// kubelet's flags.
+fn al2(node: &NodeBootstrap<'_>, mut flags: Vec<String>) -> String {
+    let c = node.cluster;
+    let mut out = String::from(
+        "#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n",
+    );
+    if let Some(custom) = node.custom {
+        let _ = writeln!(out, "{custom}");
+    }
+    let mut extra = String::new();
+    if let Some(kubelet) = node.kubelet {
+        flags.extend(crate::cloud::kubelet_flags::flags(kubelet));
+        if let Some(dns) = kubelet.cluster_dns.first() {
+            let _ = write!(extra, " --dns-cluster-ip {}", sh(dns));
+        }
+        if !kubelet.other.is_empty() {
+            // The fields without a flag go into the kubelet's config file, which
+            // bootstrap.sh then completes; jq ships on the EKS AL2 AMI.
+            let other = serde_json::Value::from(
+                kubelet
+                    .other
+                    .clone()
+                    .into_iter()
+                    .collect::<serde_json::Map<_, _>>(),
+            );
+            // The JSON travels as one quoted argument, never as part of jq's program.
+            let _ = writeln!(
+                out,
+                "jq --argjson extra {} '. + $extra' {KUBELET_CONFIG} > {KUBELET_CONFIG}.new && mv {KUBELET_CONFIG}.new {KUBELET_CONFIG}",
+                sh(&other.to_string())
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "/etc/eks/bootstrap.sh {} --apiserver-endpoint {} --b64-cluster-ca {} --use-max-pods false{extra}{} --kubelet-extra-args {}",
+        sh(&c.name),
+        sh(&c.endpoint),
+        sh(&c.ca_bundle),
+        if node.raid0 {
+            " --local-disks raid0"
+        } else {
+            ""
+        },
+        sh(&flags.join(" "))
+    );
+    out
+}
+
+/// Bottlerocket's user data: TOML settings, labels and taints as tables of their own.
+fn bottlerocket(node: &NodeBootstrap<'_>) -> String {
+    let c = node.cluster;
+    let mut out = format!(
+        "[settings.kubernetes]\ncluster-name = {}\napi-server = {}\ncluster-certificate = {}\n",
+        toml(&c.name),
+        toml(&c.endpoint),
+        toml(&c.ca_bundle)
+    );
+    if let Some(kubelet) = node.kubelet {
+        out.push_str(&bottlerocket_kubelet(kubelet));
+    }
+    if !node.labels.is_empty() {
+        out.push_str("\n[settings.kubernetes.node-labels]\n");
+        for (k, v) in &node.labels {
+            let _ = writeln!(out, "{} = {}", toml_key(k), toml(v));
+        }
+    }
+    if !node.taints.is_empty() {
+        out.push_str("\n[settings.kubernetes.node-taints]\n");
+        let mut by_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for t in &node.taints {
+            by_key.entry(&t.key).or_default().push(format!(
+                "{}:{}",
+                t.value.as_deref().unwrap_or_default(),
+                t.effect
+            ));
+        }
+        for (k, values) in by_key {
+            let _ = writeln!(out, "{} = {}", toml_key(k), toml_list(&values));
+        }
+    }
+    out
 }
 
 /// Bottlerocket's `settings.kubernetes` keys for the typed kubelet fields (upstream's

@@ -12,14 +12,14 @@
 //! Credentials: Application Default Credentials in production; with
 //! [`GcpConfig::endpoint`] set (tests, the project's `gcp-fake`), anonymous ones.
 //!
-//! By concern: `config` (what the agent tells the provider), `vm_labels` (how a VM says whose
-//! it is), `errors` (what a failed Compute call means, and the retry policy), `clients`,
-//! `instances` (get, list, delete, and a VM as an [`Instance`]), `instance_types` (the cached
-//! catalogue and a node class's instance types, shaped by [`catalogue`] and priced by
-//! [`billing`]), `node_class_resolution` (the cached resolution of [`nodeclass`]),
-//! `node_template` (what nodes copy from GKE's instance template), [`launch`], [`drift`] and
-//! [`kubelet_identity`]. This file holds the provider and its [`CloudProvider`] methods, which
-//! delegate to those.
+//! By concern: `config` (what the agent tells the provider), `vm_labels` (how a VM says whose it
+//! is), `errors` (what a failed Compute call means, and the retry policy), `clients`, `instances`
+//! (get, list, delete, and a VM as an [`Instance`]), `instance_types` (the cached catalogue and a
+//! node class's instance types, shaped by [`catalogue`] and priced by [`billing`]),
+//! `node_class_resolution` (the cached resolution of [`nodeclass`], through the shared
+//! [`node_class_resolution`](super::node_class_resolution)), `node_template` (what nodes copy from
+//! GKE's instance template), [`launch`], [`drift`] and [`kubelet_identity`]. This file holds the
+//! provider and its [`CloudProvider`] methods, which delegate to those.
 
 pub mod billing;
 pub mod catalogue;
@@ -55,9 +55,8 @@ use super::provider::{
 use super::unavailable::UnavailableOfferings;
 use crate::apis::{GCENodeClass, NodeClaim, NodeClassReference, labels};
 use crate::scheduling::InstanceType;
-use node_class_resolution::CachedNodeClass;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use node_class_resolution::NodeClassResolutions;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Launches and tracks Compute Engine VMs for NodeClaims.
@@ -67,7 +66,7 @@ pub struct GcpProvider {
     config: GcpConfig,
     unavailable: Arc<UnavailableOfferings>,
     catalogue: tokio::sync::Mutex<Arc<CatalogueSnapshot>>,
-    node_classes: Mutex<HashMap<String, CachedNodeClass>>,
+    node_classes: NodeClassResolutions,
     classes: NodeClasses<GCENodeClass>,
     node_template: tokio::sync::Mutex<Option<(Instant, Option<Arc<NodeTemplate>>)>>,
     prices: billing::PriceFeed,
@@ -87,9 +86,9 @@ impl GcpProvider {
             classes: NodeClasses::new(kube.clone()),
             kube,
             unavailable: Arc::new(UnavailableOfferings::new(config.unavailable_ttl)),
+            node_classes: NodeClassResolutions::new(config.node_class_ttl),
             config,
             catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
-            node_classes: Mutex::new(HashMap::new()),
             node_template: tokio::sync::Mutex::new(None),
             prices: billing::PriceFeed::default(),
         }

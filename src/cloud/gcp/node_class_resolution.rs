@@ -1,25 +1,24 @@
 //! The provider's resolution of a GCENodeClass, as a launch, the catalogue and the node class
-//! status controller need it: the class read from the watch (or, for a status, the API server),
-//! resolved by [`super::nodeclass`] against the images and the node template's boot image, and
-//! reused for `node_class_ttl` while the spec and that image are unchanged. Kept in one file so
-//! it can later move behind a helper shared with the AWS provider.
+//! status controller need it: the class read from the watch (or, for a status, the API server)
+//! through the resolution the providers share ([`crate::cloud::node_class_resolution`]). What is
+//! GCP's own is here: a class resolves through [`super::nodeclass`] against the images and the
+//! node template's boot image, and its answer is reused for `node_class_ttl` while the spec and
+//! that image are unchanged.
+//!
+//! This mirrors how upstream's providers resolve a node class in their status controller and
+//! reuse the result (upstream AWS: `pkg/controllers/nodeclass`, the caches of its `amifamily`,
+//! `subnet` and `securitygroup` providers).
 
 use super::GcpProvider;
 use super::nodeclass::{self, NodeClassResolution, ResolvedNodeClass};
-use crate::apis::{GCENodeClass, GCENodeClassStatus};
+use crate::apis::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
+use crate::cloud::node_class_resolution::{self as shared, NodeClassCache, Resolver, Unresolved};
 use crate::cloud::provider::CloudError;
 use std::sync::Arc;
-use std::time::Instant;
 
-/// A node class's resolution, kept to be reused.
-pub(super) struct CachedNodeClass {
-    resolved_at: Instant,
-    spec: crate::apis::GCENodeClassSpec,
-    /// The node template's boot image it was resolved with: when GKE upgrades the node pool,
-    /// aliases resolve afresh (and the old nodes drift).
-    template_image: Option<String>,
-    resolved: Arc<ResolvedNodeClass>,
-}
+/// The GCENodeClass resolutions a [`GcpProvider`] keeps, by spec and node template image.
+pub(super) type NodeClassResolutions =
+    NodeClassCache<GCENodeClassSpec, Option<String>, ResolvedNodeClass>;
 
 impl GcpProvider {
     /// Resolves a node class (reusing a recent answer for an unchanged spec), as a launch and
@@ -28,13 +27,7 @@ impl GcpProvider {
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
-        // From the watch: this is every round's and every launch's read (see `NodeClasses`).
-        let class = self
-            .classes
-            .get(name)
-            .await
-            .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
-        self.resolve_class(name, class.as_deref()).await?.resolved
+        shared::from_watch(self, &self.classes, name).await
     }
 
     /// Resolves a node class as [`Self::resolve_node_class`] does, and says which status that
@@ -45,114 +38,66 @@ impl GcpProvider {
         &self,
         name: &str,
     ) -> Result<NodeClassResolution, CloudError> {
-        let api: kube::Api<GCENodeClass> = kube::Api::all(self.kube.clone());
-        let class = api
-            .get_opt(name)
-            .await
-            .map_err(|e| CloudError::api("reading the GCENodeClass", e))?;
-        self.resolve_class(name, class.as_ref()).await
+        shared::from_api_server(self, &self.kube, name).await
+    }
+}
+
+impl Resolver for GcpProvider {
+    type Class = GCENodeClass;
+    /// The node template's boot image it was resolved with: when GKE upgrades the node pool,
+    /// aliases resolve afresh (and the old nodes drift).
+    type Inputs = Option<String>;
+    type Resolved = ResolvedNodeClass;
+    /// A GCENodeClass has one condition (`Ready`), so a failure names nothing more.
+    type Failed = ();
+
+    fn cache(&self) -> &NodeClassResolutions {
+        &self.node_classes
     }
 
-    /// Resolves the class `name` as found (`None`: there is none).
-    async fn resolve_class(
-        &self,
-        name: &str,
-        class: Option<&GCENodeClass>,
-    ) -> Result<NodeClassResolution, CloudError> {
-        let Some(class) = class else {
-            return Err(CloudError::NodeClassNotReady {
-                name: name.to_owned(),
-                reason: format!("GCENodeClass {name} does not exist"),
-            });
-        };
-        let previous = class.status.clone().unwrap_or_default();
-        let template_image = self
+    async fn inputs(&self) -> Result<Option<String>, CloudError> {
+        Ok(self
             .node_template()
             .await?
-            .and_then(|t| t.source_image.clone());
-        if let Some(cached) = self.cached_resolution(name, class, template_image.as_deref()) {
-            let status =
-                nodeclass::status(&Ok((*cached).clone()), class.metadata.generation, &previous);
-            return Ok(NodeClassResolution {
-                resolved: Ok(cached),
-                status: nodeclass::status_changed(&status, &previous).then_some(status),
-            });
-        }
-        let result = nodeclass::resolve(
+            .and_then(|t| t.source_image.clone()))
+    }
+
+    /// Unlike the AWS provider's, a cached resolution answers whatever the class's `Ready`
+    /// condition says: the spec, the template image and the TTL decide.
+    fn may_reuse(_: &GCENodeClass) -> bool {
+        true
+    }
+
+    async fn resolve(
+        &self,
+        class: &GCENodeClass,
+        template_image: &Option<String>,
+    ) -> Result<ResolvedNodeClass, Unresolved<()>> {
+        nodeclass::resolve(
             &self.clients.images,
             class,
             &self.config.project,
             template_image.as_deref(),
         )
-        .await;
-        let (status, outcome): (
-            GCENodeClassStatus,
-            Result<Arc<ResolvedNodeClass>, CloudError>,
-        ) = match result {
-            Ok(resolved) => {
-                let status =
-                    nodeclass::status(&Ok(resolved.clone()), class.metadata.generation, &previous);
-                (status, Ok(Arc::new(resolved)))
+        .await
+        .map_err(|e| match e {
+            nodeclass::ResolveError::NotReady { reason } => {
+                Unresolved::NotReady { failed: (), reason }
             }
-            Err(nodeclass::ResolveError::NotReady { reason }) => (
-                nodeclass::status(&Err(reason.clone()), class.metadata.generation, &previous),
-                Err(CloudError::NodeClassNotReady {
-                    name: name.to_owned(),
-                    reason,
-                }),
-            ),
-            Err(nodeclass::ResolveError::Cloud(e)) => return Err(e),
-        };
-        if let Ok(resolved) = &outcome {
-            self.remember_resolution(name, class, template_image, resolved.clone());
-        }
-        Ok(NodeClassResolution {
-            resolved: outcome,
-            status: nodeclass::status_changed(&status, &previous).then_some(status),
+            nodeclass::ResolveError::Cloud(e) => Unresolved::Cloud(e),
         })
     }
 
-    /// The class's cached resolution, if it was made from the same spec and template image
-    /// within `node_class_ttl`.
-    fn cached_resolution(
-        &self,
-        name: &str,
-        class: &GCENodeClass,
-        template_image: Option<&str>,
-    ) -> Option<Arc<ResolvedNodeClass>> {
-        let cache = self
-            .node_classes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        cache
-            .get(name)
-            .filter(|cached| {
-                cached.spec == class.spec
-                    && cached.template_image.as_deref() == template_image
-                    && cached.resolved_at.elapsed() < self.config.node_class_ttl
-            })
-            .map(|cached| cached.resolved.clone())
+    fn status(
+        result: &Result<ResolvedNodeClass, String>,
+        _: Option<()>,
+        generation: Option<i64>,
+        previous: &GCENodeClassStatus,
+    ) -> GCENodeClassStatus {
+        nodeclass::status(result, generation, previous)
     }
 
-    /// Keeps a resolution for [`Self::cached_resolution`].
-    fn remember_resolution(
-        &self,
-        name: &str,
-        class: &GCENodeClass,
-        template_image: Option<String>,
-        resolved: Arc<ResolvedNodeClass>,
-    ) {
-        self.node_classes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                name.to_owned(),
-                CachedNodeClass {
-                    resolved_at: Instant::now(),
-                    spec: class.spec.clone(),
-                    template_image,
-                    resolved,
-                },
-            );
+    fn status_changed(status: &GCENodeClassStatus, previous: &GCENodeClassStatus) -> bool {
+        nodeclass::status_changed(status, previous)
     }
 }

@@ -12,7 +12,6 @@ use google_cloud_compute_v1::client::Images;
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use std::sync::Arc;
 
 /// An image a node class may boot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -405,13 +404,10 @@ pub fn status(
     }
 }
 
-/// What resolving a node class came to: the resolution (or why the class is not ready), and the
-/// status to write when it differs from the one the class has.
-#[derive(Debug)]
-pub struct NodeClassResolution {
-    pub resolved: Result<Arc<ResolvedNodeClass>, CloudError>,
-    pub status: Option<GCENodeClassStatus>,
-}
+/// What resolving a GCENodeClass came to (see the shared
+/// [`NodeClassResolution`](crate::cloud::node_class_resolution::NodeClassResolution)).
+pub type NodeClassResolution =
+    crate::cloud::node_class_resolution::NodeClassResolution<ResolvedNodeClass, GCENodeClassStatus>;
 
 /// Whether `status` says something `previous` does not (transition times aside).
 pub(super) fn status_changed(status: &GCENodeClassStatus, previous: &GCENodeClassStatus) -> bool {

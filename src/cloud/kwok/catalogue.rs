@@ -139,18 +139,30 @@ impl Shape {
     }
 
     fn instance_type(&self) -> InstanceType {
+        let mut it = InstanceType::new(self.name, self.capacity());
+        it.overhead = self.overhead();
+        for requirement in self.requirements() {
+            it.requirements.add(requirement);
+        }
+        it.offerings = self.offerings();
+        it
+    }
+
+    fn capacity(&self) -> ResourceList {
         let capacity = ResourceList::new()
             .with(CPU, self.vcpu * 1000)
             .with(MEMORY, self.memory_gib * GIB)
             .with(PODS, self.max_pods)
             .with(EPHEMERAL_STORAGE, 20 * GIB);
-        let capacity = if self.gpus > 0 {
+        if self.gpus > 0 {
             capacity.with(NVIDIA_GPU, self.gpus)
         } else {
             capacity
-        };
-        let mut it = InstanceType::new(self.name, capacity);
-        it.overhead = Overhead {
+        }
+    }
+
+    fn overhead(&self) -> Overhead {
+        Overhead {
             kube_reserved: ResourceList::new()
                 .with(CPU, kube_reserved_cpu_millis(self.vcpu))
                 .with(MEMORY, (11 * self.max_pods + 255) * MIB)
@@ -159,7 +171,11 @@ impl Shape {
             eviction_threshold: ResourceList::new()
                 .with(MEMORY, 100 * MIB)
                 .with(EPHEMERAL_STORAGE, 2 * GIB),
-        };
+        }
+    }
+
+    /// The labels the shape's cloud gives it.
+    fn requirements(&self) -> Vec<Requirement> {
         let family = self.family();
         let size = self.name.rsplit(['.', '-']).next().unwrap_or_default();
         let memory_mib = (self.memory_gib * 1024).to_string();
@@ -200,9 +216,11 @@ impl Shape {
                 Requirement::in_values(labels::REGION, ["us-central1"]),
             ]),
         }
-        for requirement in requirements {
-            it.requirements.add(requirement);
-        }
+        requirements
+    }
+
+    /// Spot and on-demand in each of the cloud's three zones, at list prices.
+    fn offerings(&self) -> Vec<Offering> {
         let zones = if self.cloud == Cloud::Aws {
             AWS_ZONES
         } else {
@@ -213,7 +231,7 @@ impl Shape {
             Cloud::Gcp => gcp_prices::listed(self.name)
                 .map_or((self.on_demand, self.spot), |p| (p.on_demand, p.spot)),
         };
-        it.offerings = zones
+        zones
             .iter()
             .flat_map(|zone| {
                 [
@@ -221,8 +239,7 @@ impl Shape {
                     Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
                 ]
             })
-            .collect();
-        it
+            .collect()
     }
 }
 

@@ -16,8 +16,8 @@ use super::provider::{
 use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
 use crate::client::metadata_list;
 use crate::resources::ResourceList;
-use crate::scheduling::InstanceType;
 use crate::scheduling::Requirements;
+use crate::scheduling::{InstanceType, Offering};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -160,6 +160,163 @@ fn single_values(requirements: &Requirements) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// What the instance type fixes (arch, os, family, CPU...), with the offering: the launch's
+/// answer, which the lifecycle records on the claim.
+fn launch_labels(instance_type: &InstanceType, offering: &Offering) -> BTreeMap<String, String> {
+    let mut type_labels = single_values(&instance_type.requirements);
+    type_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.name.clone());
+    type_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
+    type_labels.insert(
+        labels::CAPACITY_TYPE.to_owned(),
+        offering.capacity_type.clone(),
+    );
+    type_labels
+}
+
+/// The Node's labels as a kubelet registers it: the claim's labels it may set (its
+/// `--node-labels`), its own arch, os and hostname, and the instance type and zone a cloud
+/// controller manager adds. The rest (custom requirement values, the type's Karpenter labels)
+/// must come from the agent's registration, as on a real cloud.
+fn node_labels(
+    claim: &NodeClaim,
+    claim_name: &str,
+    type_labels: &BTreeMap<String, String>,
+    offering: &Offering,
+) -> BTreeMap<String, String> {
+    let mut node_labels = crate::cloud::kubelet_labels::kubelet_labels(claim.labels());
+    for key in [
+        labels::ARCH,
+        labels::OS,
+        labels::INSTANCE_TYPE,
+        labels::ZONE,
+        labels::CAPACITY_TYPE,
+    ] {
+        if let Some(value) = type_labels.get(key) {
+            node_labels.insert(key.to_owned(), value.clone());
+        }
+    }
+    node_labels.insert(labels::HOSTNAME.to_owned(), claim_name.to_owned());
+    node_labels.insert(
+        labels::KWOK_NODE.to_owned(),
+        labels::KWOK_NODE_FAKE.to_owned(),
+    );
+    node_labels.insert(NODE_CLAIM_LABEL.to_owned(), claim_name.to_owned());
+    // Never a made-up figure on a label users and eks-node-viewer read.
+    if let Some(price) = offering.known_price() {
+        node_labels.insert(labels::INSTANCE_PRICE.to_owned(), format!("{price:.4}"));
+    }
+    node_labels
+}
+
+/// The claim's taints and startup taints, and the one every node registers with.
+fn node_taints(claim: &NodeClaim) -> Vec<Taint> {
+    let mut taints: Vec<Taint> = claim.spec.taints.clone();
+    taints.extend(claim.spec.startup_taints.iter().cloned());
+    taints.push(Taint {
+        key: labels::UNREGISTERED_TAINT_KEY.to_owned(),
+        effect: "NoExecute".to_owned(),
+        ..Taint::default()
+    });
+    taints
+}
+
+/// `list` with the extended resources at zero, as a kubelet reports them before their device
+/// plugin registers.
+fn zeroed(list: &BTreeMap<String, Quantity>) -> BTreeMap<String, Quantity> {
+    list.iter()
+        .map(|(k, v)| {
+            let v = if is_extended(k) {
+                Quantity("0".to_owned())
+            } else {
+                v.clone()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// The Node kwok animates for the claim `claim_name`.
+fn simulated_node(
+    claim_name: &str,
+    node_labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    capacity: BTreeMap<String, Quantity>,
+    allocatable: BTreeMap<String, Quantity>,
+) -> Node {
+    let arch = node_labels
+        .get(labels::ARCH)
+        .cloned()
+        .unwrap_or_else(|| "amd64".to_owned());
+    Node {
+        metadata: ObjectMeta {
+            name: Some(claim_name.to_owned()),
+            labels: Some(node_labels),
+            annotations: Some(BTreeMap::from([(
+                labels::KWOK_NODE.to_owned(),
+                labels::KWOK_NODE_FAKE.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: Some(
+                ProviderId::Kwok {
+                    name: claim_name.to_owned(),
+                }
+                .to_string(),
+            ),
+            taints: Some(taints),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: Some(capacity),
+            allocatable: Some(allocatable),
+            node_info: Some(NodeSystemInfo {
+                architecture: arch,
+                operating_system: "linux".to_owned(),
+                kubelet_version: "v1.34.0-kwok".to_owned(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+impl KwokProvider {
+    /// Creates the simulated node, then has the simulated device plugin report the extended
+    /// resources (`device_plugin`: the status patch, and after how long).
+    async fn create_node(
+        &self,
+        node: &Node,
+        claim_name: &str,
+        device_plugin: Option<(serde_json::Value, std::time::Duration)>,
+    ) -> Result<Node, CloudError> {
+        match self.nodes.create(&PostParams::default(), node).await {
+            Ok(node) => {
+                if let Some((patch, delay)) = device_plugin {
+                    let (nodes, name) = (self.nodes.clone(), claim_name.to_owned());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        if let Err(e) = nodes
+                            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                            .await
+                        {
+                            tracing::warn!(node = %name, error = %e, "the simulated device plugin could not register");
+                        }
+                    });
+                }
+                Ok(node)
+            }
+            // A restart between launching and recording the launch: adopt what is there.
+            Err(kube::Error::Api(status)) if status.code == 409 => self
+                .nodes
+                .get(claim_name)
+                .await
+                .map_err(|e| CloudError::api("reading the simulated node", e)),
+            Err(e) => Err(CloudError::api("creating the simulated node", e)),
+        }
+    }
+}
+
 impl CloudProvider for KwokProvider {
     fn name(&self) -> &'static str {
         "kwok"
@@ -208,49 +365,8 @@ impl CloudProvider for KwokProvider {
             tokio::time::sleep(delay).await;
         }
 
-        // What the instance type fixes (arch, os, family, CPU...), with the offering: the
-        // launch's answer, which the lifecycle records on the claim.
-        let mut type_labels = single_values(&instance_type.requirements);
-        type_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.name.clone());
-        type_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
-        type_labels.insert(
-            labels::CAPACITY_TYPE.to_owned(),
-            offering.capacity_type.clone(),
-        );
-        // The Node as a kubelet registers it: the claim's labels it may set (its
-        // `--node-labels`), its own arch, os and hostname, and the instance type and zone a
-        // cloud controller manager adds. The rest (custom requirement values, the type's
-        // Karpenter labels) must come from the agent's registration, as on a real cloud.
-        let mut node_labels = crate::cloud::kubelet_labels::kubelet_labels(claim.labels());
-        for key in [
-            labels::ARCH,
-            labels::OS,
-            labels::INSTANCE_TYPE,
-            labels::ZONE,
-            labels::CAPACITY_TYPE,
-        ] {
-            if let Some(value) = type_labels.get(key) {
-                node_labels.insert(key.to_owned(), value.clone());
-            }
-        }
-        node_labels.insert(labels::HOSTNAME.to_owned(), claim_name.clone());
-        node_labels.insert(
-            labels::KWOK_NODE.to_owned(),
-            labels::KWOK_NODE_FAKE.to_owned(),
-        );
-        node_labels.insert(NODE_CLAIM_LABEL.to_owned(), claim_name.clone());
-        // Never a made-up figure on a label users and eks-node-viewer read.
-        if let Some(price) = offering.known_price() {
-            node_labels.insert(labels::INSTANCE_PRICE.to_owned(), format!("{price:.4}"));
-        }
-
-        let mut taints: Vec<Taint> = claim.spec.taints.clone();
-        taints.extend(claim.spec.startup_taints.iter().cloned());
-        taints.push(Taint {
-            key: labels::UNREGISTERED_TAINT_KEY.to_owned(),
-            effect: "NoExecute".to_owned(),
-            ..Taint::default()
-        });
+        let type_labels = launch_labels(instance_type, offering);
+        let node_labels = node_labels(claim, &claim_name, &type_labels, offering);
         // A kubelet reports extended resources (GPUs) as zero until their device plugin
         // registers; the simulated device plugin below reports them after the class's delay.
         let capacity = instance_type.capacity.to_quantities();
@@ -261,79 +377,14 @@ impl CloudProvider for KwokProvider {
                 class.spec.device_plugin_delay(),
             )
         });
-        let zeroed = |list: &BTreeMap<String, Quantity>| -> BTreeMap<String, Quantity> {
-            list.iter()
-                .map(|(k, v)| {
-                    let v = if is_extended(k) {
-                        Quantity("0".to_owned())
-                    } else {
-                        v.clone()
-                    };
-                    (k.clone(), v)
-                })
-                .collect()
-        };
-        let (capacity, allocatable) = (zeroed(&capacity), zeroed(&allocatable));
-        let arch = node_labels
-            .get(labels::ARCH)
-            .cloned()
-            .unwrap_or_else(|| "amd64".to_owned());
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(claim_name.clone()),
-                labels: Some(node_labels.clone()),
-                annotations: Some(BTreeMap::from([(
-                    labels::KWOK_NODE.to_owned(),
-                    labels::KWOK_NODE_FAKE.to_owned(),
-                )])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(NodeSpec {
-                provider_id: Some(
-                    ProviderId::Kwok {
-                        name: claim_name.clone(),
-                    }
-                    .to_string(),
-                ),
-                taints: Some(taints),
-                ..NodeSpec::default()
-            }),
-            status: Some(NodeStatus {
-                capacity: Some(capacity),
-                allocatable: Some(allocatable),
-                node_info: Some(NodeSystemInfo {
-                    architecture: arch,
-                    operating_system: "linux".to_owned(),
-                    kubelet_version: "v1.34.0-kwok".to_owned(),
-                    ..NodeSystemInfo::default()
-                }),
-                ..NodeStatus::default()
-            }),
-        };
-        let created = match self.nodes.create(&PostParams::default(), &node).await {
-            Ok(node) => {
-                if let Some((patch, delay)) = device_plugin {
-                    let (nodes, name) = (self.nodes.clone(), claim_name.clone());
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        if let Err(e) = nodes
-                            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                            .await
-                        {
-                            tracing::warn!(node = %name, error = %e, "the simulated device plugin could not register");
-                        }
-                    });
-                }
-                node
-            }
-            // A restart between launching and recording the launch: adopt what is there.
-            Err(kube::Error::Api(status)) if status.code == 409 => self
-                .nodes
-                .get(&claim_name)
-                .await
-                .map_err(|e| CloudError::api("reading the simulated node", e))?,
-            Err(e) => return Err(CloudError::api("creating the simulated node", e)),
-        };
+        let node = simulated_node(
+            &claim_name,
+            node_labels,
+            node_taints(claim),
+            zeroed(&capacity),
+            zeroed(&allocatable),
+        );
+        let created = self.create_node(&node, &claim_name, device_plugin).await?;
         self.instance_from_node(&created)
             .map(|instance| Instance {
                 labels: type_labels,
