@@ -362,3 +362,152 @@ fn the_map_in_lib_rs_gives_each_module_the_height_it_has_here() {
         "the table in src/lib.rs and LAYERS disagree"
     );
 }
+
+/// The module path of a library file (`src/a/b.rs` and `src/a/b/mod.rs` are both `a::b`).
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The absolute module paths `code` (in module `module`) names through `crate::`, `super::`
+/// and `use super::{…}` groups, as far as their leading identifiers go.
+fn referenced_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    // The identifiers of a path, up to the first that does not run on into `::`.
+    let idents = |s: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        for segment in s.split("::") {
+            let ident: String = segment
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let whole = ident.len() == segment.len();
+            if !ident.is_empty() {
+                out.push(ident);
+            }
+            if !whole {
+                break;
+            }
+        }
+        out
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        if code[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$')
+        {
+            continue;
+        }
+        found.push(idents(&code[at + "crate::".len()..]));
+    }
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with("super::") {
+            continue;
+        }
+        let mut rest = &code[at..];
+        let mut base = module.to_vec();
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or_default();
+            for item in group.split(',') {
+                let mut path = base.clone();
+                path.extend(idents(item.trim()));
+                found.push(path);
+            }
+        } else {
+            let mut path = base;
+            path.extend(idents(rest));
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Each cycle of imports between sibling files (modules with one parent), one line each.
+fn sibling_cycles(src: &Path) -> Vec<String> {
+    use std::collections::{BTreeSet, HashSet};
+    let mut files = Vec::new();
+    library_files(src, &mut files);
+    let modules: HashSet<Vec<String>> = files
+        .iter()
+        .filter_map(|f| f.strip_prefix(src).ok())
+        .map(module_path)
+        .collect();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for file in &files {
+        let Ok(relative) = file.strip_prefix(src) else {
+            continue;
+        };
+        let module = module_path(relative);
+        let Some((_, parent)) = module.split_last() else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for path in referenced_paths(&library_code(&text), &module) {
+            if path.len() < module.len() || path[..parent.len()] != *parent {
+                continue;
+            }
+            let sibling = path[..module.len()].to_vec();
+            if sibling != module && modules.contains(&sibling) {
+                edges.entry(module.clone()).or_default().insert(sibling);
+            }
+        }
+    }
+    let reaches = |from: &Vec<String>, to: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(at) = stack.pop() {
+            if &at == to {
+                return true;
+            }
+            if seen.insert(at.clone()) {
+                stack.extend(edges.get(&at).into_iter().flatten().cloned());
+            }
+        }
+        false
+    };
+    let mut cycles = BTreeSet::new();
+    for (from, tos) in &edges {
+        for to in tos {
+            if reaches(to, from) {
+                let (a, b) = if from < to { (from, to) } else { (to, from) };
+                cycles.insert(format!("{} <-> {}", a.join("::"), b.join("::")));
+            }
+        }
+    }
+    cycles.into_iter().collect()
+}
+
+#[test]
+fn no_two_sibling_files_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let cycles = sibling_cycles(&src);
+    assert!(
+        cycles.is_empty(),
+        "sibling files that import each other (move what both need into a file of its own):\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_check_sees_two_siblings_that_import_each_other() {
+    let module = ["a".to_owned(), "b".to_owned()];
+    let paths = referenced_paths(
+        "use super::{c::X, d};\nuse crate::a::e::Y;\nuse super::super::f;\n",
+        &module,
+    );
+    let shown: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    assert_eq!(shown, ["a::e::Y", "a::c::X", "a::d", "f"]);
+}

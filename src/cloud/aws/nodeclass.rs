@@ -3,6 +3,7 @@
 //! found), as upstream's `nodeclass` controller does. SDK calls and pure data only: the node class
 //! status controller (`controllers::nodeclass_status`) writes the status.
 
+pub use super::userdata::AmiFamily;
 use super::{Clients, sdk_error_code};
 use crate::apis::ec2nodeclass::{
     AmiSelectorTerm, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
@@ -51,27 +52,6 @@ impl Ami {
     /// Whether nodes of this architecture, with or without accelerators, can boot it.
     pub fn fits(&self, arch: &str, accelerated: bool) -> bool {
         self.arch == arch && self.accelerated.is_none_or(|a| a == accelerated)
-    }
-}
-
-/// How user data is written, from `amiFamily` or the alias.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AmiFamily {
-    AL2,
-    AL2023,
-    Bottlerocket,
-    Custom,
-}
-
-impl AmiFamily {
-    fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "al2" => Some(Self::AL2),
-            "al2023" => Some(Self::AL2023),
-            "bottlerocket" => Some(Self::Bottlerocket),
-            "custom" => Some(Self::Custom),
-            _ => None,
-        }
     }
 }
 

@@ -17,7 +17,6 @@
 //! nodeadm's YAML, [`toml`] strings in Bottlerocket's settings). A taint value or a kubelet
 //! setting with a quote in it is then a literal, never a command: user data runs as root.
 
-use super::nodeclass::AmiFamily;
 use crate::apis::KubeletConfiguration;
 use k8s_openapi::api::core::v1::Taint;
 use std::collections::BTreeMap;
@@ -47,6 +46,27 @@ pub struct NodeBootstrap<'a> {
     /// kubelet and containerd (nodeadm's `localStorage.strategy`, bootstrap.sh's `--local-disks`).
     pub raid0: bool,
     pub custom: Option<&'a str>,
+}
+
+/// How user data is written, from `amiFamily` or the alias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmiFamily {
+    AL2,
+    AL2023,
+    Bottlerocket,
+    Custom,
+}
+
+impl AmiFamily {
+    pub(super) fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "al2" => Some(Self::AL2),
+            "al2023" => Some(Self::AL2023),
+            "bottlerocket" => Some(Self::Bottlerocket),
+            "custom" => Some(Self::Custom),
+            _ => None,
+        }
+    }
 }
 
 /// The kubelet fields a family's bootstrap cannot apply (Bottlerocket: `podsPerCore` and any

@@ -9,7 +9,7 @@ use super::GcpProvider;
 use super::billing;
 use super::catalogue::{self, MachineTypeInfo};
 use super::errors::cloud_error;
-use super::instances::last_segment;
+use super::last_segment;
 use super::nodeclass::ResolvedNodeClass;
 use crate::cloud::gcp_prices;
 use crate::cloud::provider::CloudError;

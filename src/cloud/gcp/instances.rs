@@ -8,6 +8,7 @@ use super::GcpProvider;
 use super::catalogue;
 use super::errors::cloud_error;
 use super::instance_types::CatalogueSnapshot;
+use super::last_segment;
 use super::launch;
 use super::vm_labels::{
     CLUSTER_LABEL, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_POOL_LABEL, NODE_POOL_METADATA,
@@ -260,9 +261,4 @@ fn node_labels(
     node_labels.insert(labels::ZONE.to_owned(), zone.to_owned());
     node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
     node_labels
-}
-
-/// The last segment of a resource URL (`…/zones/us-central1-a` → `us-central1-a`).
-pub fn last_segment(url: &str) -> &str {
-    url.rsplit('/').next().unwrap_or(url)
 }

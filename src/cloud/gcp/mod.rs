@@ -40,7 +40,6 @@ pub use clients::{Clients, ClientsError};
 pub use config::GcpConfig;
 pub use errors::GcpApiError;
 pub use instance_types::CatalogueSnapshot;
-pub use instances::last_segment;
 pub use node_template::NodeTemplate;
 pub use vm_labels::{
     CLUSTER_LABEL, GKE_CLUSTER_LOCATION_LABEL, GKE_CLUSTER_NAME_LABEL, LOCATION_LABEL,
@@ -203,4 +202,9 @@ impl CloudProvider for GcpProvider {
         let snapshot = self.catalogue().await?;
         Ok(self.instance_types_for(&resolved, &snapshot).into())
     }
+}
+
+/// The last segment of a resource URL (`…/zones/us-central1-a` → `us-central1-a`).
+pub fn last_segment(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
 }
