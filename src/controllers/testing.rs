@@ -56,12 +56,18 @@ impl std::fmt::Debug for Exchange {
 }
 
 /// The API server as the test plays it.
-pub(crate) struct ApiServer(mpsc::UnboundedReceiver<Exchange>);
+pub(crate) struct ApiServer {
+    requests: mpsc::UnboundedReceiver<Exchange>,
+    events: Events,
+}
+
+/// The Events created so far, as their bodies.
+type Events = Arc<std::sync::Mutex<Vec<Value>>>;
 
 impl ApiServer {
     /// The next request that is not an Event.
     pub(crate) async fn next(&mut self) -> Exchange {
-        tokio::time::timeout(Duration::from_secs(10), self.0.recv())
+        tokio::time::timeout(Duration::from_secs(10), self.requests.recv())
             .await
             .expect("a request within 10 s")
             .expect("the client is still there")
@@ -69,15 +75,31 @@ impl ApiServer {
 
     /// Asserts that no request other than an Event comes within `wait`.
     pub(crate) async fn expect_quiet(&mut self, wait: Duration) {
-        if let Ok(Some(exchange)) = tokio::time::timeout(wait, self.0.recv()).await {
+        if let Ok(Some(exchange)) = tokio::time::timeout(wait, self.requests.recv()).await {
             panic!("unexpected request: {exchange:?}");
         }
+    }
+
+    /// The Events created so far (reason and note of each).
+    pub(crate) fn events(&self) -> Vec<(String, String)> {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|e| {
+                let text = |key: &str| e[key].as_str().unwrap_or_default().to_owned();
+                (text("reason"), text("note"))
+            })
+            .collect()
     }
 }
 
 /// The client end: hands every request to the [`ApiServer`] and waits for its answer.
 #[derive(Clone)]
-struct Scripted(mpsc::UnboundedSender<Exchange>);
+struct Scripted {
+    requests: mpsc::UnboundedSender<Exchange>,
+    events: Events,
+}
 
 impl tower::Service<Request<Body>> for Scripted {
     type Response = Response<Body>;
@@ -89,7 +111,7 @@ impl tower::Service<Request<Body>> for Scripted {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let sender = self.0.clone();
+        let (sender, events) = (self.requests.clone(), self.events.clone());
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect_bytes().await?;
@@ -101,6 +123,10 @@ impl tower::Service<Request<Body>> for Scripted {
             // Events, which loops publish as they go, are answered as the API server answers a
             // create, without the test's attention.
             if parts.uri.path().starts_with("/apis/events.k8s.io/") {
+                events
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(body.clone());
                 return Ok(Response::builder()
                     .status(StatusCode::CREATED)
                     .header(http::header::CONTENT_TYPE, "application/json")
@@ -140,7 +166,12 @@ pub(crate) fn context(
     settings: Settings,
 ) -> (Arc<Context<FakeProvider>>, ApiServer) {
     let (sender, receiver) = mpsc::unbounded_channel();
-    let client = kube::Client::new(Scripted(sender), "default");
+    let events = Events::default();
+    let scripted = Scripted {
+        requests: sender,
+        events: events.clone(),
+    };
+    let client = kube::Client::new(scripted, "default");
     let (stores, mut writers) = Stores::new();
     writers.fill(objects.claims, objects.nodes, objects.pools, objects.pods);
     let ctx = Context::new(
@@ -152,5 +183,9 @@ pub(crate) fn context(
         Arc::new(Health::default()),
         Arc::new(OwnWrites::default()),
     );
-    (Arc::new(ctx), ApiServer(receiver))
+    let server = ApiServer {
+        requests: receiver,
+        events,
+    };
+    (Arc::new(ctx), server)
 }

@@ -14,6 +14,8 @@
 //! on its NodePool.
 
 mod queue;
+#[cfg(test)]
+mod reconcile_tests;
 
 use super::{Context, Error};
 use crate::apis::{DisruptionReason, NodePool};

@@ -32,6 +32,8 @@ mod batcher;
 mod claims;
 mod creates;
 mod recent_claims;
+#[cfg(test)]
+mod reconcile_tests;
 mod replan;
 mod round;
 mod unschedulable;
