@@ -41,7 +41,7 @@ impl Interner {
     }
 
     /// Drops the strings only the table holds (those of a Node that is gone, a label removed).
-    pub fn forget_unused(&mut self) {
+    pub(crate) fn forget_unused(&mut self) {
         self.strings.retain(|value| Arc::strong_count(value) > 1);
         self.kept = self.strings.len();
     }

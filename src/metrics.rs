@@ -257,7 +257,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts one refresh of a live price feed (`updated`, `empty` or `failed`), and on
     /// `updated` sets the time of the last update.
-    pub fn count_pricing_refresh(&self, outcome: &str) {
+    pub(crate) fn count_pricing_refresh(&self, outcome: &str) {
         self.pricing_refreshes
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.to_owned(),
@@ -486,7 +486,7 @@ impl Metrics {
 
     /// Records `usage` and `limits` (resource name → value in base units: cores, bytes, pods,
     /// nodes) of `nodepool`, dropping resources it no longer has.
-    pub fn set_nodepool_resources(
+    pub(crate) fn set_nodepool_resources(
         &self,
         nodepool: &str,
         usage: &[(String, f64)],

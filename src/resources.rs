@@ -19,13 +19,13 @@ pub const CPU: &str = "cpu";
 /// `memory`, counted in bytes.
 pub const MEMORY: &str = "memory";
 /// `ephemeral-storage`, counted in bytes.
-pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+pub(crate) const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 /// `pods`: how many pods a node takes; every pod requests one.
 pub const PODS: &str = "pods";
 /// `nodes`: only meaningful in NodePool limits, where each node counts one.
 pub const NODES: &str = "nodes";
 /// The NVIDIA GPU extended resource.
-pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+pub(crate) const NVIDIA_GPU: &str = "nvidia.com/gpu";
 
 /// A quantity string that is not a valid Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,7 +150,7 @@ pub fn parse(resource: &str, text: &str) -> Result<u64, QuantityError> {
 
 /// An amount as a plain number in the resource's base unit (cores for CPU, bytes, count), as
 /// Kubernetes' `AsApproximateFloat64` gives it to metrics.
-pub fn approximate(resource: &str, amount: u64) -> f64 {
+pub(crate) fn approximate(resource: &str, amount: u64) -> f64 {
     #[allow(
         clippy::cast_precision_loss,
         reason = "a metric value, approximate by design"
@@ -364,7 +364,7 @@ impl ResourceList {
     }
 
     /// Writes a Kubernetes `ResourceList` in canonical quantity notation.
-    pub fn to_quantities(&self) -> BTreeMap<String, Quantity> {
+    pub(crate) fn to_quantities(&self) -> BTreeMap<String, Quantity> {
         self.iter()
             .map(|(name, amount)| (name.to_owned(), Quantity(format(name, amount))))
             .collect()
@@ -395,7 +395,7 @@ impl ResourceList {
     }
 
     /// Adds to one resource, saturating.
-    pub fn add_amount(&mut self, name: &str, amount: u64) {
+    pub(crate) fn add_amount(&mut self, name: &str, amount: u64) {
         let total = self.get(name).saturating_add(amount);
         self.set(name, total);
     }
@@ -417,7 +417,7 @@ impl ResourceList {
 
     /// `self + other`, resource by resource, saturating.
     #[must_use]
-    pub fn saturating_add(&self, other: &Self) -> Self {
+    pub(crate) fn saturating_add(&self, other: &Self) -> Self {
         let mut sum = self.clone();
         sum.accumulate(other);
         sum
@@ -425,7 +425,7 @@ impl ResourceList {
 
     /// Adds `other` to this list, resource by resource, saturating: [`Self::saturating_add`]
     /// without a new list, for running totals.
-    pub fn accumulate(&mut self, other: &Self) {
+    pub(crate) fn accumulate(&mut self, other: &Self) {
         for (name, amount) in other.iter() {
             self.add_amount(name, amount);
         }
@@ -443,7 +443,7 @@ impl ResourceList {
 
     /// The larger amount of each resource.
     #[must_use]
-    pub fn max_by_resource(&self, other: &Self) -> Self {
+    pub(crate) fn max_by_resource(&self, other: &Self) -> Self {
         let mut out = self.clone();
         for (name, amount) in other.iter() {
             if amount > out.get(name) {
@@ -454,13 +454,14 @@ impl ResourceList {
     }
 
     /// Whether every resource requested here is available in `capacity` (absent there = zero).
-    pub fn fits_in(&self, capacity: &Self) -> bool {
+    pub(crate) fn fits_in(&self, capacity: &Self) -> bool {
         self.iter()
             .all(|(name, amount)| amount <= capacity.get(name))
     }
 
     /// The resources requested here that `capacity` lacks: `(name, requested, available)`.
-    pub fn shortfalls<'a>(
+    #[cfg(test)]
+    pub(crate) fn shortfalls<'a>(
         &'a self,
         capacity: &'a Self,
     ) -> impl Iterator<Item = (&'a str, u64, u64)> + 'a {

@@ -13,14 +13,14 @@ use std::time::Duration;
 /// Just-in-time node provisioning for Kubernetes, compatible with Karpenter's v1 API.
 #[derive(Parser)]
 #[command(name = "karpenter-agent", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once at start-up")]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the CustomResourceDefinitions (NodePool, NodeClaim, node classes) as YAML.
     Crds,
     /// Run the provisioning loop against a cluster.
@@ -28,7 +28,7 @@ pub enum Command {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ProviderKind {
+pub(crate) enum ProviderKind {
     /// Simulated nodes kept alive by kwok: no cloud, no cost.
     Kwok,
     /// Amazon EC2.
@@ -38,7 +38,7 @@ pub enum ProviderKind {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line.
     Json,
     /// Human-readable lines.
@@ -46,7 +46,7 @@ pub enum LogFormat {
 }
 
 #[derive(clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The cloud to launch nodes in (required: a default would make a real cluster launch
     /// simulated kwok nodes without a word).
     #[arg(long, env = "KARPENTER_PROVIDER", value_enum)]
@@ -73,7 +73,7 @@ pub struct RunArgs {
 /// How the control loops behave.
 #[derive(clap::Args)]
 #[command(next_help_heading = "Control loops")]
-pub struct LoopArgs {
+pub(crate) struct LoopArgs {
     /// Close a batch of pending pods after this long without a new one (e.g. 1s, 500ms).
     #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
     pub batch_idle_duration: Duration,
@@ -93,7 +93,7 @@ pub struct LoopArgs {
 /// Leader election among replicas.
 #[derive(clap::Args)]
 #[command(next_help_heading = "Leader election")]
-pub struct LeaderArgs {
+pub(crate) struct LeaderArgs {
     /// Take the Lease `karpenter-leader-election` before doing anything, so that of several
     /// replicas only one provisions, disrupts, collects garbage and reads the interruption
     /// queue (upstream's flag; false: this process acts alone, whatever else runs).
@@ -108,7 +108,7 @@ pub struct LeaderArgs {
 /// Metrics, probes and logs.
 #[derive(clap::Args)]
 #[command(next_help_heading = "Telemetry")]
-pub struct TelemetryArgs {
+pub(crate) struct TelemetryArgs {
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
@@ -121,7 +121,7 @@ pub struct TelemetryArgs {
 /// `--provider aws`.
 #[derive(clap::Args)]
 #[command(next_help_heading = "AWS")]
-pub struct AwsArgs {
+pub(crate) struct AwsArgs {
     /// AWS: the region of the cluster (default: the SDK's, from AWS_REGION or the profile).
     #[arg(long, env = "AWS_REGION")]
     pub aws_region: Option<String>,
@@ -142,7 +142,7 @@ pub struct AwsArgs {
 /// `--provider gcp`.
 #[derive(clap::Args)]
 #[command(next_help_heading = "Google Cloud")]
-pub struct GcpArgs {
+pub(crate) struct GcpArgs {
     /// GCP: the project nodes launch in.
     #[arg(long, env = "GCP_PROJECT")]
     pub gcp_project: Option<String>,
@@ -174,7 +174,7 @@ pub struct GcpArgs {
 impl RunArgs {
     /// The control loops' settings: the flags' timings and gates, upstream's defaults for the
     /// rest, and this replica's pod name for its Events.
-    pub fn settings(&self) -> Settings {
+    pub(crate) fn settings(&self) -> Settings {
         let gates = &self.loops.feature_gates;
         Settings {
             pod_name: std::env::var("POD_NAME").ok(),
@@ -189,7 +189,7 @@ impl RunArgs {
     }
 
     /// The GCP provider's configuration, or which flag is missing.
-    pub fn gcp_config(&self) -> anyhow::Result<karpenter_core::cloud::gcp::GcpConfig> {
+    pub(crate) fn gcp_config(&self) -> anyhow::Result<karpenter_core::cloud::gcp::GcpConfig> {
         let gcp = &self.gcp;
         let project = gcp
             .gcp_project
@@ -221,7 +221,7 @@ impl RunArgs {
 
     /// The AWS provider's configuration, or which flag is missing (the region may come from
     /// the SDK's own settings).
-    pub async fn aws_config(&self) -> anyhow::Result<karpenter_core::cloud::aws::AwsConfig> {
+    pub(crate) async fn aws_config(&self) -> anyhow::Result<karpenter_core::cloud::aws::AwsConfig> {
         use karpenter_core::cloud::aws::{AwsConfig, pricing::PriceTable};
         let aws = &self.aws;
         let cluster_name = self

@@ -20,7 +20,7 @@ fn probe(
 }
 
 /// Serves the endpoints on `address` until the task is dropped.
-pub async fn serve_http(
+pub(crate) async fn serve_http(
     address: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,

@@ -8,7 +8,7 @@ use karpenter_core::controllers::{Health, Running};
 
 /// Waits until this replica leads (at once without leader election); false when the agent is
 /// stopped first, with nothing to release. A standby is ready once it knows who leads.
-pub async fn elect(
+pub(crate) async fn elect(
     elector: Option<&LeaderElector>,
     health: &Health,
     leading: &prometheus_client::metrics::gauge::Gauge,
@@ -39,13 +39,16 @@ pub async fn elect(
 /// from provisioning alongside this one anyway; an agent started in place of one that died
 /// follows a process that is gone, and the API server cancelled the requests on its
 /// connections when they closed. The first round checks the NodeClaim watch either way.
-pub fn predecessor_may_be_writing(elector: Option<&LeaderElector>) -> bool {
+pub(crate) fn predecessor_may_be_writing(elector: Option<&LeaderElector>) -> bool {
     elector.is_some_and(LeaderElector::took_over)
 }
 
 /// Runs the loops until SIGTERM/SIGINT, or, with leader election, until the Lease is lost;
 /// dropping `running` stops every loop either way.
-pub async fn lead<P>(running: Running<P>, elector: Option<&LeaderElector>) -> anyhow::Result<()> {
+pub(crate) async fn lead<P>(
+    running: Running<P>,
+    elector: Option<&LeaderElector>,
+) -> anyhow::Result<()> {
     let stopped = async {
         shutdown_signal().await;
         tracing::info!("shutting down");
@@ -64,7 +67,7 @@ pub async fn lead<P>(running: Running<P>, elector: Option<&LeaderElector>) -> an
 
 /// This replica's identity in the Lease: the pod's name (or the host's) and a random suffix,
 /// as client-go's hostname + "_" + UUID, so a restarted pod is a new candidate.
-pub fn identity() -> String {
+pub(crate) fn identity() -> String {
     use rand::Rng;
     let name = std::env::var("POD_NAME")
         .ok()

@@ -2,7 +2,7 @@
 //! until the binary drops them.
 
 /// SIGTERM (the kubelet stopping the pod) or SIGINT.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut terminate) => {

@@ -3,7 +3,7 @@
 
 use crate::config::LogFormat;
 
-pub fn init_tracing(format: LogFormat) {
+pub(crate) fn init_tracing(format: LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));

@@ -2,9 +2,9 @@
 //! `--context`, `KUBECONFIG`, then in-cluster), and every request counted, so `-v` can say how many
 //! calls a command made and the performance test can hold `status` to one list per kind.
 
-pub mod items;
-pub mod lean;
-pub mod protobuf;
+pub(crate) mod items;
+pub(crate) mod lean;
+pub(crate) mod protobuf;
 
 use anyhow::{Context as _, anyhow};
 use http_body_util::BodyExt as _;
@@ -21,7 +21,7 @@ const CHUNK: usize = 256 * 1024;
 
 /// kubectl's connection flags.
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct ConnectArgs {
+pub(crate) struct ConnectArgs {
     /// Path to the kubeconfig file to use (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
@@ -31,14 +31,14 @@ pub struct ConnectArgs {
 }
 
 /// A connected client and the requests made through it.
-pub struct Cluster {
+pub(crate) struct Cluster {
     client: Client,
     calls: Mutex<Vec<String>>,
 }
 
 impl Cluster {
     /// Connects as kubectl would with these flags.
-    pub async fn connect(args: &ConnectArgs) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(args: &ConnectArgs) -> anyhow::Result<Self> {
         let options = KubeConfigOptions {
             context: args.context.clone(),
             ..KubeConfigOptions::default()
@@ -69,7 +69,7 @@ impl Cluster {
     }
 
     /// The client itself, for library code that takes one (`init`'s setup plan).
-    pub fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         self.client.clone()
     }
 
@@ -81,7 +81,7 @@ impl Cluster {
     }
 
     /// The requests made so far, in order (`list nodeclaims`, `get node/x`...).
-    pub fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.calls
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -89,7 +89,7 @@ impl Cluster {
     }
 
     /// An API for a cluster-scoped kind, or a namespaced kind across all namespaces.
-    pub fn all<K>(&self) -> Api<K>
+    pub(crate) fn all<K>(&self) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
             + Clone
@@ -101,7 +101,7 @@ impl Cluster {
     }
 
     /// An API for a namespaced kind in `namespace`, or across all namespaces when `None`.
-    pub fn namespaced<K>(&self, namespace: Option<&str>) -> Api<K>
+    pub(crate) fn namespaced<K>(&self, namespace: Option<&str>) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
@@ -116,7 +116,7 @@ impl Cluster {
     }
 
     /// Lists every object `params` selects, in one request.
-    pub async fn list<K>(&self, api: Api<K>, params: ListParams) -> anyhow::Result<Vec<K>>
+    pub(crate) async fn list<K>(&self, api: Api<K>, params: ListParams) -> anyhow::Result<Vec<K>>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
@@ -139,7 +139,11 @@ impl Cluster {
     /// `L` (see [`lean`]) before turning it into `K`. Items are decoded as the response streams
     /// in (see [`items`]), on a blocking thread: the lists run concurrently on one task, and
     /// megabytes of JSON decoded in place would stall reading the others' responses meanwhile.
-    pub async fn list_lean<K, L>(&self, api: Api<K>, params: ListParams) -> anyhow::Result<Vec<K>>
+    pub(crate) async fn list_lean<K, L>(
+        &self,
+        api: Api<K>,
+        params: ListParams,
+    ) -> anyhow::Result<Vec<K>>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
         K::DynamicType: Default,
@@ -239,7 +243,7 @@ impl Cluster {
 
     /// Lists Nodes in one request, asking for protobuf (see [`protobuf`]); a server that answers
     /// JSON gets the lean JSON decoding instead.
-    pub async fn list_nodes(
+    pub(crate) async fn list_nodes(
         &self,
         api: Api<k8s_openapi::api::core::v1::Node>,
         params: ListParams,
@@ -295,7 +299,7 @@ impl Cluster {
     }
 
     /// Gets one object; `None` when it does not exist.
-    pub async fn get_opt<K>(&self, api: &Api<K>, name: &str) -> anyhow::Result<Option<K>>
+    pub(crate) async fn get_opt<K>(&self, api: &Api<K>, name: &str) -> anyhow::Result<Option<K>>
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,

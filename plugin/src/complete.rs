@@ -14,14 +14,14 @@ const NO_FILE_COMPLETION: u8 = 4;
 
 /// What to offer, before reading the cluster.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Wanted {
+pub(crate) enum Wanted {
     Words(Vec<String>),
     NodeClaimNames,
     NodeNames,
 }
 
 /// Decides what completes `word` after `before` (the words typed after `kubectl karpenter`).
-pub fn wanted(command: &Command, before: &[String], word: &str) -> Wanted {
+pub(crate) fn wanted(command: &Command, before: &[String], word: &str) -> Wanted {
     let positional: Vec<&str> = before
         .iter()
         .map(String::as_str)
@@ -59,7 +59,7 @@ pub fn wanted(command: &Command, before: &[String], word: &str) -> Wanted {
 }
 
 /// Prints the completions for `args` (the last one is the word being completed).
-pub async fn run(
+pub(crate) async fn run(
     command: &Command,
     connect: &crate::cluster::ConnectArgs,
     args: &[String],

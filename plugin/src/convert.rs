@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[command(
     after_help = "Examples:\n  kubectl karpenter convert -f provisioner.yaml -f awsnodetemplate.yaml > v1.yaml\n  kubectl get provisioners,awsnodetemplates -o yaml | kubectl karpenter convert -f - | kubectl apply -f -\n  kubectl karpenter convert -f ./karpenter/ -o json"
 )]
-pub struct ConvertArgs {
+pub(crate) struct ConvertArgs {
     /// A file, a directory (its .yaml, .yml and .json files) or - for stdin; repeatable.
     #[arg(
         short = 'f',
@@ -31,13 +31,13 @@ pub struct ConvertArgs {
 
 /// How to print the converted objects.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     Yaml,
     Json,
 }
 
 /// Runs `convert`.
-pub fn run(args: &ConvertArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &ConvertArgs) -> anyhow::Result<()> {
     let inputs = manifests::read(&args.files, args.recursive)?
         .into_iter()
         .map(|(source, object)| Input { source, object })

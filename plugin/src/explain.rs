@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 /// Flags of `explain`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ExplainArgs {
+pub(crate) struct ExplainArgs {
     /// What to explain: `nodeclaim NAME`, `nodeclaim/NAME`, or `node NAME` (its NodeClaim).
     #[arg(value_name = "RESOURCE")]
     pub resource: String,
@@ -34,7 +34,7 @@ pub struct ExplainArgs {
 
 /// `-o` of `explain`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExplainFormat {
+pub(crate) enum ExplainFormat {
     Json,
     Yaml,
     Name,
@@ -70,7 +70,7 @@ fn target(args: &ExplainArgs) -> anyhow::Result<Target> {
 }
 
 /// Lists what explaining `name` needs.
-pub async fn fetch(
+pub(crate) async fn fetch(
     cluster: &Cluster,
     args: &ExplainArgs,
 ) -> anyhow::Result<(String, explain::ClusterObjects)> {
@@ -273,7 +273,7 @@ pub async fn fetch(
 }
 
 /// Runs `explain`.
-pub async fn run(cluster: &Cluster, args: &ExplainArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &ExplainArgs) -> anyhow::Result<()> {
     let (name, snapshot) = fetch(cluster, args).await?;
     let now = Timestamp::now();
     let explanation = match explain::explain_node_claim(&snapshot, &name, now) {
@@ -318,7 +318,7 @@ fn indent(text: &str, by: usize) -> String {
 }
 
 /// Renders an explanation like `kubectl describe`: fields, then one section per question.
-pub fn render(e: &ClaimExplanation, now: Timestamp, color: bool) -> String {
+pub(crate) fn render(e: &ClaimExplanation, now: Timestamp, color: bool) -> String {
     let mut out = String::new();
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
     let paint = |text: &str, c: Color| {

@@ -12,9 +12,9 @@ use karpenter_core::state::CachedNode;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-pub const NOW: &str = "2026-03-02T10:00:00Z";
+pub(crate) const NOW: &str = "2026-03-02T10:00:00Z";
 
-pub fn now() -> Timestamp {
+pub(crate) fn now() -> Timestamp {
     NOW.parse().expect("fixed clock")
 }
 
@@ -51,7 +51,12 @@ fn pool(name: &str, limits: Value) -> NodePool {
 const OPTIONS: &str = r#"[{"name":"m5.large","price":0.096,"zone":"us-west-2a","capacityType":"on-demand"},{"name":"c5.xlarge","price":0.17,"zone":"us-west-2a","capacityType":"on-demand"},{"name":"m5.xlarge","price":0.192,"zone":"us-west-2b","capacityType":"on-demand"}]"#;
 
 /// A claim of ours, launched as `instance_type`, on node `node` when given.
-pub fn our_claim(name: &str, instance_type: &str, node: Option<&str>, created: &str) -> NodeClaim {
+pub(crate) fn our_claim(
+    name: &str,
+    instance_type: &str,
+    node: Option<&str>,
+    created: &str,
+) -> NodeClaim {
     let mut status = json!({"capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"}, "conditions": conditions(created, node.is_some())});
     status["providerID"] = json!(format!("kwok://{}", node.unwrap_or(name)));
     if let Some(n) = node {
@@ -99,7 +104,7 @@ fn unschedulable() -> Value {
 }
 
 /// The cluster the snapshots render.
-pub fn cluster() -> ClusterObjects {
+pub(crate) fn cluster() -> ClusterObjects {
     let upstream: NodeClaim = object(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "general-x7k2p", "creationTimestamp": "2026-03-02T09:58:00Z", "labels": {labels::NODE_POOL: "general"}},
@@ -157,7 +162,7 @@ impl WithPending for ClusterObjects {
 /// A cluster as upstream Karpenter leaves it: a Ready claim with upstream's labels and a status
 /// its controllers wrote, its Node (no price label: upstream sets none), a pod on it that an
 /// exhausted PodDisruptionBudget covers, in a pool that waits 1h before consolidating.
-pub fn upstream_cluster() -> ClusterObjects {
+pub(crate) fn upstream_cluster() -> ClusterObjects {
     let claim: NodeClaim = object(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "general-q9z8w", "creationTimestamp": "2026-03-02T09:00:00Z",

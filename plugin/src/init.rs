@@ -17,14 +17,14 @@ use std::time::Duration;
 
 /// Flags of `init`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     #[command(subcommand)]
     pub cloud: Cloud,
 }
 
 /// Which cloud to set up.
 #[derive(clap::Subcommand, Debug, Clone)]
-pub enum Cloud {
+pub(crate) enum Cloud {
     /// Set up an EKS cluster: IAM roles (IRSA or Pod Identity), discovery tags, the interruption
     /// queue and its EventBridge rules, and the agent.
     #[command(
@@ -41,7 +41,7 @@ pub enum Cloud {
 
 /// Flags every cloud takes.
 #[derive(clap::Args, Debug, Clone)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// Make the changes without asking first.
     #[arg(short = 'y', long)]
     pub yes: bool,
@@ -71,7 +71,7 @@ pub struct CommonArgs {
 
 /// What `init` writes or prints: with `--gitops` the plan's Kubernetes objects (which it then
 /// does not apply), and the starter NodePool and node class.
-pub fn scaffold_of(plan: &Plan, pool: Vec<Manifest>, common: &CommonArgs) -> Vec<Manifest> {
+pub(crate) fn scaffold_of(plan: &Plan, pool: Vec<Manifest>, common: &CommonArgs) -> Vec<Manifest> {
     let mut objects = if common.gitops {
         plan.manifests().to_vec()
     } else {
@@ -82,7 +82,7 @@ pub fn scaffold_of(plan: &Plan, pool: Vec<Manifest>, common: &CommonArgs) -> Vec
 }
 
 /// The first thing to do once `init` is done: apply (or commit) what it scaffolded.
-pub fn next_step(common: &CommonArgs) -> String {
+pub(crate) fn next_step(common: &CommonArgs) -> String {
     match (&common.output_dir, common.gitops) {
         (Some(dir), true) => format!(
             "Next: review {dir} and commit it where your GitOps tool applies it (or apply it yourself: kubectl apply --server-side -f {dir})",
@@ -104,7 +104,7 @@ pub fn next_step(common: &CommonArgs) -> String {
 }
 
 /// Runs `init`.
-pub async fn run(cluster: &Cluster, args: &InitArgs, verbose: u8) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &InitArgs, verbose: u8) -> anyhow::Result<()> {
     match &args.cloud {
         Cloud::Aws(aws) => crate::init_aws::run(cluster, aws, verbose).await,
         Cloud::Gcp(gcp) => crate::init_gcp::run(cluster, gcp, verbose).await,
@@ -112,12 +112,16 @@ pub async fn run(cluster: &Cluster, args: &InitArgs, verbose: u8) -> anyhow::Res
 }
 
 /// Whether prompts may be shown: stdin is a terminal.
-pub fn interactive() -> bool {
+pub(crate) fn interactive() -> bool {
     std::io::stdin().is_terminal()
 }
 
 /// The flag's value, else asked for on a terminal, else an error naming the flag.
-pub fn value_or_ask(value: Option<&str>, flag: &str, prompt: &str) -> anyhow::Result<String> {
+pub(crate) fn value_or_ask(
+    value: Option<&str>,
+    flag: &str,
+    prompt: &str,
+) -> anyhow::Result<String> {
     if let Some(value) = value.filter(|v| !v.is_empty()) {
         return Ok(value.to_owned());
     }
@@ -160,7 +164,7 @@ impl std::error::Error for StepFailure {
 }
 
 /// One line for a setup error: `step node-role failed: permission denied: iam:CreateRole on ...`.
-pub fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
+pub(crate) fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
     let root = error.root().to_string();
     let line = match &error {
         SetupError::Step { step, .. } => format!("step {step} failed: {root}"),
@@ -174,14 +178,14 @@ pub fn setup_error(error: SetupError, verbose: u8) -> anyhow::Error {
 }
 
 /// Where the agent's image comes from, for the end of a run.
-pub fn image_note(image: &str) -> String {
+pub(crate) fn image_note(image: &str) -> String {
     format!(
         "The agent runs image {image}; if the cluster cannot pull it, build it from a checkout (docker build -f agent/Dockerfile -t IMAGE .), push it where the cluster can pull, and re-run with --image IMAGE"
     )
 }
 
 /// What a cloud's `init` hands to [`execute`].
-pub struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     /// `EKS cluster demo in us-west-2`.
     pub title: String,
     pub plan: &'a Plan,
@@ -192,7 +196,11 @@ pub struct Setup<'a> {
 }
 
 /// Prints the plan, checks every step, asks, applies, and scaffolds.
-pub async fn execute(setup: Setup<'_>, common: &CommonArgs, verbose: u8) -> anyhow::Result<()> {
+pub(crate) async fn execute(
+    setup: Setup<'_>,
+    common: &CommonArgs,
+    verbose: u8,
+) -> anyhow::Result<()> {
     let plan = setup.plan;
     eprintln!("Plan for {}:", setup.title);
     for line in plan.describe() {
@@ -304,7 +312,7 @@ impl<F> Drop for StepSpinner<F> {
 }
 
 /// The objects as a multi-document YAML stream.
-pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
+pub(crate) fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
     let mut text = String::new();
     for m in manifests {
         text.push_str("---\n");
@@ -317,7 +325,7 @@ pub fn to_yaml(manifests: &[Manifest]) -> anyhow::Result<String> {
 
 /// The objects as YAML on stdout, or one file per object in `dir` (a file that exists and
 /// differs is left alone, as the scaffold's are).
-pub fn write_objects(objects: &[Manifest], dir: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn write_objects(objects: &[Manifest], dir: Option<&Path>) -> anyhow::Result<()> {
     scaffold(objects, dir, false)
 }
 

@@ -8,7 +8,7 @@ use karpenter_core::setup::aws::{self as setup_aws, Auth, AwsOptions};
 
 /// How the agent gets AWS credentials.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuthFlag {
+pub(crate) enum AuthFlag {
     /// IAM Roles for Service Accounts, through the cluster's OIDC provider (created if missing).
     Irsa,
     /// EKS Pod Identity (needs the eks-pod-identity-agent add-on).
@@ -17,7 +17,7 @@ pub enum AuthFlag {
 
 /// Flags of `init aws`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct AwsArgs {
+pub(crate) struct AwsArgs {
     /// The EKS cluster's name.
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
@@ -35,7 +35,7 @@ pub struct AwsArgs {
 }
 
 /// Runs `init aws`.
-pub async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &AwsArgs, verbose: u8) -> anyhow::Result<()> {
     let name = init::value_or_ask(args.cluster.as_deref(), "--cluster", "EKS cluster name")?;
     let default_region = std::env::var("AWS_DEFAULT_REGION").ok();
     let region = init::value_or_ask(

@@ -8,7 +8,7 @@ use karpenter_core::setup::gcp::{self as setup_gcp, GcpAuth, GcpOptions};
 
 /// How the agent gets Google credentials.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuthFlag {
+pub(crate) enum AuthFlag {
     /// GKE Workload Identity: no key exists anywhere (the cluster needs Workload Identity on).
     WorkloadIdentity,
     /// A service account key, created by init and kept only in a Kubernetes Secret.
@@ -17,7 +17,7 @@ pub enum AuthFlag {
 
 /// Flags of `init gcp`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct GcpArgs {
+pub(crate) struct GcpArgs {
     /// The Google Cloud project id.
     #[arg(long, value_name = "PROJECT", env = "CLOUDSDK_CORE_PROJECT")]
     pub project: Option<String>,
@@ -38,7 +38,7 @@ pub struct GcpArgs {
 }
 
 /// Runs `init gcp`.
-pub async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &GcpArgs, verbose: u8) -> anyhow::Result<()> {
     let project = init::value_or_ask(
         args.project.as_deref(),
         "--project",

@@ -10,7 +10,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 /// Every object in `paths`, with where it came from.
-pub fn read(paths: &[PathBuf], recursive: bool) -> anyhow::Result<Vec<(String, Value)>> {
+pub(crate) fn read(paths: &[PathBuf], recursive: bool) -> anyhow::Result<Vec<(String, Value)>> {
     let mut objects = Vec::new();
     for path in paths {
         if path == Path::new("-") {

@@ -24,14 +24,14 @@ use std::path::PathBuf;
 
 /// Flags of `migrate`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     #[command(subcommand)]
     pub from: From,
 }
 
 /// What to migrate from.
 #[derive(clap::Subcommand, Debug, Clone)]
-pub enum From {
+pub(crate) enum From {
     /// Write NodePools that keep what Cluster Autoscaler's node groups give pods (labels, taints,
     /// zones, architectures, capacity type) with a wider choice of instance types.
     #[command(
@@ -42,7 +42,7 @@ pub enum From {
 
 /// Flags of `migrate cluster-autoscaler`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct CasArgs {
+pub(crate) struct CasArgs {
     /// The cluster's name (the node class's role and discovery tags on AWS, its network tags on
     /// GKE), as given to `init`.
     #[arg(long, value_name = "NAME")]
@@ -76,13 +76,13 @@ pub struct CasArgs {
 
 /// The clouds migrate knows.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProviderFlag {
+pub(crate) enum ProviderFlag {
     Aws,
     Gcp,
 }
 
 /// Runs `migrate`.
-pub async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result<()> {
     let From::ClusterAutoscaler(args) = &args.from;
     let client = cluster.client();
     let nodes = Api::<Node>::all(client.clone())

@@ -8,7 +8,7 @@ use std::io::Write;
 
 /// `-o`: how to print.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// kubectl-style tables.
     Table,
     /// Tables with more columns.
@@ -22,12 +22,12 @@ pub enum Format {
 }
 
 /// A NodeClaim as `-o name` prints it: `<plural-less kind>.<group>/<name>`, as kubectl does.
-pub fn node_claim_name(name: &str) -> String {
+pub(crate) fn node_claim_name(name: &str) -> String {
     format!("nodeclaim.{}/{name}", karpenter_core::apis::labels::GROUP)
 }
 
 /// The apiVersion stamped on the plugin's data output.
-pub const API_VERSION: &str = "kubectl-karpenter.io/v1alpha1";
+pub(crate) const API_VERSION: &str = "kubectl-karpenter.io/v1alpha1";
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -40,7 +40,7 @@ struct Document<'a, T: Serialize> {
 }
 
 /// Renders `data` as a JSON or YAML document of `kind`.
-pub fn render_data<T: Serialize>(
+pub(crate) fn render_data<T: Serialize>(
     format: Format,
     kind: &str,
     data: &T,
@@ -63,7 +63,7 @@ pub fn render_data<T: Serialize>(
 }
 
 /// Prints `data` as a JSON or YAML document of `kind`.
-pub fn print_data<T: Serialize>(
+pub(crate) fn print_data<T: Serialize>(
     format: Format,
     kind: &str,
     data: &T,
@@ -73,7 +73,7 @@ pub fn print_data<T: Serialize>(
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
-pub fn print_stdout(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print_stdout(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -86,7 +86,7 @@ pub fn print_stdout(text: &str) -> anyhow::Result<()> {
 
 /// The age of something created at `at`, kubectl style (an AGE column); `<unknown>` without a
 /// time.
-pub fn age(at: Option<Timestamp>, now: Timestamp) -> String {
+pub(crate) fn age(at: Option<Timestamp>, now: Timestamp) -> String {
     at.map_or_else(
         || "<unknown>".to_owned(),
         |at| human_duration(now.duration_since(at)),
@@ -94,7 +94,7 @@ pub fn age(at: Option<Timestamp>, now: Timestamp) -> String {
 }
 
 /// `a, b, c` (at most 15, then `and N more`), or `none`.
-pub fn name_list(names: &[String]) -> String {
+pub(crate) fn name_list(names: &[String]) -> String {
     const MAX: usize = 15;
     if names.is_empty() {
         return "none".to_owned();

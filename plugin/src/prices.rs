@@ -52,7 +52,7 @@ fn price(instance_type: &str, capacity_type: &str, region: &str) -> Option<f64> 
 }
 
 /// An object whose labels say what it runs: a claim's metadata or a Node.
-pub trait Labelled {
+pub(crate) trait Labelled {
     /// The value of the label `key`.
     fn label(&self, key: &str) -> Option<&str>;
 }
@@ -71,7 +71,7 @@ impl Labelled for CachedNode {
 
 /// The list prices of what `objects` (claims and nodes) run, by their instance type, capacity
 /// type and region labels.
-pub fn list_prices<'a, L: Labelled + ?Sized + 'a>(
+pub(crate) fn list_prices<'a, L: Labelled + ?Sized + 'a>(
     objects: impl IntoIterator<Item = &'a L>,
 ) -> ListPrices {
     let mut out = ListPrices::new();

@@ -33,7 +33,7 @@ use std::sync::Arc;
 #[command(
     after_help = "Examples:\n  kubectl karpenter simulate -f ./manifests/ --provider aws\n  kubectl karpenter simulate -f app.yaml --replicas shop/web=50 -o wide\n  kubectl karpenter simulate -f app.yaml --nodepool spot-only.yaml -o json\n  kubectl karpenter simulate --from-cluster --replicas shop/web=30\n  kubectl karpenter simulate --from-cluster --disruption --nodepool consolidate-now.yaml"
 )]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Workloads (Deployments, StatefulSets, ReplicaSets, Jobs, CronJobs, DaemonSets, Pods) and
     /// NodePools: a file, a directory, or - for stdin; repeatable.
     #[arg(
@@ -83,7 +83,7 @@ pub struct SimulateArgs {
 
 /// How to print a simulation.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SimulateFormat {
+pub(crate) enum SimulateFormat {
     Table,
     Wide,
     Json,
@@ -92,14 +92,14 @@ pub enum SimulateFormat {
 
 /// The clouds whose shipped catalogue a simulation can use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provider {
+pub(crate) enum Provider {
     Aws,
     Gcp,
     Kwok,
 }
 
 /// Runs `simulate`.
-pub fn run(args: &SimulateArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &SimulateArgs) -> anyhow::Result<()> {
     let mut objects = manifests::read(&args.files, args.recursive)?;
     let what_if = manifests::read(&args.node_pools, false)?;
     let replaced: Vec<&str> = what_if
@@ -262,7 +262,7 @@ fn print(args: &SimulateArgs, report: &Report) -> anyhow::Result<()> {
 
 /// Runs `simulate --from-cluster`: the cluster's pending pods, plus -f's and the what-ifs,
 /// through the agent's own scheduling input.
-pub async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run_cluster(cluster: &Cluster, args: &SimulateArgs) -> anyhow::Result<()> {
     let client = cluster.client();
     let list = ListParams::default();
     let mut pods: Vec<Arc<CachedPod>> = Api::<Pod>::all(client.clone())

@@ -16,7 +16,7 @@ use kube::api::ListParams;
 
 /// Flags of `status`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Output format: table (default), wide, json, yaml, or name (the NodeClaims as
     /// nodeclaim.karpenter.sh/NAME, one a line).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
@@ -55,7 +55,7 @@ const PENDING_ROWS: usize = 20;
 ///
 /// Nodes, NodeClaims and Pods decode into lean shapes ([`crate::cluster::lean`]): on 1,000 nodes
 /// the Node list is ~4 MB of JSON, half of it `managedFields`, which `status` never reads.
-pub async fn fetch(
+pub(crate) async fn fetch(
     cluster: &Cluster,
     args: &StatusArgs,
 ) -> anyhow::Result<explain::ClusterObjects> {
@@ -129,7 +129,7 @@ pub async fn fetch(
 }
 
 /// Builds the report from what [`fetch`] listed, judging expiry at `now`.
-pub fn report(
+pub(crate) fn report(
     snapshot: &explain::ClusterObjects,
     args: &StatusArgs,
     now: Timestamp,
@@ -148,7 +148,7 @@ pub fn report(
 }
 
 /// Runs `status`.
-pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
     let snapshot = fetch(cluster, args).await?;
     let now = Timestamp::now();
     let report = report(&snapshot, args, now);
@@ -188,7 +188,7 @@ pub async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<()> {
 }
 
 /// `-o name`: the NodeClaims shown, one `nodeclaim.karpenter.sh/NAME` a line.
-pub fn names(report: &StatusReport) -> String {
+pub(crate) fn names(report: &StatusReport) -> String {
     report
         .node_claims
         .iter()
@@ -222,7 +222,7 @@ fn usage(resource: &str, usage: &LimitUsage) -> String {
 }
 
 /// One NodeClaim as a table row; shared with `--watch`, which prints a row per change.
-pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> {
+pub(crate) fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
     let mut row = vec![Cell::from(claim.name.as_str())];
     if wide {
@@ -263,7 +263,7 @@ pub fn claim_row(claim: &ClaimSummary, now: Timestamp, wide: bool) -> Vec<Cell> 
 }
 
 /// The claims table's headers.
-pub fn claim_headers(wide: bool) -> Vec<&'static str> {
+pub(crate) fn claim_headers(wide: bool) -> Vec<&'static str> {
     if wide {
         vec![
             "nodeclaim",
@@ -294,7 +294,7 @@ pub fn claim_headers(wide: bool) -> Vec<&'static str> {
 }
 
 /// Renders the report as kubectl-style tables, one section per kind, then the totals.
-pub fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) -> String {
+pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) -> String {
     let mut sections: Vec<String> = Vec::new();
 
     if !report.node_pools.is_empty() {

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 /// A terminal colour for a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Color {
+pub(crate) enum Color {
     Green,
     Yellow,
     Red,
@@ -34,7 +34,7 @@ impl Color {
 
 /// One cell: its text and an optional colour.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cell {
+pub(crate) struct Cell {
     pub text: String,
     pub color: Option<Color>,
 }
@@ -56,7 +56,7 @@ impl From<&str> for Cell {
 
 impl Cell {
     /// A coloured cell.
-    pub fn colored(text: impl Into<String>, color: Option<Color>) -> Self {
+    pub(crate) fn colored(text: impl Into<String>, color: Option<Color>) -> Self {
         Self {
             text: text.into(),
             color,
@@ -66,14 +66,14 @@ impl Cell {
 
 /// A table being built.
 #[derive(Clone, Debug, Default)]
-pub struct Table {
+pub(crate) struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<Cell>>,
 }
 
 impl Table {
     /// A table with these headers (upper-cased).
-    pub fn new<S: AsRef<str>>(headers: &[S]) -> Self {
+    pub(crate) fn new<S: AsRef<str>>(headers: &[S]) -> Self {
         Self {
             headers: headers.iter().map(|h| h.as_ref().to_uppercase()).collect(),
             rows: Vec::new(),
@@ -81,12 +81,12 @@ impl Table {
     }
 
     /// Adds a row; missing cells print empty.
-    pub fn row(&mut self, cells: Vec<Cell>) {
+    pub(crate) fn row(&mut self, cells: Vec<Cell>) {
         self.rows.push(cells);
     }
 
     /// The widths of each column (headers included).
-    pub fn widths(&self) -> Vec<usize> {
+    pub(crate) fn widths(&self) -> Vec<usize> {
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
             for (i, cell) in row.iter().enumerate() {
@@ -101,7 +101,7 @@ impl Table {
     }
 
     /// Renders the header and rows; colour only when `color` is set.
-    pub fn render(&self, color: bool) -> String {
+    pub(crate) fn render(&self, color: bool) -> String {
         let widths = self.widths();
         let mut out = String::new();
         let header: Vec<Cell> = self
@@ -118,7 +118,7 @@ impl Table {
 }
 
 /// One row padded to `widths`, without trailing spaces.
-pub fn render_row(row: &[Cell], widths: &[usize], color: bool) -> String {
+pub(crate) fn render_row(row: &[Cell], widths: &[usize], color: bool) -> String {
     let mut line = String::new();
     let last = row.iter().rposition(|c| !c.text.is_empty()).unwrap_or(0);
     for (i, cell) in row.iter().enumerate().take(last + 1) {
@@ -138,7 +138,7 @@ pub fn render_row(row: &[Cell], widths: &[usize], color: bool) -> String {
 }
 
 /// Whether stdout should be coloured: a terminal, and neither `NO_COLOR` nor `TERM=dumb`.
-pub fn color_enabled() -> bool {
+pub(crate) fn color_enabled() -> bool {
     use std::io::IsTerminal;
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
@@ -146,7 +146,7 @@ pub fn color_enabled() -> bool {
 }
 
 /// Cuts `text` to its first line and at most `max` characters, marking the cut with `…`.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     let first = text.lines().next().unwrap_or_default();
     let cut_line = first.len() < text.trim_end().len();
     if first.chars().count() <= max && !cut_line {

@@ -338,7 +338,7 @@ impl Screen {
 }
 
 /// Follows NodeClaims and Nodes until interrupted.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     snapshot: &explain::ClusterObjects,
     args: &StatusArgs,

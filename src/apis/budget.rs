@@ -166,7 +166,7 @@ pub mod cron {
         }
 
         /// Whether it fires in some minute after `start` and no later than `end`.
-        pub fn hits_between(&self, start: Timestamp, end: Timestamp) -> bool {
+        pub(crate) fn hits_between(&self, start: Timestamp, end: Timestamp) -> bool {
             // The first whole minute after `start`.
             let secs = start.as_second().div_euclid(60) * 60 + 60;
             let Ok(mut t) = Timestamp::from_second(secs) else {

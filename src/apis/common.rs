@@ -187,7 +187,7 @@ pub struct InvalidDuration {
 
 impl NillableDuration {
     /// The upstream default for `expireAfter`.
-    pub fn default_expire_after() -> Self {
+    pub(crate) fn default_expire_after() -> Self {
         Self("720h".to_owned())
     }
 
@@ -197,7 +197,7 @@ impl NillableDuration {
     }
 
     /// The duration, or `None` for `Never`.
-    pub fn to_duration(&self) -> Result<Option<Duration>, InvalidDuration> {
+    pub(crate) fn to_duration(&self) -> Result<Option<Duration>, InvalidDuration> {
         if self.0 == "Never" {
             return Ok(None);
         }

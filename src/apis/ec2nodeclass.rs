@@ -490,7 +490,7 @@ impl MetadataOptions {
     }
 
     /// IMDSv2 only, one hop: upstream's default.
-    pub fn upstream_default() -> Self {
+    pub(crate) fn upstream_default() -> Self {
         Self {
             http_endpoint: Self::enabled(),
             http_protocol_ipv6: Self::disabled(),

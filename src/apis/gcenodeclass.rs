@@ -95,7 +95,7 @@ pub struct GCENodeClassSpec {
 
 /// The instance metadata keys GKE's node bootstrap reads or writes, which a node class may not
 /// set (the GCP provider's list, in its order).
-pub const RESERVED_METADATA_KEYS: [&str; 22] = [
+pub(crate) const RESERVED_METADATA_KEYS: [&str; 22] = [
     "cluster-location",
     "cluster-name",
     "cluster-uid",

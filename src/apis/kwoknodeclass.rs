@@ -38,7 +38,7 @@ pub struct KWOKNodeClassSpec {
 
 impl KWOKNodeClassSpec {
     /// The device plugin's delay; zero when unset.
-    pub fn device_plugin_delay(&self) -> Duration {
+    pub(crate) fn device_plugin_delay(&self) -> Duration {
         self.device_plugin_delay
             .as_deref()
             .and_then(|text| parse_duration(text).ok())
@@ -46,7 +46,7 @@ impl KWOKNodeClassSpec {
     }
 
     /// The registration delay; zero when unset.
-    pub fn registration_delay(&self) -> Duration {
+    pub(crate) fn registration_delay(&self) -> Duration {
         self.node_registration_delay
             .as_deref()
             .and_then(|text| parse_duration(text).ok())

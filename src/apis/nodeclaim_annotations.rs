@@ -24,7 +24,7 @@ pub struct RecordedInstanceType {
 }
 
 /// How many options a claim records: enough to say why the first won.
-pub const RECORDED_INSTANCE_TYPES: usize = 20;
+pub(crate) const RECORDED_INSTANCE_TYPES: usize = 20;
 
 impl NodeClaim {
     /// The pods (`namespace/name`) the agent created the claim for; `None` when not recorded
@@ -40,7 +40,7 @@ impl NodeClaim {
 
     /// The instance types the agent recorded on the claim; `None` when it recorded none (a
     /// claim created by upstream Karpenter or by hand) or the annotation is unreadable.
-    pub fn instance_type_options(&self) -> Option<Vec<RecordedInstanceType>> {
+    pub(crate) fn instance_type_options(&self) -> Option<Vec<RecordedInstanceType>> {
         let text = self
             .metadata
             .annotations
@@ -51,13 +51,13 @@ impl NodeClaim {
 }
 
 /// The value of [`labels::PROVISIONED_FOR`] for these pods (`namespace/name`).
-pub fn provisioned_for_value(pods: &[String]) -> String {
+pub(crate) fn provisioned_for_value(pods: &[String]) -> String {
     serde_json::Value::from(pods).to_string()
 }
 
 /// The value of [`labels::INSTANCE_TYPE_OPTIONS`] for these options, cheapest first; only the
 /// first [`RECORDED_INSTANCE_TYPES`] are kept.
-pub fn instance_type_options_value(options: &[RecordedInstanceType]) -> String {
+pub(crate) fn instance_type_options_value(options: &[RecordedInstanceType]) -> String {
     let kept = &options[..options.len().min(RECORDED_INSTANCE_TYPES)];
     // Through a `Value`, whose objects order their keys by name: the order the annotation has
     // always had. Plain structs of strings and numbers always serialize.

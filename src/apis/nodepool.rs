@@ -87,7 +87,7 @@ fn spec_rules(schema: &mut schemars::Schema) {
 
 impl NodePoolSpec {
     /// Whether this is a static pool (`replicas` set).
-    pub fn is_static(&self) -> bool {
+    pub(crate) fn is_static(&self) -> bool {
         self.replicas.is_some()
     }
 
@@ -308,7 +308,7 @@ impl Disruption {
     }
 
     /// What upstream fills in when `disruption` is left out.
-    pub fn upstream_default() -> Self {
+    pub(crate) fn upstream_default() -> Self {
         Self {
             consolidate_after: NillableDuration("0s".to_owned()),
             consolidation_policy: ConsolidationPolicy::default(),
@@ -349,7 +349,7 @@ impl Budget {
     }
 
     /// `[{nodes: 10%}]`, upstream's default.
-    pub fn upstream_default_list() -> Vec<Self> {
+    pub(crate) fn upstream_default_list() -> Vec<Self> {
         vec![Self {
             reasons: None,
             nodes: Self::default_nodes(),

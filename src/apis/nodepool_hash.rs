@@ -28,7 +28,7 @@ impl NodePool {
     /// JSON less its requirements), under the same version `v3`. Claims made then still carry
     /// it; drift and the hash loop accept it for the unchanged template, so upgrading the agent
     /// does not make every node look drifted.
-    pub fn legacy_hash(&self) -> String {
+    pub(crate) fn legacy_hash(&self) -> String {
         use std::hash::Hasher;
         let mut template = serde_json::to_value(&self.spec.template).unwrap_or_default();
         if let Some(spec) = template

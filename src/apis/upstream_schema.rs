@@ -24,7 +24,7 @@ const TAINT_PART: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
 
 /// Applies the conventions to one CRD (as JSON).
-pub fn apply(crd: &mut Value) {
+pub(super) fn apply(crd: &mut Value) {
     let kind = crd["spec"]["names"]["kind"]
         .as_str()
         .unwrap_or_default()

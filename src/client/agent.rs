@@ -26,7 +26,7 @@ use tower::{BoxError, Layer, Service};
 /// How long a request other than a watch may wait for the API server's answer (its status
 /// and headers). Generous for a LIST of tens of thousands of objects, which the server starts
 /// streaming at once; short next to kube's 295 s read timeout.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A client for the agent's control loops: `config` without kube's automatic retries, every
 /// request but a watch bounded by [`REQUEST_TIMEOUT`], and named `karpenter-agent/VERSION`.
@@ -57,7 +57,7 @@ pub fn identify(config: &mut Config, product: &str) {
 /// A request that got no answer in time.
 #[derive(Debug, thiserror::Error)]
 #[error("the API server did not answer {method} {path} within {limit:?}")]
-pub struct RequestTimedOut {
+pub(crate) struct RequestTimedOut {
     method: http::Method,
     path: String,
     limit: Duration,

@@ -57,17 +57,17 @@ impl Unreadable {
 }
 
 /// The Event reason on an object the agent cannot read.
-pub const FAILED_TO_DECODE: &str = "FailedToDecode";
+pub(crate) const FAILED_TO_DECODE: &str = "FailedToDecode";
 
 /// `object` as `K`, or why not.
-pub fn decode<K: DeserializeOwned>(object: &DynamicObject) -> Result<K, serde_json::Error> {
+pub(crate) fn decode<K: DeserializeOwned>(object: &DynamicObject) -> Result<K, serde_json::Error> {
     serde_json::to_value(object).and_then(serde_json::from_value)
 }
 
 /// The events of `raw` with each object decoded as `K`; objects that do not decode are passed
 /// to `on_undecodable` and left out, except that the delete of one removes the version
 /// `last_read` holds.
-pub fn decoded<K, S>(
+pub(crate) fn decoded<K, S>(
     raw: S,
     last_read: Store<K>,
     unreadable: Unreadable,
@@ -123,7 +123,7 @@ where
 }
 
 /// A watch of every `K` in the cluster, decoded one object at a time (see the module doc).
-pub fn watch<K>(
+pub(crate) fn watch<K>(
     client: Client,
     last_read: Store<K>,
     unreadable: Unreadable,
@@ -143,7 +143,7 @@ where
 
 /// Reports an object of kind `K` that does not decode: a warning log line, and a Warning Event
 /// on the object, which `kubectl describe` shows.
-pub fn report_undecodable<K: Resource<DynamicType = ()>>(
+pub(crate) fn report_undecodable<K: Resource<DynamicType = ()>>(
     recorder: Recorder,
 ) -> impl Fn(&DynamicObject, &serde_json::Error) + Send + Sync + 'static {
     let resource = ApiResource::erase::<K>(&());

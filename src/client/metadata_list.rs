@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 /// Items per page (client-go's pager default).
-pub const PAGE: u32 = 500;
+pub(crate) const PAGE: u32 = 500;
 
 /// One page of a metadata list, each item's `metadata` decoded as `M`.
 #[derive(Deserialize)]
@@ -34,7 +34,7 @@ struct Item<M> {
 /// Each cluster-scoped `K`'s metadata that `params` selects, decoded as `M`, listed in pages
 /// of [`PAGE`] (a page limit set in `params` is kept). The pages are one snapshot: the first
 /// is read from etcd (a quorum read, unless `params` says otherwise), the rest continue it.
-pub async fn list_metadata<K, M>(
+pub(crate) async fn list_metadata<K, M>(
     client: &Client,
     params: &ListParams,
 ) -> Result<Vec<M>, kube::Error>

@@ -9,8 +9,8 @@
 //! (`apis`) do no I/O.
 
 mod agent;
-pub mod lenient_watch;
-pub mod metadata_list;
+pub(crate) mod lenient_watch;
+pub(crate) mod metadata_list;
 pub mod proxy;
 
-pub use agent::{REQUEST_TIMEOUT, RequestTimedOut, agent_client, identify};
+pub use agent::{agent_client, identify};

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 /// The proxy (`http://host:port`) for a request to `host` (`port`, `scheme`), given the
 /// environment `var`; `None` to go direct.
-pub fn proxy_for(
+pub(crate) fn proxy_for(
     scheme: &str,
     host: &str,
     port: Option<u16>,

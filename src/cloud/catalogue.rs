@@ -4,7 +4,7 @@
 
 /// kube-reserved CPU as EKS and GKE both compute it: 6 % of the first core, 1 % of the second,
 /// 0.5 % of the next two and 0.25 % of every core after that (milli-cores, rounded up).
-pub fn kube_reserved_cpu_millis(vcpus: u64) -> u64 {
+pub(crate) fn kube_reserved_cpu_millis(vcpus: u64) -> u64 {
     let mut remaining = vcpus;
     let mut tenths_of_millis = 0;
     for (count, per_core) in [(1, 60), (1, 10), (2, 5)] {

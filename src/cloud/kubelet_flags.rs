@@ -14,7 +14,7 @@ fn pairs(map: &BTreeMap<String, String>, separator: &str) -> String {
 
 /// The kubelet flags for the typed fields (not `clusterDNS`, which each bootstrap passes its
 /// own way), as upstream's `eksbootstrap.go` writes them.
-pub fn flags(k: &KubeletConfiguration) -> Vec<String> {
+pub(crate) fn flags(k: &KubeletConfiguration) -> Vec<String> {
     let mut flags = Vec::new();
     if let Some(n) = k.max_pods {
         flags.push(format!("--max-pods={n}"));

@@ -27,7 +27,7 @@ const KUBELET_KEYS: &[&str] = &[
 const KUBELET_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
 
 /// Whether a kubelet may set `key` on its Node.
-pub fn kubelet_may_set(key: &str) -> bool {
+pub(crate) fn kubelet_may_set(key: &str) -> bool {
     if KUBELET_KEYS.contains(&key) {
         return true;
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// A refresh's outcome as the metric labels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A new answer replaced the last good one.
     Updated,
     /// The source answered, with nothing usable in it.
@@ -30,7 +30,7 @@ impl Outcome {
 }
 
 /// The last good answer of a feed refreshed every `every`.
-pub struct LastGood<T> {
+pub(crate) struct LastGood<T> {
     state: Mutex<(Arc<T>, Option<Instant>)>,
     every: Duration,
     metrics: OnceLock<Arc<Metrics>>,
@@ -38,7 +38,7 @@ pub struct LastGood<T> {
 
 impl<T: Default> LastGood<T> {
     /// Empty (`T::default()`) and due until an update.
-    pub fn new(every: Duration) -> Self {
+    pub(crate) fn new(every: Duration) -> Self {
         Self {
             state: Mutex::new((Arc::default(), None)),
             every,
@@ -54,30 +54,30 @@ impl<T> LastGood<T> {
     }
 
     /// The last good answer (the default until one came).
-    pub fn current(&self) -> Arc<T> {
+    pub(crate) fn current(&self) -> Arc<T> {
         self.lock().0.clone()
     }
 
     /// Whether no answer came yet, or the last is `every` old.
-    pub fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.lock().1.is_none_or(|at| at.elapsed() >= self.every)
     }
 
     /// Counts refreshes in `metrics` from now on, so a feed that keeps failing shows on a
     /// dashboard, not only in the log. Set once; later calls are ignored.
-    pub fn report_to(&self, metrics: Arc<Metrics>) {
+    pub(crate) fn report_to(&self, metrics: Arc<Metrics>) {
         let _ = self.metrics.set(metrics);
     }
 
     /// Counts a refresh that kept the last good answer.
-    pub fn kept(&self, outcome: Outcome) {
+    pub(crate) fn kept(&self, outcome: Outcome) {
         if let Some(metrics) = self.metrics.get() {
             metrics.count_pricing_refresh(outcome.label());
         }
     }
 
     /// Replaces the answer and counts the update.
-    pub fn update(&self, value: T) {
+    pub(crate) fn update(&self, value: T) {
         *self.lock() = (Arc::new(value), Some(Instant::now()));
         self.kept(Outcome::Updated);
     }

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 tokio::task_local! {
     /// The control loop whose task is running (upstream's `controller` label).
-    pub static CONTROLLER: &'static str;
+    pub(crate) static CONTROLLER: &'static str;
 }
 
 /// A provider whose calls are timed and whose errors are counted.

@@ -19,21 +19,22 @@ pub mod gcp;
 pub mod gcp_prices;
 pub mod unavailable;
 
-pub mod kubelet_flags;
+pub(crate) mod kubelet_flags;
 pub mod kubelet_labels;
 pub mod kwok;
-pub mod last_good;
-pub mod metered;
-pub mod node_class_hash;
+pub(crate) mod last_good;
+pub(crate) mod metered;
+pub(crate) mod node_class_hash;
 #[cfg(any(feature = "aws", feature = "gcp"))]
-pub mod node_class_resolution;
-pub mod node_classes;
+pub(crate) mod node_class_resolution;
+pub(crate) mod node_classes;
 pub mod provider;
 pub mod repair;
 
 pub use metered::Metered;
+
+pub use provider::KubeletIdentity;
 pub use provider::{
-    CloudError, CloudProvider, DeleteOutcome, Instance, InvalidProviderId, KubeletIdentity,
-    ListedInstance, ProviderId,
+    CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
 pub use repair::RepairPolicy;

@@ -21,15 +21,15 @@ use serde_json::Value;
 use std::hash::Hasher;
 
 /// The hash version this agent stamps beside its node-class hashes.
-pub const HASH_VERSION: &str = "kubectl-karpenter/v1";
+pub(crate) const HASH_VERSION: &str = "kubectl-karpenter/v1";
 
 /// Upstream's drift reason for a claim whose node class's static fields changed.
-pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
+pub(crate) const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
 
 /// The hash of `spec` less the fields named in `ignore` (by their JSON names), plus values the
 /// class resolves to that count like static fields (`resolved`, e.g. upstream's resolved AMI
 /// family). Field order, list order and zero values do not change it.
-pub fn hash(spec: &impl Serialize, ignore: &[&str], resolved: &[(&str, &str)]) -> String {
+pub(crate) fn hash(spec: &impl Serialize, ignore: &[&str], resolved: &[(&str, &str)]) -> String {
     let mut value = serde_json::to_value(spec).unwrap_or(Value::Null);
     if let Value::Object(fields) = &mut value {
         for field in ignore {
@@ -52,7 +52,7 @@ pub fn hash(spec: &impl Serialize, ignore: &[&str], resolved: &[(&str, &str)]) -
 /// Whether a claim's recorded hash says its class changed: only when the claim was stamped by
 /// this agent's current hash version (a claim upstream or an older agent stamped is not judged,
 /// as upstream skips a version it did not write).
-pub fn drifted(recorded: Option<&str>, recorded_version: Option<&str>, now: &str) -> bool {
+pub(crate) fn drifted(recorded: Option<&str>, recorded_version: Option<&str>, now: &str) -> bool {
     recorded_version == Some(HASH_VERSION) && recorded.is_some_and(|recorded| recorded != now)
 }
 

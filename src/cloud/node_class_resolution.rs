@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// What resolving a node class came to: the resolution (or why the class is not ready), and the
 /// status to write when it differs from the one the class has.
 #[derive(Debug)]
-pub struct NodeClassResolution<Resolved, Status> {
+pub(crate) struct NodeClassResolution<Resolved, Status> {
     pub resolved: Result<Arc<Resolved>, CloudError>,
     pub status: Option<Status>,
 }

@@ -21,7 +21,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
 
 /// The node classes of kind `K`, from a watch started on the first read.
-pub struct NodeClasses<K: Resource<DynamicType = ()> + 'static> {
+pub(crate) struct NodeClasses<K: Resource<DynamicType = ()> + 'static> {
     api: Api<K>,
     watch: OnceLock<Watch<K>>,
 }
@@ -43,7 +43,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     /// Node classes read through `client`. No request is made until the first read.
-    pub fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         Self {
             api: Api::all(client),
             watch: OnceLock::new(),
@@ -52,7 +52,7 @@ where
 
     /// The class `name` (`None`: there is none), from the watch when it holds the name, else
     /// from the API server.
-    pub async fn get(&self, name: &str) -> Result<Option<Arc<K>>, kube::Error> {
+    pub(crate) async fn get(&self, name: &str) -> Result<Option<Arc<K>>, kube::Error> {
         let store = &self.watch.get_or_init(|| self.start()).store;
         // `now_or_never`: a store that has not listed yet is not waited for; the GET answers.
         if let Some(Ok(())) = store.wait_until_ready().now_or_never()

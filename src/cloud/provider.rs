@@ -97,7 +97,7 @@ impl fmt::Display for ProviderId {
 impl ProviderId {
     /// The cloud's own name for the machine: the EC2 instance id, the GCE instance name (which
     /// is also the name its kubelet registers the Node as), the kwok node name.
-    pub fn machine_name(&self) -> &str {
+    pub(crate) fn machine_name(&self) -> &str {
         match self {
             Self::Aws { instance_id, .. } => instance_id,
             Self::Gce { name, .. } | Self::Kwok { name } => name,

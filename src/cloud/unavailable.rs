@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Upstream's TTL.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(180);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(180);
 
 /// A shared set of offerings with no capacity, each forgotten after the TTL.
 #[derive(Debug)]
@@ -52,7 +52,13 @@ impl UnavailableOfferings {
     }
 
     /// Marks an offering unavailable from `now` (for tests with a clock of their own).
-    pub fn mark_at(&self, capacity_type: &str, instance_type: &str, zone: &str, now: Instant) {
+    pub(crate) fn mark_at(
+        &self,
+        capacity_type: &str,
+        instance_type: &str,
+        zone: &str,
+        now: Instant,
+    ) {
         tracing::debug!(
             capacity_type,
             instance_type,
@@ -65,12 +71,17 @@ impl UnavailableOfferings {
     }
 
     /// Whether an offering is still marked unavailable.
-    pub fn is_unavailable(&self, capacity_type: &str, instance_type: &str, zone: &str) -> bool {
+    pub(crate) fn is_unavailable(
+        &self,
+        capacity_type: &str,
+        instance_type: &str,
+        zone: &str,
+    ) -> bool {
         self.is_unavailable_at(capacity_type, instance_type, zone, Instant::now())
     }
 
     /// Whether an offering is still marked unavailable at `now`.
-    pub fn is_unavailable_at(
+    pub(crate) fn is_unavailable_at(
         &self,
         capacity_type: &str,
         instance_type: &str,

@@ -93,7 +93,7 @@ impl FailureBackoff {
     }
 
     /// `key` succeeded: its next failure starts from the base delay again.
-    pub fn succeeded(&self, key: &str) {
+    pub(crate) fn succeeded(&self, key: &str) {
         self.entries().remove(key);
     }
 

@@ -26,7 +26,7 @@ fn policy_name(policy: &ConsolidationPolicy) -> &'static str {
 impl<P> Context<P> {
     /// A NodeClaim this agent created, and why (`provisioned`, or a replacement's disruption
     /// reason).
-    pub fn count_created(&self, claim: &NodeClaim, reason: &str) {
+    pub(crate) fn count_created(&self, claim: &NodeClaim, reason: &str) {
         let relaxed = claim
             .annotations()
             .get(labels::NODE_CLAIM_MIN_VALUES_RELAXED)
@@ -44,7 +44,7 @@ impl<P> Context<P> {
 
     /// A NodeClaim disrupted for `reason`; `consolidating` when by consolidation (upstream
     /// labels the pool's policy only then).
-    pub fn count_disrupted(
+    pub(crate) fn count_disrupted(
         &self,
         claim: &NodeClaim,
         reason: &str,
@@ -72,7 +72,7 @@ impl<P> Context<P> {
     }
 
     /// A NodeClaim whose instance is gone and whose finalizer was released.
-    pub fn count_terminated(&self, claim: &NodeClaim) {
+    pub(crate) fn count_terminated(&self, claim: &NodeClaim) {
         self.metrics
             .nodeclaims_terminated
             .get_or_create(&TerminatedLabels {
@@ -84,7 +84,7 @@ impl<P> Context<P> {
     }
 
     /// A Node that registered for one of this agent's claims.
-    pub fn count_node_created(&self, node: &CachedNode) {
+    pub(crate) fn count_node_created(&self, node: &CachedNode) {
         self.metrics
             .nodes_created
             .get_or_create(&node_labels(node))
@@ -92,7 +92,7 @@ impl<P> Context<P> {
     }
 
     /// A Node that termination deleted.
-    pub fn count_node_terminated(&self, node: &CachedNode) {
+    pub(crate) fn count_node_terminated(&self, node: &CachedNode) {
         self.metrics
             .nodes_terminated
             .get_or_create(&node_labels(node))

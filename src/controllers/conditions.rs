@@ -18,7 +18,7 @@ pub fn set(
 
 /// Sets a condition to Unknown: the outcome is not known yet (upstream marks a launch that
 /// failed for a reason other than capacity so, and tries again).
-pub fn set_unknown(
+pub(crate) fn set_unknown(
     conditions: &mut Vec<Condition>,
     type_: &str,
     reason: &str,

@@ -40,7 +40,7 @@ impl Error {
     }
 
     /// Whether the failure was an optimistic-concurrency conflict (HTTP 409).
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         matches!(self, Self::Kube { source: kube::Error::Api(status), .. } if status.code == 409)
     }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 /// Runs garbage collection every `settings.garbage_collection_interval` until cancelled.
-pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
+pub(crate) async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut interval = tokio::time::interval(ctx.settings.garbage_collection_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -61,7 +61,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 
 /// One pass over `instances` (the provider's list): deletes every instance older than the grace
 /// period that no NodeClaim owns, and returns how many it deleted.
-pub async fn collect<P: CloudProvider>(
+pub(crate) async fn collect<P: CloudProvider>(
     ctx: &Context<P>,
     instances: &[ListedInstance],
 ) -> Result<usize, Error> {
@@ -119,7 +119,7 @@ pub async fn collect<P: CloudProvider>(
 /// One pass the other way: deletes every launched NodeClaim (older than the grace period, not
 /// already deleting, of this provider) whose instance is stopped, terminated or gone, confirmed
 /// with a `get` of its own. Returns how many it deleted.
-pub async fn collect_claims_without_instances<P: CloudProvider>(
+pub(crate) async fn collect_claims_without_instances<P: CloudProvider>(
     ctx: &Context<P>,
     instances: &[ListedInstance],
 ) -> Result<usize, Error> {

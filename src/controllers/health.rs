@@ -118,7 +118,7 @@ impl Health {
     }
 
     /// The agent stops on purpose from now on: loops ending is not a failure.
-    pub fn shutting_down(&self) {
+    pub(crate) fn shutting_down(&self) {
         self.lock().shutting_down = true;
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 /// The queue consumer.
-pub struct InterruptionHandler {
+pub(crate) struct InterruptionHandler {
     queue: InterruptionQueue,
     client: kube::Client,
     recorder: Recorder,
@@ -29,7 +29,7 @@ pub struct InterruptionHandler {
 
 /// What one message led to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handled {
+pub(crate) struct Handled {
     pub interruption: Interruption,
     pub instance_id: String,
     /// The NodeClaim deleted (or, for a rebalance, told), if one matched.
@@ -39,7 +39,7 @@ pub struct Handled {
 impl InterruptionHandler {
     /// A handler for `queue`, deleting claims through `client` and recording Events with
     /// `recorder`.
-    pub fn new(queue: InterruptionQueue, client: kube::Client, recorder: Recorder) -> Self {
+    pub(crate) fn new(queue: InterruptionQueue, client: kube::Client, recorder: Recorder) -> Self {
         Self {
             queue,
             client,
@@ -50,7 +50,7 @@ impl InterruptionHandler {
     /// Receives one batch (long-polling up to the queue's `wait`), acts on it against the claims
     /// `claims` holds once the batch arrived (a claim launched during the long poll is among
     /// them), deletes the messages, and says what it did.
-    pub async fn poll_once(&self, claims: &Store<NodeClaim>) -> Result<Vec<Handled>, Error> {
+    pub(crate) async fn poll_once(&self, claims: &Store<NodeClaim>) -> Result<Vec<Handled>, Error> {
         let messages = self
             .queue
             .receive()
@@ -155,7 +155,7 @@ impl InterruptionHandler {
 
     /// Polls until the future is dropped, acting on the claims `claims` holds; errors are logged
     /// and retried after a pause.
-    pub async fn run(self, claims: Store<NodeClaim>) {
+    pub(crate) async fn run(self, claims: Store<NodeClaim>) {
         // A queue that cannot be read (deleted, access denied, throttled) is asked again after
         // 1 s, doubling to 1 minute, not every 5 s for as long as it fails.
         let failures =

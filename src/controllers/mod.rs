@@ -26,9 +26,9 @@ pub mod aws;
 pub mod backoff;
 mod claim_metrics;
 pub mod conditions;
-pub mod csr_approval;
+pub(crate) mod csr_approval;
 pub mod disruption;
-pub mod garbage_collection;
+pub(crate) mod garbage_collection;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod health;
@@ -39,9 +39,9 @@ pub mod lifecycle;
 pub mod nodeclaim_disruption;
 #[cfg(any(feature = "aws", feature = "gcp"))]
 pub mod nodeclass_status;
-pub mod nodepool_status;
-pub mod pod_events;
-pub mod pod_metrics;
+pub(crate) mod nodepool_status;
+pub(crate) mod pod_events;
+pub(crate) mod pod_metrics;
 pub mod provisioning;
 pub mod static_capacity;
 
@@ -59,9 +59,9 @@ pub use context::Context;
 pub use error::Error;
 pub(crate) use error::is_not_found;
 pub use health::Health;
-pub use notices::Notices;
-pub use own_writes::OwnWrites;
-pub use recent_launches::RecentLaunches;
+pub(crate) use notices::Notices;
+pub(crate) use own_writes::OwnWrites;
+pub(crate) use recent_launches::RecentLaunches;
 pub use settings::Settings;
 pub use start::{ProviderLoops, Running, run, start, start_with};
 

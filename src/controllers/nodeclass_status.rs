@@ -108,7 +108,7 @@ pub trait NodeClassResolver: Send + Sync + 'static {
 }
 
 /// What resolving a node class came to (see [`NodeClassResolver::resolve_status`]).
-pub type Resolution<P> = (
+pub(crate) type Resolution<P> = (
     Result<Arc<<P as NodeClassResolver>::Resolved>, CloudError>,
     Option<<P as NodeClassResolver>::Status>,
 );
@@ -264,7 +264,7 @@ where
 
 /// Keeps every node class's status current until cancelled: resolves it when it changes and
 /// every few minutes after, and writes the status when the answer differs.
-pub async fn node_classes<P: NodeClassResolver>(client: kube::Client, provider: Arc<P>) {
+pub(crate) async fn node_classes<P: NodeClassResolver>(client: kube::Client, provider: Arc<P>) {
     async fn reconcile<P: NodeClassResolver>(
         class: Arc<P::Class>,
         ctx: Arc<(kube::Client, Arc<P>)>,

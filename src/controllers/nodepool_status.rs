@@ -20,7 +20,7 @@ use std::time::Duration;
 use tracing::warn;
 
 /// Refreshes every NodePool's status every few seconds until cancelled.
-pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
+pub(crate) async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut interval = tokio::time::interval(Duration::from_secs(5));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -35,7 +35,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 }
 
 /// One pass over every pool whose status is out of date.
-pub async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
+pub(crate) async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Error> {
     let claims = ctx.cluster.claims.state();
     let usage = usage_by_pool(claims.iter().map(|c| c.as_ref()));
     let api: Api<NodePool> = Api::all(ctx.client.clone());

@@ -59,7 +59,7 @@ impl Notices {
     /// about it less than two minutes ago. `state` is what makes two notices different (often
     /// the note itself; empty for "once per object"). Failures are logged, not returned: an
     /// Event is never worth failing a reconcile for.
-    pub async fn publish(&self, event: &Event, regarding: &ObjectReference, state: &str) {
+    pub(crate) async fn publish(&self, event: &Event, regarding: &ObjectReference, state: &str) {
         let key = Key {
             object: regarding
                 .uid
@@ -83,7 +83,7 @@ impl Notices {
     /// repeat into its series; at ~2.4 KB an Event, that was 12 MiB of the agent's heap in a
     /// 5,000-node scale-out (heaptrack, `tests/agent/heap.sh`), for repeats that never come.
     /// Failures are logged, not returned.
-    pub async fn publish_once(&self, event: &Event, regarding: &ObjectReference) {
+    pub(crate) async fn publish_once(&self, event: &Event, regarding: &ObjectReference) {
         // A recorder of its own, dropped with its one cached Event.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         if let Err(e) = recorder.publish(event, regarding).await {

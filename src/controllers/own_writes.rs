@@ -45,7 +45,7 @@ struct Write {
 /// A write under way (see [`OwnWrites::begin`]); dropped without [`Pending::done`] (the write
 /// failed), it is forgotten.
 #[must_use = "a write is remembered once `done` is given the written claim"]
-pub struct Pending<'a> {
+pub(crate) struct Pending<'a> {
     writes: &'a OwnWrites,
     name: Option<String>,
     at: Instant,
@@ -57,7 +57,7 @@ impl OwnWrites {
     }
 
     /// Starts remembering a write to `claim` as it was read.
-    pub fn begin(&self, claim: &NodeClaim) -> Pending<'_> {
+    pub(crate) fn begin(&self, claim: &NodeClaim) -> Pending<'_> {
         let at = Instant::now();
         let name = claim.metadata.name.clone();
         if let Some(name) = &name {
@@ -104,14 +104,14 @@ impl OwnWrites {
     }
 
     /// The claim is gone: nothing of it is awaited.
-    pub fn forget(&self, claim: &NodeClaim) {
+    pub(crate) fn forget(&self, claim: &NodeClaim) {
         if let Some(name) = &claim.metadata.name {
             self.lock().remove(name);
         }
     }
 
     /// Whether `claim` is a copy from before this agent's last write to it.
-    pub fn is_stale(&self, claim: &NodeClaim) -> bool {
+    pub(crate) fn is_stale(&self, claim: &NodeClaim) -> bool {
         self.is_stale_at(claim, Instant::now())
     }
 
@@ -138,7 +138,7 @@ impl OwnWrites {
 
 impl Pending<'_> {
     /// The write succeeded and the API server answered with `written`.
-    pub fn done(mut self, written: &NodeClaim) {
+    pub(crate) fn done(mut self, written: &NodeClaim) {
         let Some(name) = self.name.take() else {
             return;
         };

@@ -20,11 +20,11 @@ use std::time::Duration;
 use tracing::warn;
 
 /// A claim's time is written at most this often.
-pub const DEDUPE: Duration = Duration::from_secs(10);
+pub(crate) const DEDUPE: Duration = Duration::from_secs(10);
 
 /// Where each pod was last seen, and the nodes with pod events not yet written.
 #[derive(Default)]
-pub struct PodEvents {
+pub(crate) struct PodEvents {
     /// Pod UID → (node it is bound to, whether it has finished).
     placed: Mutex<HashMap<String, (Option<String>, bool)>>,
     /// Node name → time of its latest pod event.
@@ -34,7 +34,7 @@ pub struct PodEvents {
 impl PodEvents {
     /// Called for every pod the watch delivers. `initial` is true for the start-up listing,
     /// which records where pods are without counting it as an event (a restart is not one).
-    pub fn observe(&self, pod: &CachedPod, initial: bool) {
+    pub(crate) fn observe(&self, pod: &CachedPod, initial: bool) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
@@ -64,7 +64,7 @@ impl PodEvents {
     }
 
     /// Called when a pod is deleted: an event on the node it was bound to.
-    pub fn forget(&self, pod: &CachedPod) {
+    pub(crate) fn forget(&self, pod: &CachedPod) {
         let Some(uid) = &pod.metadata.uid else { return };
         let removed = self
             .placed
@@ -94,7 +94,7 @@ impl PodEvents {
 }
 
 /// Writes pending times every couple of seconds until cancelled.
-pub async fn run<P: 'static + Send + Sync>(ctx: Arc<Context<P>>, events: Arc<PodEvents>) {
+pub(crate) async fn run<P: 'static + Send + Sync>(ctx: Arc<Context<P>>, events: Arc<PodEvents>) {
     let mut interval = tokio::time::interval(Duration::from_secs(2));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -110,7 +110,7 @@ pub async fn run<P: 'static + Send + Sync>(ctx: Arc<Context<P>>, events: Arc<Pod
 
 /// One pass: writes the latest event time of every node whose claim was not written within
 /// [`DEDUPE`]; the rest wait for a later pass.
-pub async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error> {
+pub(crate) async fn flush<P>(ctx: &Context<P>, events: &PodEvents) -> Result<(), Error> {
     let pending = events.take();
     if pending.is_empty() {
         return Ok(());

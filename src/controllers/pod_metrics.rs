@@ -16,7 +16,7 @@ use std::time::Duration;
 const REFRESH: Duration = Duration::from_secs(10);
 
 /// Keeps `karpenter_pods_state` current until cancelled.
-pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
+pub(crate) async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
     let mut interval = tokio::time::interval(REFRESH);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut published: HashSet<PodStateLabels> = HashSet::new();
@@ -59,7 +59,7 @@ pub async fn run<P: Send + Sync + 'static>(ctx: Arc<Context<P>>) {
 }
 
 /// The labels of one pod's series, as upstream's `makeLabels`.
-pub fn pod_state(
+pub(crate) fn pod_state(
     pod: &CachedPod,
     node: Option<&CachedNode>,
     strings: &mut Interner,

@@ -17,7 +17,7 @@ use crate::apis::{ConsolidationPolicy, NodePool};
 use std::collections::HashMap;
 
 /// Upstream's default `consolidationThreshold`.
-pub const DEFAULT_THRESHOLD: f64 = 2.0;
+pub(crate) const DEFAULT_THRESHOLD: f64 = 2.0;
 
 /// A pool's price and disruption cost, the denominators of its moves' scores.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -28,7 +28,7 @@ pub struct PoolTotals {
 }
 
 /// Per pool, over every judged claim.
-pub fn pool_totals(candidates: &[Candidate<'_>]) -> HashMap<String, PoolTotals> {
+pub(crate) fn pool_totals(candidates: &[Candidate<'_>]) -> HashMap<String, PoolTotals> {
     let mut totals: HashMap<String, PoolTotals> = HashMap::new();
     for candidate in candidates {
         let t = totals.entry(candidate.pool_name().to_owned()).or_default();
@@ -39,7 +39,7 @@ pub fn pool_totals(candidates: &[Candidate<'_>]) -> HashMap<String, PoolTotals> 
 }
 
 /// The node's disruption cost for scoring: 1 plus its pods' non-negative eviction costs.
-pub fn node_disruption(candidate: &Candidate<'_>) -> f64 {
+pub(crate) fn node_disruption(candidate: &Candidate<'_>) -> f64 {
     1.0 + candidate
         .pods
         .iter()
@@ -48,13 +48,13 @@ pub fn node_disruption(candidate: &Candidate<'_>) -> f64 {
 }
 
 /// Whether the pool scores its consolidation moves.
-pub fn is_balanced(pool: Option<&NodePool>) -> bool {
+pub(crate) fn is_balanced(pool: Option<&NodePool>) -> bool {
     pool.is_some_and(|p| p.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced)
 }
 
 /// The pool's k: its `consolidationThreshold` when usable, else the default. A value an older
 /// CRD let through (zero, negative) is not usable.
-pub fn threshold(pool: &NodePool) -> f64 {
+pub(crate) fn threshold(pool: &NodePool) -> f64 {
     pool.spec
         .disruption
         .consolidation_threshold
@@ -86,7 +86,7 @@ impl Score {
 
     /// Upstream's `ConsolidationApproved` note: "score 3.33 >= threshold 0.50 (k: 2, savings
     /// 12.5%, disruption 3.8%)".
-    pub fn approved_note(&self) -> String {
+    pub(crate) fn approved_note(&self) -> String {
         let k = if self.threshold.fract() == 0.0 {
             format!("{:.0}", self.threshold)
         } else {
@@ -118,7 +118,7 @@ impl Score {
 
 /// Scores the part of a move that takes `nodes` (all of one pool) away, where that part's
 /// share of the replacement costs `replacement_price` $/h.
-pub fn score(
+pub(crate) fn score(
     nodes: &[&Candidate<'_>],
     replacement_price: f64,
     totals: PoolTotals,
@@ -136,7 +136,7 @@ pub fn score(
 
 /// The best a node can score: deleted outright, nothing launched in its place (upstream's
 /// candidate filter: if this fails, no move of this node alone can pass).
-pub fn delete_score(
+pub(crate) fn delete_score(
     candidate: &Candidate<'_>,
     totals: &HashMap<String, PoolTotals>,
 ) -> Option<Score> {
@@ -149,12 +149,12 @@ pub fn delete_score(
 }
 
 /// Each Balanced pool's score for its part of a move, pools by name.
-pub type PoolScores = Vec<(String, Score)>;
+pub(crate) type PoolScores = Vec<(String, Score)>;
 
 /// Scores each Balanced pool's part of a move of `nodes` replaced by nodes costing
 /// `replacement_price` $/h in all (the replacement's price shared by the parts' prices, as
 /// upstream splits savings by each pool's share of the source cost), pools by name.
-pub fn scores(
+pub(crate) fn scores(
     nodes: &[&Candidate<'_>],
     replacement_price: f64,
     totals: &HashMap<String, PoolTotals>,

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use std::fmt;
 
 /// Every reason a budget can name, in upstream's order.
-pub const REASONS: [DisruptionReason; 4] = [
+pub(crate) const REASONS: [DisruptionReason; 4] = [
     DisruptionReason::Empty,
     DisruptionReason::Drifted,
     DisruptionReason::Underutilized,
@@ -21,7 +21,7 @@ pub const REASONS: [DisruptionReason; 4] = [
 ];
 
 /// The name upstream's metrics and Events give a reason.
-pub fn reason_name(reason: DisruptionReason) -> &'static str {
+pub(crate) fn reason_name(reason: DisruptionReason) -> &'static str {
     match reason {
         DisruptionReason::Empty => "empty",
         DisruptionReason::Drifted => "drifted",
@@ -67,7 +67,7 @@ impl Allowance {
 /// A budget the pool cannot apply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("budget {index} has {what}")]
-pub struct BudgetError {
+pub(crate) struct BudgetError {
     /// 1-based, as a user counts the list.
     pub index: usize,
     pub what: String,
@@ -76,7 +76,7 @@ pub struct BudgetError {
 /// What `pool`'s budgets allow for `reason` at `now`. `claims` are the pool's NodeClaims; a
 /// claim being deleted, or whose node is being disrupted (`disrupting` says so), counts as being
 /// disrupted.
-pub fn allowance(
+pub(crate) fn allowance(
     pool: &NodePool,
     claims: &[&NodeClaim],
     disrupting: impl Fn(&NodeClaim) -> bool,

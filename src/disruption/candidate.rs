@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 /// The annotation by which a pod says how much its deletion costs (`controller.kubernetes.io/
 /// pod-deletion-cost`), read as upstream reads it.
-pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub(crate) const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// One judged claim.
 #[derive(Clone, Debug)]
@@ -58,7 +58,7 @@ impl Candidate<'_> {
 
 /// What one pod's eviction costs: 1, plus its deletion cost over 2^27 and its priority over
 /// 2^25, clamped to [-10, 10] (upstream's `EvictionCost`).
-pub fn eviction_cost(pod: &CachedPod) -> f64 {
+pub(crate) fn eviction_cost(pod: &CachedPod) -> f64 {
     let mut cost = 1.0;
     if let Some(deletion_cost) = pod
         .metadata
@@ -77,7 +77,7 @@ pub fn eviction_cost(pod: &CachedPod) -> f64 {
 
 /// The share of the claim's `expireAfter` still ahead of it, in [0, 1]; 1 when it never
 /// expires (upstream's `LifetimeRemaining`): a node about to expire is cheap to disrupt.
-pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
+pub(crate) fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
     let Ok(Some(total)) = claim.spec.expire_after.to_duration() else {
         return 1.0;
     };

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// When a claim becomes consolidatable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConsolidatableAt {
+pub(crate) enum ConsolidatableAt {
     /// From this moment on.
     At {
         /// When it becomes (or became) consolidatable.
@@ -24,15 +24,8 @@ pub enum ConsolidatableAt {
     NotInitialized,
 }
 
-impl ConsolidatableAt {
-    /// Whether the claim is consolidatable at `now`.
-    pub fn reached(&self, now: Timestamp) -> bool {
-        matches!(self, Self::At { at, .. } if *at <= now)
-    }
-}
-
 /// When `claim`, a node of `pool`, becomes consolidatable.
-pub fn consolidatable_at(claim: &NodeClaim, pool: &NodePool) -> ConsolidatableAt {
+pub(crate) fn consolidatable_at(claim: &NodeClaim, pool: &NodePool) -> ConsolidatableAt {
     let after = match pool.spec.disruption.consolidate_after.to_duration() {
         Ok(Some(after)) => SignedDuration::try_from(after).unwrap_or(SignedDuration::ZERO),
         Ok(None) => return ConsolidatableAt::Never,

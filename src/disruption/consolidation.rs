@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// Fewest cheaper types a spot candidate's spot replacement must offer (upstream's
 /// `MinInstanceTypesForSpotToSpotConsolidation`).
-pub const MIN_SPOT_TO_SPOT_TYPES: usize = 15;
+pub(crate) const MIN_SPOT_TO_SPOT_TYPES: usize = 15;
 
 /// A node to launch in place of candidates, with the pods it is for.
 #[derive(Clone, Debug)]

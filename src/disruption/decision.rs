@@ -328,7 +328,7 @@ pub(super) fn disrupted(c: &Candidate<'_>) -> Disrupted {
 /// be candidates for its reason within the budgets, and consolidation must still reach the same
 /// decision (upstream's `validation.go`). Returns the command to carry out, with fresh
 /// replacements, or why it no longer holds.
-pub fn validate<'a>(input: &Input<'a>, command: &Command) -> Result<Command, String> {
+pub(crate) fn validate<'a>(input: &Input<'a>, command: &Command) -> Result<Command, String> {
     let decision_now = candidates(&input.snapshot, input.pdbs, input.now);
     let allowances = allowances(input);
     let mut budgets = Budgets(

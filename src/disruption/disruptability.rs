@@ -78,7 +78,7 @@ pub enum BlockerKind {
 /// Pods that count as the node's workload: they would have to go elsewhere if it went
 /// (upstream's `IsReschedulable`: not finished, not being deleted, not a DaemonSet's or a
 /// static pod).
-pub fn is_reschedulable(pod: &CachedPod) -> bool {
+pub(crate) fn is_reschedulable(pod: &CachedPod) -> bool {
     !pod.is_daemon_set_pod()
         && !pod.is_mirror()
         && !pod.is_terminal()
@@ -86,7 +86,7 @@ pub fn is_reschedulable(pod: &CachedPod) -> bool {
 }
 
 /// Whether a node carries the taint of a disruption under way.
-pub fn is_disrupting(node: &CachedNode) -> bool {
+pub(crate) fn is_disrupting(node: &CachedNode) -> bool {
     node.taints
         .iter()
         .any(|t| t.key == labels::DISRUPTED_TAINT_KEY)
@@ -127,7 +127,7 @@ pub struct ClaimView<'a> {
 /// How long after its initialization a node stays reserved for the pending pods it was
 /// launched for. Upstream marks such nodes nominated for the pods' next scheduling attempts;
 /// a bound keeps a pod that never binds from pinning the node for ever.
-pub const NOMINATION: SignedDuration = SignedDuration::from_mins(5);
+pub(crate) const NOMINATION: SignedDuration = SignedDuration::from_mins(5);
 
 /// Whether the claim can be disrupted now, and what blocks it.
 pub fn disruptability(

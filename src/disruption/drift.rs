@@ -15,7 +15,7 @@ use std::fmt;
 
 /// How old a claim must be before a catalogue without its instance type or offering counts as
 /// drift, as upstream: a catalogue that lags a launch must not flag a node just made.
-pub const INSTANCE_TYPE_NOT_FOUND_AFTER: SignedDuration = SignedDuration::from_hours(1);
+pub(crate) const INSTANCE_TYPE_NOT_FOUND_AFTER: SignedDuration = SignedDuration::from_hours(1);
 
 /// Why a claim drifted, named as upstream names it (the `Drifted` condition's reason).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// When the claim expires: its creation plus `spec.expireAfter`. `None` for `Never`, an
 /// unparsable value (which the CRD's pattern refuses) or a claim not yet created.
-pub fn expires_at(claim: &NodeClaim) -> Option<Timestamp> {
+pub(crate) fn expires_at(claim: &NodeClaim) -> Option<Timestamp> {
     let after = claim.spec.expire_after.to_duration().ok()??;
     let created = claim.metadata.creation_timestamp.as_ref()?.0;
     created
@@ -17,7 +17,7 @@ pub fn expires_at(claim: &NodeClaim) -> Option<Timestamp> {
 }
 
 /// Whether the claim has expired at `now`.
-pub fn is_expired(claim: &NodeClaim, now: Timestamp) -> bool {
+pub(crate) fn is_expired(claim: &NodeClaim, now: Timestamp) -> bool {
     expires_at(claim).is_some_and(|at| at <= now)
 }
 

@@ -22,20 +22,27 @@ pub mod consolidation;
 pub mod decision;
 pub mod disruptability;
 pub mod drift;
-pub mod expiration;
+pub(crate) mod expiration;
 mod methods;
 pub mod repair;
 pub mod room;
-pub mod static_scale;
+pub(crate) mod static_scale;
 #[cfg(test)]
 mod tests;
 
-pub use budgets::{Allowance, allowance, reason_name};
+pub use budgets::Allowance;
+pub(crate) use budgets::reason_name;
 pub use candidate::{Candidate, candidates as judge};
-pub use consolidatable::{ConsolidatableAt, consolidatable_at};
-pub use consolidation::{Outcome, Replacement};
-pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide, validate};
-pub use disruptability::{Blocker, BlockerKind, ClaimView, Disruptability, disruptability};
-pub use drift::{Drift, DriftReason, drifted};
-pub use expiration::{expires_at, is_expired};
-pub use static_scale::{StaticScale, static_scale};
+
+pub use consolidation::Outcome;
+pub(crate) use consolidation::Replacement;
+pub(crate) use decision::validate;
+pub use decision::{Command, Decision, Disrupted, Input, Method, Options, decide};
+pub use disruptability::Blocker;
+pub use disruptability::BlockerKind;
+pub use disruptability::disruptability;
+pub use disruptability::{ClaimView, Disruptability};
+
+pub use drift::{Drift, drifted};
+pub(crate) use expiration::{expires_at, is_expired};
+pub(crate) use static_scale::static_scale;

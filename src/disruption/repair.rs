@@ -68,7 +68,7 @@ pub fn unhealthy(
 
 /// Whether any of `node`'s conditions is at a policy's unhealthy status, however long it has
 /// held (upstream counts these for its unhealthy-share guard).
-pub fn matches_any(node: &CachedNode, policies: &[RepairPolicy]) -> bool {
+pub(crate) fn matches_any(node: &CachedNode, policies: &[RepairPolicy]) -> bool {
     node.conditions.iter().any(|c| {
         policies
             .iter()

@@ -20,7 +20,7 @@ use crate::state::Snapshot;
 use std::collections::HashMap;
 
 /// Free room per node, and in all.
-pub struct Room<'a> {
+pub(crate) struct Room<'a> {
     /// `None` when some claim has no Node yet: its room is not known, so nothing is ruled out.
     free: Option<HashMap<&'a str, ResourceList>>,
     total: ResourceList,
@@ -29,7 +29,7 @@ pub struct Room<'a> {
 
 impl<'a> Room<'a> {
     /// Measures the snapshot's nodes: allocatable less what their pods request.
-    pub fn of(snapshot: &Snapshot<'a>) -> Self {
+    pub(crate) fn of(snapshot: &Snapshot<'a>) -> Self {
         let mut room = Self {
             free: None,
             total: ResourceList::new(),
@@ -75,7 +75,7 @@ impl<'a> Room<'a> {
     /// Whether the candidates' pods could possibly move: `false` only when they need more, in
     /// some resource, than the rest of the cluster's free room plus the largest type priced
     /// below the candidates together.
-    pub fn could_move(&self, candidates: &[&Candidate<'_>]) -> bool {
+    pub(crate) fn could_move(&self, candidates: &[&Candidate<'_>]) -> bool {
         let Some(free) = &self.free else {
             return true;
         };

@@ -17,7 +17,7 @@ use crate::apis::NodePool;
 
 /// What a static pool needs now.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StaticScale {
+pub(crate) struct StaticScale {
     /// How many claims to launch.
     pub launch: u64,
     /// Launches the node limit holds back.
@@ -29,7 +29,7 @@ pub struct StaticScale {
 /// What `pool` (static) needs, from every judged claim of the cluster and the number of its
 /// claims created that the watch has not delivered yet (`unseen`, counted as live, as
 /// upstream's node-count reservations are).
-pub fn static_scale(pool: &NodePool, judged: &[Candidate<'_>], unseen: u64) -> StaticScale {
+pub(crate) fn static_scale(pool: &NodePool, judged: &[Candidate<'_>], unseen: u64) -> StaticScale {
     let Some(replicas) = pool.spec.replicas else {
         return StaticScale::default();
     };

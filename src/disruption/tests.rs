@@ -2,6 +2,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+use super::static_scale::StaticScale;
 use super::*;
 use crate::apis::{NodeClaim, NodePool};
 use crate::resources::ResourceList;

@@ -89,7 +89,7 @@ const WAITING_REASONS: &[&str] = &[
 /// The state of a claim, from its conditions and its Node. `node` is `None` only when the caller
 /// looked for the Node and found none: an initialized claim whose Node is gone is `NotReady`
 /// (`NodeDeleted`).
-pub fn claim_state(claim: &NodeClaim, node: Option<&CachedNode>) -> ClaimState {
+pub(crate) fn claim_state(claim: &NodeClaim, node: Option<&CachedNode>) -> ClaimState {
     let drifted = claim.is_true(cond::DRIFTED);
     let detail_of = |type_: &str| {
         claim
@@ -140,7 +140,11 @@ pub fn claim_state(claim: &NodeClaim, node: Option<&CachedNode>) -> ClaimState {
 }
 
 /// [`claim_state`], also saying whether its `expireAfter` has been reached at `now`.
-pub fn claim_state_at(claim: &NodeClaim, node: Option<&CachedNode>, now: Timestamp) -> ClaimState {
+pub(crate) fn claim_state_at(
+    claim: &NodeClaim,
+    node: Option<&CachedNode>,
+    now: Timestamp,
+) -> ClaimState {
     ClaimState {
         expiring: crate::disruption::is_expired(claim, now),
         ..claim_state(claim, node)

@@ -43,19 +43,25 @@ mod status;
 mod timeline;
 
 pub use crate::apis::human_duration;
-pub use crate::disruption::{Blocker, BlockerKind, Disruptability};
-pub use choice::{ChoiceOption, InstanceChoice};
-pub use claim_state::{ClaimPhase, ClaimState, claim_state, claim_state_at};
-pub use nodeclaim::{ClaimExplanation, NotFound, PodWhereabouts, WhyItExists, explain_node_claim};
-pub use pending::{PendingPod, is_pending, namespaces_an_event_could_explain, pending_pods};
-pub use price::{
-    HOURS_PER_MONTH, ListPrices, Price, PriceSource, claim_price, node_price, node_price_or_list,
-};
+pub use crate::disruption::Blocker;
+pub use crate::disruption::BlockerKind;
+pub use crate::disruption::Disruptability;
+
+pub use choice::InstanceChoice;
+pub use claim_state::{ClaimPhase, ClaimState};
+pub(crate) use claim_state::{claim_state, claim_state_at};
+
+pub use nodeclaim::WhyItExists;
+pub use nodeclaim::{ClaimExplanation, NotFound, explain_node_claim};
+pub(crate) use pending::PendingPod;
+pub use pending::{is_pending, namespaces_an_event_could_explain, pending_pods};
+pub use price::{HOURS_PER_MONTH, ListPrices, Price, PriceSource};
+pub(crate) use price::{claim_price, node_price_or_list};
 pub use status::{
-    ClaimSummary, LimitUsage, NodeUsage, PoolSummary, StatusOptions, StatusReport, Totals,
-    claim_summary, status_report,
+    ClaimSummary, LimitUsage, StatusOptions, StatusReport, claim_summary, status_report,
 };
-pub use timeline::TimelineEntry;
+pub use status::{NodeUsage, PoolSummary, Totals};
+pub(crate) use timeline::TimelineEntry;
 
 /// The API objects an answer is computed from. The caller decides how much to list: `status`
 /// lists every pool, claim and node but only unbound pods; `explain` lists one claim's

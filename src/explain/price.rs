@@ -37,7 +37,7 @@ pub struct Price {
 }
 
 /// A node's price from its `eks-node-viewer/instance-price` label.
-pub fn node_price(node: &CachedNode) -> Option<f64> {
+pub(crate) fn node_price(node: &CachedNode) -> Option<f64> {
     node.label(labels::INSTANCE_PRICE)?
         .trim()
         .parse::<f64>()
@@ -58,7 +58,7 @@ fn list_price<'l>(label: impl Fn(&str) -> Option<&'l str>, list: &ListPrices) ->
 }
 
 /// What a node outside any claim costs per hour: its price label, else its list price.
-pub fn node_price_or_list(node: &CachedNode, list: &ListPrices) -> Option<Price> {
+pub(crate) fn node_price_or_list(node: &CachedNode, list: &ListPrices) -> Option<Price> {
     match node_price(node) {
         Some(per_hour) => Some(Price {
             per_hour,
@@ -71,7 +71,7 @@ pub fn node_price_or_list(node: &CachedNode, list: &ListPrices) -> Option<Price>
 /// What a claim costs per hour: its node's price label if present, else the price of its
 /// launched instance type among the recorded options, else its (or its node's) list price,
 /// else unknown.
-pub fn claim_price(
+pub(crate) fn claim_price(
     claim: &NodeClaim,
     node: Option<&CachedNode>,
     list: &ListPrices,

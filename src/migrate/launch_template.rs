@@ -58,7 +58,7 @@ pub struct MetadataOptions {
 
 /// The AMI family an EKS AMI type boots (`amiType` of the node group), with the alias that
 /// selects its latest AMI; `None` for `CUSTOM` and types this does not know.
-pub fn ami_family(ami_type: &str) -> Option<(&'static str, &'static str)> {
+pub(crate) fn ami_family(ami_type: &str) -> Option<(&'static str, &'static str)> {
     if ami_type.starts_with("AL2023_") {
         Some(("AL2023", "al2023@latest"))
     } else if ami_type.starts_with("AL2_") {

@@ -13,7 +13,7 @@
 
 pub mod launch_template;
 
-pub use launch_template::LaunchTemplate;
+pub(crate) use launch_template::LaunchTemplate;
 
 use crate::apis::labels;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};

@@ -58,7 +58,7 @@ impl Overhead {
 /// still launches, ranked last, so a type newer than the price table is not refused. It is
 /// never shown, summed into a bill or written anywhere: readers use [`Offering::known_price`]
 /// or [`known_price`].
-pub const UNKNOWN_PRICE: f64 = 1.0e6;
+pub(crate) const UNKNOWN_PRICE: f64 = 1.0e6;
 
 /// `price`, unless it is [`UNKNOWN_PRICE`] (or above, as a sum of unknown prices is).
 pub fn known_price(price: f64) -> Option<f64> {
@@ -126,7 +126,7 @@ impl InstanceType {
     /// The labels a node of this type gets where its requirements fix one value (`In` with a
     /// single value: instance type, arch, os, family, size, GPU...). Zone and capacity type come
     /// from the offering the node was bought as.
-    pub fn fixed_labels(&self) -> BTreeMap<String, String> {
+    pub(crate) fn fixed_labels(&self) -> BTreeMap<String, String> {
         self.requirements
             .iter()
             .filter_map(|r| {
@@ -149,7 +149,7 @@ impl InstanceType {
 
     /// The cheapest available offering whose zone and capacity type `requirements` allow
     /// (ties go to the first listed).
-    pub fn cheapest_offering(&self, requirements: &Requirements) -> Option<&Offering> {
+    pub(crate) fn cheapest_offering(&self, requirements: &Requirements) -> Option<&Offering> {
         self.offerings
             .iter()
             .filter(|o| o.available && o.allowed_by(requirements))
@@ -161,7 +161,7 @@ impl InstanceType {
 
     /// The type's requirements plus `zone In [...]` and `capacity-type In [...]` from its
     /// available offerings.
-    pub fn requirements_with_offerings(&self) -> Requirements {
+    pub(crate) fn requirements_with_offerings(&self) -> Requirements {
         let available = || self.offerings.iter().filter(|o| o.available);
         let mut reqs = self.requirements.clone();
         reqs.add(Requirement::in_values(

@@ -16,7 +16,7 @@ pub struct LabelSet(Box<[(Arc<str>, Arc<str>)]>);
 
 impl LabelSet {
     /// The labels of `map`, their strings shared through `interner`.
-    pub fn interned<'m>(
+    pub(crate) fn interned<'m>(
         map: impl IntoIterator<Item = (&'m String, &'m String)>,
         interner: &mut Interner,
     ) -> Self {
@@ -54,13 +54,6 @@ impl LabelSet {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    /// The labels as the API's map, for a caller that writes them or hands them on.
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
     }
 }
 

@@ -118,15 +118,24 @@ mod solver;
 mod static_claim;
 pub mod taints;
 mod topology;
-pub mod volume_topology;
+pub(crate) mod volume_topology;
 
-pub use explain::{Closest, PoolReason, PoolRejection, Shortfall, Unschedulable};
-pub use instance_type::{InstanceType, Offering, Overhead, UNKNOWN_PRICE, known_price};
+pub use explain::PoolReason;
+pub use explain::PoolRejection;
+pub use explain::Unschedulable;
+pub use explain::{Closest, Shortfall};
+pub use instance_type::Overhead;
+pub(crate) use instance_type::UNKNOWN_PRICE;
+pub use instance_type::{InstanceType, Offering, known_price};
 pub use label_set::LabelSet;
-pub use pod::{HostPort, PodSpecInfo, PodView, ShapeKey, host_ports, pod_requests};
-pub use requirements::{Incompatibility, Requirement, RequirementError, Requirements};
-pub use static_claim::static_claim;
-pub use volume_topology::{VolumeError, VolumeObjects, VolumeTopology};
+pub use pod::PodView;
+pub(crate) use pod::{ShapeKey, pod_requests};
+pub use requirements::Incompatibility;
+pub use requirements::RequirementError;
+pub use requirements::{Requirement, Requirements};
+pub(crate) use static_claim::static_claim;
+pub use volume_topology::VolumeTopology;
+pub use volume_topology::{VolumeError, VolumeObjects};
 
 use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
 use crate::resources::ResourceList;
@@ -135,7 +144,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// Each namespace's labels, by name.
-pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
+pub(crate) type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 /// Everything one scheduling round looks at.
 #[derive(Clone, Debug, Default)]
@@ -228,7 +237,7 @@ pub struct InFlightClaim<'a, P = Pod> {
 impl<'a, P> InFlightClaim<'a, P> {
     /// Reads a NodeClaim; without `status.allocatable`, assumes the smallest allocatable among
     /// the catalogue types its requirements allow.
-    pub fn from_node_claim(
+    pub(crate) fn from_node_claim(
         claim: &NodeClaim,
         catalogue: &[InstanceType],
         pods: Vec<&'a P>,
@@ -446,7 +455,7 @@ impl NewClaim {
 
     /// The spec of the NodeClaim to create, taking node class, expiry and termination grace
     /// period from the NodePool's template.
-    pub fn to_node_claim_spec(&self, node_pool: &NodePool) -> NodeClaimSpec {
+    pub(crate) fn to_node_claim_spec(&self, node_pool: &NodePool) -> NodeClaimSpec {
         let template = &node_pool.spec.template.spec;
         NodeClaimSpec {
             taints: self.taints.clone(),

@@ -65,7 +65,7 @@ pub trait PodView {
 
 /// The addresses of a pod's shared spec and labels (see [`PodView::shape_key`]). Only
 /// compared while the pods it was taken from are borrowed, so an address is never reused.
-pub type ShapeKey = (usize, usize);
+pub(crate) type ShapeKey = (usize, usize);
 
 impl PodView for Pod {
     fn pod_name(&self) -> Option<&str> {
@@ -108,7 +108,7 @@ impl PodView for Pod {
 /// `max(sum(containers) + sum(sidecars), max_i(init_i + sidecars started before i)) + overhead`,
 /// plus one `pods`. A resource missing from `requests` falls back to its limit (what the API
 /// server defaults requests to).
-pub fn pod_requests(spec: &PodSpec) -> Result<ResourceList, QuantityError> {
+pub(crate) fn pod_requests(spec: &PodSpec) -> Result<ResourceList, QuantityError> {
     let mut app = ResourceList::new();
     for c in &spec.containers {
         app = app.saturating_add(&container_requests(c)?);
@@ -149,7 +149,7 @@ fn container_requests(c: &Container) -> Result<ResourceList, QuantityError> {
 
 /// A host port a pod binds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostPort {
+pub(crate) struct HostPort {
     /// Host IP; empty or `0.0.0.0`/`::` means all addresses.
     pub ip: String,
     /// The port.
@@ -164,7 +164,7 @@ impl HostPort {
     }
 
     /// Whether two pods binding these ports cannot share a node.
-    pub fn conflicts(&self, other: &Self) -> bool {
+    pub(super) fn conflicts(&self, other: &Self) -> bool {
         self.port == other.port
             && self.protocol == other.protocol
             && (self.ip == other.ip || self.unspecified() || other.unspecified())
@@ -182,7 +182,7 @@ impl std::fmt::Display for HostPort {
 }
 
 /// The host ports of a pod's containers (and restartable init containers).
-pub fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+pub(crate) fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
     let sidecars = spec
         .init_containers
         .iter()
@@ -209,7 +209,7 @@ pub fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
 
 /// Which namespaces a pod-affinity term looks at.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Namespaces {
+pub(crate) enum Namespaces {
     /// Exactly these.
     Listed(BTreeSet<String>),
     /// Those whose labels match, plus the listed ones. An empty selector means all namespaces.
@@ -218,7 +218,7 @@ pub enum Namespaces {
 
 impl Namespaces {
     /// Whether a pod in `namespace` is in scope.
-    pub fn contains(
+    pub(super) fn contains(
         &self,
         namespace: &str,
         namespace_labels: &BTreeMap<String, BTreeMap<String, String>>,
@@ -237,7 +237,7 @@ impl Namespaces {
 
 /// A pod (anti-)affinity term.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodTerm {
+pub(crate) struct PodTerm {
     /// The topology key (`kubernetes.io/hostname`, `topology.kubernetes.io/zone`, ...).
     pub key: String,
     /// Which pods it is about.
@@ -248,7 +248,7 @@ pub struct PodTerm {
 
 /// A topology spread constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SpreadTerm {
+pub(crate) struct SpreadTerm {
     /// The topology key.
     pub key: String,
     /// The most the matching-pod counts of two domains may differ by.
@@ -265,7 +265,7 @@ pub struct SpreadTerm {
 }
 
 /// A toleration's `(key, operator, value, effect)`.
-pub type TolerationKey = (
+pub(crate) type TolerationKey = (
     Option<String>,
     Option<String>,
     Option<String>,
@@ -274,7 +274,7 @@ pub type TolerationKey = (
 
 /// Everything the scheduler reads from one pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PodSpecInfo {
+pub(crate) struct PodSpecInfo {
     /// The pod's namespace.
     pub namespace: String,
     /// The pod's labels (what selectors match).
@@ -313,7 +313,7 @@ pub struct PodSpecInfo {
 
 impl PodSpecInfo {
     /// Reads a pod.
-    pub fn from_pod<P: PodView + ?Sized>(pod: &P) -> Self {
+    pub(crate) fn from_pod<P: PodView + ?Sized>(pod: &P) -> Self {
         let namespace = pod.pod_namespace().unwrap_or("default").to_owned();
         let labels = pod.pod_labels().cloned().unwrap_or_default();
         let empty = PodSpec::default();
@@ -470,7 +470,7 @@ impl PodSpecInfo {
     }
 
     /// The tolerations in API form.
-    pub fn tolerations(&self) -> Vec<Toleration> {
+    pub(super) fn tolerations(&self) -> Vec<Toleration> {
         self.tolerations
             .iter()
             .map(|(key, operator, value, effect)| Toleration {
@@ -484,7 +484,7 @@ impl PodSpecInfo {
     }
 
     /// How many spread constraints are hard (`DoNotSchedule`); the rest are soft.
-    pub fn hard_spread_count(&self) -> usize {
+    pub(crate) fn hard_spread_count(&self) -> usize {
         self.spread.iter().take_while(|s| s.hard).count()
     }
 }

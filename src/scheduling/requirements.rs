@@ -42,7 +42,7 @@ pub enum RequirementError {
 
 /// Label keys whose absence from a set of requirements means "any value" rather than "no label":
 /// every node has them, so pods may constrain them even when a NodePool does not.
-pub const WELL_KNOWN_LABELS: &[&str] = &[
+pub(crate) const WELL_KNOWN_LABELS: &[&str] = &[
     labels::NODE_POOL,
     labels::ZONE,
     labels::REGION,
@@ -78,7 +78,7 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
 ];
 
 /// Whether `key` is in [`WELL_KNOWN_LABELS`].
-pub fn is_well_known(key: &str) -> bool {
+pub(crate) fn is_well_known(key: &str) -> bool {
     WELL_KNOWN_LABELS.contains(&key)
 }
 
@@ -170,7 +170,7 @@ impl Requirement {
     }
 
     /// `key DoesNotExist`.
-    pub fn does_not_exist(key: &str) -> Self {
+    pub(crate) fn does_not_exist(key: &str) -> Self {
         Self {
             complement: false,
             ..Self::exists(key)
@@ -179,7 +179,7 @@ impl Requirement {
 
     /// Sets `minValues`, builder style.
     #[must_use]
-    pub fn with_min_values(mut self, min_values: Option<u32>) -> Self {
+    pub(crate) fn with_min_values(mut self, min_values: Option<u32>) -> Self {
         self.min_values = min_values;
         self
     }
@@ -196,7 +196,9 @@ impl Requirement {
     }
 
     /// Reads a pod's node selector requirement (operators are strings in core/v1).
-    pub fn from_node_selector(req: &NodeSelectorRequirement) -> Result<Self, RequirementError> {
+    pub(crate) fn from_node_selector(
+        req: &NodeSelectorRequirement,
+    ) -> Result<Self, RequirementError> {
         let operator = match req.operator.as_str() {
             "In" => RequirementOperator::In,
             "NotIn" => RequirementOperator::NotIn,
@@ -288,7 +290,7 @@ impl Requirement {
     /// `Requirement.Any()`): the first allowed value of a finite set; for `Exists`, `NotIn` and
     /// the bounds of `Gt`/`Lt`, the smallest non-negative integer the requirement allows
     /// (upstream draws a random one). `None` when no value can (`DoesNotExist`, an empty set).
-    pub fn any_value(&self) -> Option<String> {
+    pub(crate) fn any_value(&self) -> Option<String> {
         if !self.complement {
             return self.values.iter().find(|v| self.has(v)).cloned();
         }
@@ -301,7 +303,7 @@ impl Requirement {
     }
 
     /// Whether a node *without* this label satisfies the requirement (`NotIn`, `DoesNotExist`).
-    pub fn allows_absent(&self) -> bool {
+    pub(crate) fn allows_absent(&self) -> bool {
         matches!(
             self.operator(),
             RequirementOperator::NotIn | RequirementOperator::DoesNotExist
@@ -331,7 +333,7 @@ impl Requirement {
     }
 
     /// Whether some value satisfies both requirements (cheaper than [`Self::intersection`]).
-    pub fn has_intersection(&self, other: &Self) -> bool {
+    pub(crate) fn has_intersection(&self, other: &Self) -> bool {
         let gte = max_opt(self.gte, other.gte);
         let lte = min_opt(self.lte, other.lte);
         if let (Some(g), Some(l)) = (gte, lte)
@@ -357,7 +359,7 @@ impl Requirement {
     }
 
     /// Whether every value this requirement allows is allowed by `other` (set inclusion).
-    pub fn is_subset_of(&self, other: &Self) -> bool {
+    pub(crate) fn is_subset_of(&self, other: &Self) -> bool {
         match (self.complement, other.complement) {
             (false, _) => self.values.iter().all(|v| other.has(v)),
             (true, false) => false,
@@ -373,7 +375,7 @@ impl Requirement {
     }
 
     /// The requirement in API form: one entry, or two for a range with both bounds.
-    pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
+    pub(crate) fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
         let min_values = self.min_values.and_then(|m| i32::try_from(m).ok());
         let entry = |operator, values: Vec<LabelValue>| NodeSelectorRequirementWithMinValues {
             key: self.key.clone(),
@@ -535,7 +537,9 @@ impl Requirements {
     }
 
     /// Reads one node selector term (its `matchExpressions`).
-    pub fn from_node_selector(reqs: &[NodeSelectorRequirement]) -> Result<Self, RequirementError> {
+    pub(crate) fn from_node_selector(
+        reqs: &[NodeSelectorRequirement],
+    ) -> Result<Self, RequirementError> {
         let mut out = Self::new();
         for req in reqs {
             out.add(Requirement::from_node_selector(req)?);
@@ -544,7 +548,9 @@ impl Requirements {
     }
 
     /// `key In [value]` for every label.
-    pub fn from_labels<'a>(labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
+    pub(crate) fn from_labels<'a>(
+        labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Self {
         let mut out = Self::new();
         for (key, value) in labels {
             out.add(Requirement::in_values(key, [value]));
@@ -563,7 +569,7 @@ impl Requirements {
     }
 
     /// Adds every requirement of `other`.
-    pub fn add_all(&mut self, other: &Self) {
+    pub(crate) fn add_all(&mut self, other: &Self) {
         for req in other.0.values() {
             self.add(req.clone());
         }
@@ -619,7 +625,7 @@ impl Requirements {
     }
 
     /// Whether any requirement sets `minValues`.
-    pub fn has_min_values(&self) -> bool {
+    pub(crate) fn has_min_values(&self) -> bool {
         self.0.values().any(|r| r.min_values.is_some())
     }
 
@@ -645,7 +651,7 @@ impl Requirements {
 
     /// Whether every key both sides define has a common value (`NotIn`/`DoesNotExist` on both
     /// sides count as compatible: a node without the label satisfies both).
-    pub fn intersects(&self, incoming: &Self) -> Result<(), Incompatibility> {
+    pub(crate) fn intersects(&self, incoming: &Self) -> Result<(), Incompatibility> {
         for req in incoming.iter() {
             let Some(existing) = self.0.get(&req.key) else {
                 continue;
@@ -662,7 +668,7 @@ impl Requirements {
     }
 
     /// Whether a node with exactly these labels satisfies every requirement.
-    pub fn matches_labels(&self, labels: &LabelSet) -> Result<(), Incompatibility> {
+    pub(crate) fn matches_labels(&self, labels: &LabelSet) -> Result<(), Incompatibility> {
         for req in self.iter() {
             let ok = match labels.get(&req.key) {
                 Some(value) => req.has(value),
@@ -685,7 +691,7 @@ impl Requirements {
     /// Whether every node satisfying `self` also satisfies `incoming` (used for in-flight
     /// NodeClaims, whose requirements can no longer change). Keys `self` leaves open count as
     /// "any value" when well known and "no label" otherwise.
-    pub fn implies(
+    pub(crate) fn implies(
         &self,
         incoming: &Self,
         well_known: impl Fn(&str) -> bool,
@@ -721,7 +727,7 @@ impl Requirements {
     /// The first requirement with `minValues` that a set of instance types (given by their
     /// requirements, e.g. the options of a NodeClaim) does not satisfy: `(key, minValues,
     /// distinct allowed values the types span)`. `None` when every `minValues` holds.
-    pub fn min_values_shortfall<'a>(
+    pub(crate) fn min_values_shortfall<'a>(
         &self,
         types: impl IntoIterator<Item = &'a Self> + Clone,
     ) -> Option<(String, u32, usize)> {
@@ -741,7 +747,7 @@ impl Requirements {
     }
 
     /// The requirements in API form, ready for a `NodeClaimSpec`.
-    pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
+    pub(crate) fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
         self.0.values().flat_map(Requirement::to_api).collect()
     }
 }

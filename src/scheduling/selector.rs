@@ -16,14 +16,14 @@ enum Op {
 /// A compiled label selector. A missing selector (or one with an unknown operator) selects
 /// nothing, as in Kubernetes; an empty one selects everything.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Selector {
+pub(crate) struct Selector {
     nothing: bool,
     terms: Vec<(String, Op)>,
 }
 
 impl Selector {
     /// Compiles an API selector; `None` selects nothing.
-    pub fn from_api(selector: Option<&LabelSelector>) -> Self {
+    pub(crate) fn from_api(selector: Option<&LabelSelector>) -> Self {
         let Some(selector) = selector else {
             return Self::nothing();
         };
@@ -51,7 +51,7 @@ impl Selector {
     }
 
     /// A selector that matches no pod.
-    pub fn nothing() -> Self {
+    pub(crate) fn nothing() -> Self {
         Self {
             nothing: true,
             terms: Vec::new(),
@@ -59,7 +59,8 @@ impl Selector {
     }
 
     /// A selector that matches every pod.
-    pub fn everything() -> Self {
+    #[cfg(test)]
+    pub(crate) fn everything() -> Self {
         Self {
             nothing: false,
             terms: Vec::new(),
@@ -68,7 +69,7 @@ impl Selector {
 
     /// Adds `key In [value]` (for `matchLabelKeys`).
     #[must_use]
-    pub fn and_equals(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn and_equals(mut self, key: &str, value: &str) -> Self {
         self.terms.push((
             key.to_owned(),
             Op::In([value.to_owned()].into_iter().collect()),
@@ -79,7 +80,7 @@ impl Selector {
     }
 
     /// Whether a pod with these labels is selected.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         !self.nothing
             && self.terms.iter().all(|(key, op)| match op {
                 Op::In(values) => labels.get(key).is_some_and(|v| values.contains(v)),

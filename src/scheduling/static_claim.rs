@@ -10,7 +10,10 @@ use crate::apis::{NodePool, labels};
 use crate::resources::ResourceList;
 
 /// The claim `pool` launches to keep its count, or why none can be made from `catalogue`.
-pub fn static_claim(pool: &NodePool, catalogue: &[InstanceType]) -> Result<NewClaim, String> {
+pub(crate) fn static_claim(
+    pool: &NodePool,
+    catalogue: &[InstanceType],
+) -> Result<NewClaim, String> {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let template = &pool.spec.template;
     let mut requirements = Requirements::from_api(&template.spec.requirements)

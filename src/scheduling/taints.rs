@@ -19,7 +19,7 @@ pub const NO_EXECUTE: &str = "NoExecute";
 /// `KnownEphemeralTaints`): not ready or unreachable until its kubelet reports, the external
 /// cloud provider's until it is initialized, Karpenter's own `unregistered`. A Karpenter node
 /// that has not finished initializing is planned as if they were gone, as they soon will be.
-pub fn is_known_ephemeral(taint: &Taint) -> bool {
+pub(crate) fn is_known_ephemeral(taint: &Taint) -> bool {
     match (taint.key.as_str(), taint.effect.as_str()) {
         ("node.kubernetes.io/not-ready", NO_SCHEDULE | NO_EXECUTE)
         | ("node.kubernetes.io/unreachable", NO_SCHEDULE) => true,
@@ -32,7 +32,7 @@ pub fn is_known_ephemeral(taint: &Taint) -> bool {
 }
 
 /// Whether one toleration matches one taint.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+pub(crate) fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
         && effect != taint.effect
     {
@@ -58,7 +58,7 @@ pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) ->
 }
 
 /// A toleration for every `PreferNoSchedule` taint, what relaxing preferences adds.
-pub fn tolerate_prefer_no_schedule() -> Toleration {
+pub(crate) fn tolerate_prefer_no_schedule() -> Toleration {
     Toleration {
         operator: Some("Exists".to_owned()),
         effect: Some(PREFER_NO_SCHEDULE.to_owned()),
@@ -67,7 +67,7 @@ pub fn tolerate_prefer_no_schedule() -> Toleration {
 }
 
 /// Prints a taint as `key=value:Effect` (kubectl's notation).
-pub struct DisplayTaint<'a>(pub &'a Taint);
+pub(crate) struct DisplayTaint<'a>(pub &'a Taint);
 
 impl fmt::Display for DisplayTaint<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

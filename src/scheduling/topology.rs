@@ -72,7 +72,7 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    pub fn new(ident: GroupKey, key_id: Option<usize>, domains: usize) -> Self {
+    pub(super) fn new(ident: GroupKey, key_id: Option<usize>, domains: usize) -> Self {
         Self {
             ident,
             key_id,
@@ -87,12 +87,12 @@ impl Group {
         }
     }
 
-    pub fn is_hostname(&self) -> bool {
+    pub(crate) fn is_hostname(&self) -> bool {
         self.key_id.is_none()
     }
 
     /// Whether a bin can no longer take pods through `list` (counts only grow, so for good).
-    pub fn blocked(&self, list: List, bin: u32) -> bool {
+    pub(super) fn blocked(&self, list: List, bin: u32) -> bool {
         match (list, self.ident.kind) {
             (List::Inverse, _) => self.owner_host_count(bin) > 0,
             (_, Kind::Anti) => self.host_count(bin) > 0,
@@ -102,11 +102,11 @@ impl Group {
         }
     }
 
-    pub fn host_count(&self, bin: u32) -> u32 {
+    pub(crate) fn host_count(&self, bin: u32) -> u32 {
         self.host.get(&bin).copied().unwrap_or(0)
     }
 
-    pub fn owner_host_count(&self, bin: u32) -> u32 {
+    pub(crate) fn owner_host_count(&self, bin: u32) -> u32 {
         self.owner_host.get(&bin).copied().unwrap_or(0)
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// The annotation the PersistentVolume controller sets once it has bound a claim; the
 /// kube-scheduler treats a claim that names a volume without it as unbound.
-pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+pub(crate) const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
 /// How many combinations of alternatives a pod's volumes may produce before the rest are
 /// dropped. Each is a scheduling attempt; a pod with three volumes of four terms each would
@@ -156,7 +156,7 @@ fn pod_key<P: PodView + ?Sized>(pod: &P) -> String {
 
 /// The claim each volume of the pod uses: its `persistentVolumeClaim.claimName`, or for a
 /// generic ephemeral volume the claim its controller creates, `<pod>-<volume>`.
-pub fn claim_names<P: PodView + ?Sized>(pod: &P) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn claim_names<P: PodView + ?Sized>(pod: &P) -> impl Iterator<Item = String> + '_ {
     let pod_name = pod.pod_name().unwrap_or_default();
     pod.pod_spec()
         .and_then(|s| s.volumes.as_ref())
@@ -175,7 +175,7 @@ pub fn claim_names<P: PodView + ?Sized>(pod: &P) -> impl Iterator<Item = String>
 
 /// The node requirements a pod's volumes allow (upstream's `GetRequirements`, after its
 /// `ValidatePersistentVolumeClaims`).
-pub fn requirements<P: PodView + ?Sized>(
+pub(crate) fn requirements<P: PodView + ?Sized>(
     pod: &P,
     objects: &impl VolumeObjects,
 ) -> Result<Alternatives, VolumeError> {

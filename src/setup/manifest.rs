@@ -8,9 +8,9 @@ use serde_json::Value;
 use std::hash::Hasher as _;
 
 /// Annotation holding the hash of the applied object.
-pub const APPLIED_HASH: &str = "kubectl-karpenter.io/applied-hash";
+pub(crate) const APPLIED_HASH: &str = "kubectl-karpenter.io/applied-hash";
 /// The field manager `init` applies with.
-pub const FIELD_MANAGER: &str = "kubectl-karpenter";
+pub(crate) const FIELD_MANAGER: &str = "kubectl-karpenter";
 
 /// One object to apply.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +59,7 @@ impl Manifest {
     }
 
     /// The object as applied: with the hash annotation.
-    pub fn applied_object(&self) -> Value {
+    pub(crate) fn applied_object(&self) -> Value {
         let mut object = self.object.clone();
         object["metadata"]["annotations"][APPLIED_HASH] = Value::String(self.hash());
         object
@@ -73,7 +73,7 @@ impl Manifest {
     }
 
     /// Whether the cluster has this exact version.
-    pub async fn is_applied(&self, client: &kube::Client) -> Result<bool, SetupError> {
+    pub(crate) async fn is_applied(&self, client: &kube::Client) -> Result<bool, SetupError> {
         let existing = self
             .api(client)
             .get_opt(&self.name)

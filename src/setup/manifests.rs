@@ -9,10 +9,11 @@ use super::{SetupError, Status, Step};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-pub use super::manifest::{APPLIED_HASH, FIELD_MANAGER, Manifest};
+pub(crate) use super::manifest::FIELD_MANAGER;
+pub use super::manifest::Manifest;
 
 /// A step that applies a group of manifests.
-pub struct ApplyManifests {
+pub(crate) struct ApplyManifests {
     pub name: String,
     pub description: String,
     pub client: kube::Client,
@@ -72,7 +73,7 @@ pub struct AgentSettings {
 
 impl AgentSettings {
     /// The chart's values: the cloud's, the service account's and the image's.
-    pub fn chart_values(&self) -> Value {
+    pub(crate) fn chart_values(&self) -> Value {
         let annotations: serde_json::Map<String, Value> = self
             .service_account_annotations
             .iter()
@@ -120,7 +121,7 @@ pub fn agent(settings: &AgentSettings) -> Result<Vec<Manifest>, super::chart::Ch
 
 /// The `kubernetes-agent` step: applies the agent's objects when there is a client and the
 /// plan applies them, or, when they could not be rendered, fails saying why.
-pub fn agent_step(
+pub(crate) fn agent_step(
     agent: &Result<Vec<Manifest>, super::chart::ChartError>,
     namespace: &str,
     client: Option<&kube::Client>,
@@ -147,7 +148,7 @@ pub fn agent_step(
 
 /// A step that cannot run because what it would apply could not be made: its check fails
 /// with that error, so the plan stops there and says why.
-pub struct Unrenderable {
+pub(crate) struct Unrenderable {
     pub name: String,
     pub description: String,
     pub error: super::chart::ChartError,
@@ -174,6 +175,7 @@ impl Step for Unrenderable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setup::manifest::APPLIED_HASH;
 
     #[test]
     fn the_applied_hash_of_an_object_never_changes() {

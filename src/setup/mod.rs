@@ -278,7 +278,7 @@ impl Plan {
     }
 
     /// Attaches the Kubernetes objects the plan stands for (printed by `--dry-run -o yaml`).
-    pub fn with_manifests(mut self, manifests: Vec<manifests::Manifest>) -> Self {
+    pub(crate) fn with_manifests(mut self, manifests: Vec<manifests::Manifest>) -> Self {
         self.manifests = manifests;
         self
     }

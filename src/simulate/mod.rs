@@ -15,7 +15,8 @@ pub mod disruption;
 pub mod region;
 pub mod workloads;
 
-pub use workloads::{WorkloadError, Workloads, read};
+pub use workloads::WorkloadError;
+pub use workloads::{Workloads, read};
 
 use crate::apis::labels;
 use crate::scheduling::{Input, InstanceType, PodView, PoolInput, schedule};

@@ -8,7 +8,7 @@ use super::node_cache::LAST_APPLIED;
 use crate::apis::{NodeClaim, labels};
 
 /// Drops what no loop reads from a cached NodeClaim.
-pub fn trim_claim(claim: &mut NodeClaim) {
+pub(crate) fn trim_claim(claim: &mut NodeClaim) {
     if let Some(annotations) = claim.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
         annotations.remove(labels::PROVISIONED_FOR);

@@ -37,7 +37,7 @@ pub fn is_provisionable(pod: &CachedPod) -> bool {
 }
 
 /// The pods a round provisions for, in the store's order (the plan refers to them by index).
-pub fn provisionable_pods(pods: &[Arc<CachedPod>]) -> Vec<&CachedPod> {
+pub(crate) fn provisionable_pods(pods: &[Arc<CachedPod>]) -> Vec<&CachedPod> {
     pods.iter()
         .map(AsRef::as_ref)
         .filter(|p| is_provisionable(p))
@@ -46,7 +46,7 @@ pub fn provisionable_pods(pods: &[Arc<CachedPod>]) -> Vec<&CachedPod> {
 
 /// The NodePools that may launch nodes: those not being deleted, by name, so every round
 /// offers them to the scheduler in one order.
-pub fn live_pools(pools: &[Arc<NodePool>]) -> Vec<&NodePool> {
+pub(crate) fn live_pools(pools: &[Arc<NodePool>]) -> Vec<&NodePool> {
     let mut live: Vec<&NodePool> = pools
         .iter()
         .map(AsRef::as_ref)
@@ -57,7 +57,7 @@ pub fn live_pools(pools: &[Arc<NodePool>]) -> Vec<&NodePool> {
 }
 
 /// The node classes a round needs the catalogue of: every live pool's and every claim's.
-pub fn node_classes<'a>(
+pub(crate) fn node_classes<'a>(
     pools: &'a [Arc<NodePool>],
     claims: &'a [Arc<NodeClaim>],
 ) -> impl Iterator<Item = &'a NodeClassReference> {

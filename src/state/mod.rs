@@ -8,27 +8,29 @@
 //! API server through [`crate::client`] and write nothing; everything else here is a plain
 //! function of what the stores hold.
 
-pub mod claim_cache;
-pub mod gather;
+pub(crate) mod claim_cache;
+pub(crate) mod gather;
 pub mod input;
-pub mod node_cache;
-pub mod pod_cache;
+pub(crate) mod node_cache;
+pub(crate) mod pod_cache;
 pub mod stores;
 pub mod usage;
 pub mod volumes;
 pub mod watches;
 
-pub use claim_cache::trim_claim;
 pub use gather::Gathered;
-pub use input::{
-    Catalogues, Snapshot, daemon_set_pods, is_provisionable, live_pools, node_classes,
-    provisionable_pods, scheduling_input,
-};
-pub use node_cache::{Allocatable, CachedNode, NodeConditionState};
-pub use pod_cache::{
-    CachedPod, CachedPodStatus, PodMeta, ReplicaParts, ScheduledCondition, WatchedPod,
-};
-pub use stores::{Stores, Writers, namespace_labels};
-pub use usage::usage_by_pool;
-pub use volumes::VolumeStores;
-pub use watches::{Observer, Observers, Watch, watches};
+pub use input::Snapshot;
+pub use input::{Catalogues, daemon_set_pods, is_provisionable, scheduling_input};
+
+pub use node_cache::CachedNode;
+pub use node_cache::{Allocatable, NodeConditionState};
+pub(crate) use pod_cache::ScheduledCondition;
+pub use pod_cache::{CachedPod, ReplicaParts, WatchedPod};
+pub use pod_cache::{CachedPodStatus, PodMeta};
+pub use stores::namespace_labels;
+pub use stores::{Stores, Writers};
+pub(crate) use usage::usage_by_pool;
+
+pub use watches::Observers;
+
+pub use watches::{Observer, watches};

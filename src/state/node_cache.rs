@@ -92,7 +92,7 @@ impl Allocatable {
     }
 
     /// Whether the kubelet has reported it, valid or not.
-    pub fn is_reported(&self) -> bool {
+    pub(crate) fn is_reported(&self) -> bool {
         !matches!(self, Self::NotReported)
     }
 
@@ -185,7 +185,7 @@ impl CachedNode {
     }
 
     /// A reference to the Node, for the Events recorded on it.
-    pub fn object_ref(&self) -> ObjectReference {
+    pub(crate) fn object_ref(&self) -> ObjectReference {
         ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("Node".to_owned()),
@@ -197,7 +197,7 @@ impl CachedNode {
     }
 
     /// Whether the kubelet reports the node Ready.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.condition("Ready")
             .is_some_and(|c| &*c.status == "True")
     }

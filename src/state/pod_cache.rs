@@ -361,7 +361,7 @@ impl CachedPod {
     }
 
     /// A reference to the pod, for Events about it.
-    pub fn object_ref(&self) -> ObjectReference {
+    pub(crate) fn object_ref(&self) -> ObjectReference {
         ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("Pod".to_owned()),
@@ -386,12 +386,12 @@ impl CachedPod {
     }
 
     /// Whether the pod's `Ready` condition is True.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.status.ready
     }
 
     /// The `PodScheduled` condition.
-    pub fn scheduled_condition(&self) -> Option<&ScheduledCondition> {
+    pub(crate) fn scheduled_condition(&self) -> Option<&ScheduledCondition> {
         self.status.scheduled.as_ref()
     }
 }

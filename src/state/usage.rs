@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 
 /// Node count and summed capacity per pool, from the NodeClaims that exist.
-pub fn usage_by_pool<'a>(
+pub(crate) fn usage_by_pool<'a>(
     claims: impl IntoIterator<Item = &'a crate::apis::NodeClaim>,
 ) -> BTreeMap<String, (i64, ResourceList)> {
     let mut usage: BTreeMap<String, (i64, ResourceList)> = BTreeMap::new();

@@ -50,7 +50,7 @@ impl Default for Observers {
 }
 
 /// A running watch: its name (what `/healthz` says of it when it stops) and its task.
-pub type Watch = (&'static str, BoxFuture<'static, ()>);
+pub(crate) type Watch = (&'static str, BoxFuture<'static, ()>);
 
 /// The watches that fill `writers`' stores, to be spawned. Objects of the agent's own kinds that
 /// do not decode are reported through `recorder` (a Warning Event on each) and counted in the

@@ -7,12 +7,12 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-pub const REGION: &str = "us-west-2";
-pub const ZONES: [&str; 3] = ["us-west-2a", "us-west-2b", "us-west-2c"];
+pub(crate) const REGION: &str = "us-west-2";
+pub(crate) const ZONES: [&str; 3] = ["us-west-2a", "us-west-2b", "us-west-2c"];
 /// The Kubernetes version the rig reports, so the AMI alias asks for its parameters.
-pub const K8S_VERSION: &str = "1.34";
+pub(crate) const K8S_VERSION: &str = "1.34";
 
-pub struct Env {
+pub(crate) struct Env {
     pub cluster: String,
     pub proxy: Proxy,
     pub sdk: SdkConfig,
@@ -26,7 +26,7 @@ pub struct Env {
     pub arm64_ami: String,
 }
 
-pub async fn sdk_config(url: &str) -> SdkConfig {
+pub(crate) async fn sdk_config(url: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(url)
         .region(Region::new(REGION))
@@ -50,12 +50,12 @@ fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
 impl Env {
     /// A fresh account for `cluster`; `discovery_tags` tags the subnets and security group with
     /// `karpenter.sh/discovery=<cluster>` (init aws does that itself).
-    pub async fn new(cluster: &str, discovery_tags: bool) -> Self {
+    pub(crate) async fn new(cluster: &str, discovery_tags: bool) -> Self {
         Self::on(&crate::moto::moto().url, cluster, discovery_tags).await
     }
 
     /// The same, in the moto server at `moto_url`.
-    pub async fn on(moto_url: &str, cluster: &str, discovery_tags: bool) -> Self {
+    pub(crate) async fn on(moto_url: &str, cluster: &str, discovery_tags: bool) -> Self {
         static NEXT_NET: AtomicU8 = AtomicU8::new(1);
         let proxy = Proxy::start(moto_url).await;
         let sdk = sdk_config(&proxy.url).await;
@@ -161,7 +161,7 @@ impl Env {
     }
 
     /// The node role an EC2NodeClass names (what `init aws` would have made).
-    pub async fn node_role(&self) -> String {
+    pub(crate) async fn node_role(&self) -> String {
         let name = format!("KarpenterNodeRole-{}", self.cluster);
         let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
         let _ = self
@@ -175,7 +175,7 @@ impl Env {
     }
 
     /// Instances of this cluster in moto, terminated ones included.
-    pub async fn instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
+    pub(crate) async fn instances(&self) -> Vec<aws_sdk_ec2::types::Instance> {
         let out = self
             .ec2
             .describe_instances()
@@ -195,7 +195,7 @@ impl Env {
     }
 
     /// The state of an instance (`running`, `terminated`...).
-    pub async fn state(&self, instance_id: &str) -> String {
+    pub(crate) async fn state(&self, instance_id: &str) -> String {
         let out = self
             .ec2
             .describe_instances()

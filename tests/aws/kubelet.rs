@@ -6,7 +6,7 @@ use karpenter_core::cloud::ProviderId;
 
 /// Registers the Node of each of `cluster`'s launched claims, as its instance's kubelet would,
 /// until dropped.
-pub async fn ec2_kubelet(client: kube::Client, cluster: String, ec2: aws_sdk_ec2::Client) {
+pub(crate) async fn ec2_kubelet(client: kube::Client, cluster: String, ec2: aws_sdk_ec2::Client) {
     karpenter_test_support::cloud_agent::kubelet(client, cluster, aws_node_name, move |id| {
         let ec2 = ec2.clone();
         async move { node_labels_sent(&ec2, &id).await }

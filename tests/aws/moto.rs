@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub struct Moto {
+pub(crate) struct Moto {
     pub url: String,
     /// moto's output, for when a test needs to know what it said.
     #[allow(dead_code)]
@@ -45,7 +45,7 @@ fn answers(port: u16) -> bool {
 }
 
 /// The moto server of this test binary.
-pub fn moto() -> &'static Moto {
+pub(crate) fn moto() -> &'static Moto {
     static MOTO: OnceLock<Moto> = OnceLock::new();
     MOTO.get_or_init(|| {
         if let Ok(url) = std::env::var("KARPENTER_TEST_MOTO_URL") {
@@ -61,7 +61,7 @@ pub fn moto() -> &'static Moto {
 impl Moto {
     /// A moto server of its own, for a test that changes what the whole server does (IAM
     /// enforcement); stopped with this process like the shared one.
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let install = Command::new(script())
             .arg("install")
             .stderr(Stdio::inherit())
@@ -105,7 +105,7 @@ impl Moto {
 
     /// Turns moto's IAM access control on (every request is then authenticated and checked
     /// against the caller's IAM policies) or off, for the whole server (`/moto-api/reset-auth`).
-    pub fn enforce_iam(&self, on: bool) {
+    pub(crate) fn enforce_iam(&self, on: bool) {
         let address = self.url.trim_start_matches("http://");
         let body = if on { "0" } else { "inf" };
         let mut stream = TcpStream::connect(address).expect("connect to moto");

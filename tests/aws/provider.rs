@@ -11,12 +11,12 @@ use karpenter_core::controllers::lifecycle::launch_candidates;
 use karpenter_core::controllers::nodeclass_status;
 use kube::Api;
 
-pub async fn provider(env: &Env) -> AwsProvider {
+pub(crate) async fn provider(env: &Env) -> AwsProvider {
     let config = AwsConfig::new(crate::env::REGION, env.cluster.clone());
     AwsProvider::with_sdk_config(config, &env.sdk, rig().client().await)
 }
 
-pub fn reference(name: &str) -> NodeClassReference {
+pub(crate) fn reference(name: &str) -> NodeClassReference {
     NodeClassReference {
         group: labels::AWS_GROUP.to_owned(),
         kind: "EC2NodeClass".to_owned(),
@@ -25,7 +25,7 @@ pub fn reference(name: &str) -> NodeClassReference {
 }
 
 /// A NodeClaim (not stored anywhere) for `class`, limited to `types` and on-demand.
-pub fn claim(name: &str, class: &str, types: &[&str]) -> NodeClaim {
+pub(crate) fn claim(name: &str, class: &str, types: &[&str]) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": name, "labels": {labels::NODE_POOL: "test-pool"}},

@@ -42,7 +42,7 @@ struct Faults {
 
 /// One request a client sent through the proxy, as a policy check needs it.
 #[derive(Clone, Debug)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// The signing service (`ec2`, `sqs`, `iam`...), from the SigV4 credential scope.
     pub service: String,
     /// The access key that signed it.
@@ -57,14 +57,14 @@ pub struct Sent {
 
 /// A running proxy; it stops with the test's runtime.
 #[derive(Clone)]
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub url: String,
     faults: Arc<Mutex<Faults>>,
 }
 
 impl Proxy {
     /// Starts a proxy to `upstream` (`http://127.0.0.1:PORT`).
-    pub async fn start(upstream: &str) -> Self {
+    pub(crate) async fn start(upstream: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the proxy");
@@ -95,12 +95,12 @@ impl Proxy {
     }
 
     /// CreateFleet fails with InsufficientInstanceCapacity for `instance_type`, in every zone.
-    pub fn insufficient_capacity(&self, instance_type: &str) {
+    pub(crate) fn insufficient_capacity(&self, instance_type: &str) {
         self.faults().insufficient.insert(instance_type.to_owned());
     }
 
     /// `action` (e.g. `PutRolePolicy`, `CreateQueue`) answers AccessDenied.
-    pub fn deny(&self, action: &str) {
+    pub(crate) fn deny(&self, action: &str) {
         self.faults().denied.insert(action.to_owned());
     }
 
@@ -109,12 +109,12 @@ impl Proxy {
         dead_code,
         reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
     )]
-    pub fn throttle(&self, action: &str, times: u32) {
+    pub(crate) fn throttle(&self, action: &str, times: u32) {
         self.faults().throttled.insert(action.to_owned(), times);
     }
 
     /// Every action is allowed again.
-    pub fn allow_all(&self) {
+    pub(crate) fn allow_all(&self) {
         self.faults().denied.clear();
     }
 
@@ -123,12 +123,12 @@ impl Proxy {
         dead_code,
         reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
     )]
-    pub fn slow(&self, action: &str, delay: std::time::Duration) {
+    pub(crate) fn slow(&self, action: &str, delay: std::time::Duration) {
         self.faults().slow.insert(action.to_owned(), delay);
     }
 
     /// SSM GetParameter of `name` returns `value`.
-    pub fn public_parameter(&self, name: &str, value: &str) {
+    pub(crate) fn public_parameter(&self, name: &str, value: &str) {
         self.faults()
             .parameters
             .insert(name.to_owned(), value.to_owned());
@@ -140,22 +140,22 @@ impl Proxy {
         dead_code,
         reason = "the agent's failover test (agent/tests/failover_aws.rs) includes this file"
     )]
-    pub fn price_list(&self, products: Vec<serde_json::Value>) {
+    pub(crate) fn price_list(&self, products: Vec<serde_json::Value>) {
         self.faults().products = products;
     }
 
     /// Every action seen, in order.
-    pub fn actions(&self) -> Vec<String> {
+    pub(crate) fn actions(&self) -> Vec<String> {
         self.faults().actions.clone()
     }
 
     /// Every request sent through the proxy, in order.
-    pub fn sent(&self) -> Vec<Sent> {
+    pub(crate) fn sent(&self) -> Vec<Sent> {
         self.faults().sent.clone()
     }
 
     /// The form bodies of the CreateFleet requests, as the client sent them.
-    pub fn fleet_requests(&self) -> Vec<String> {
+    pub(crate) fn fleet_requests(&self) -> Vec<String> {
         self.faults().fleet_requests.clone()
     }
 }
@@ -267,7 +267,7 @@ fn dechunk(data: &[u8]) -> Vec<u8> {
 }
 
 /// Decodes `application/x-www-form-urlencoded` text (IAM returns policy documents so).
-pub fn url_decode(text: &str) -> String {
+pub(crate) fn url_decode(text: &str) -> String {
     percent_encoding::percent_decode_str(&text.replace('+', " "))
         .decode_utf8_lossy()
         .into_owned()

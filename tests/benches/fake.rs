@@ -10,20 +10,20 @@ use karpenter_core::resources::ResourceList;
 use karpenter_core::scheduling::{InstanceType, Offering, Requirement};
 
 /// How many types the catalogue has.
-pub const TYPES: u64 = 400;
+pub(crate) const TYPES: u64 = 400;
 
 /// The zones upstream's fake offers on-demand capacity in.
-pub const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
+pub(crate) const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 
 /// CPU and memory kube-reserved on every type.
-pub const RESERVED_CPU_MILLIS: u64 = 100;
-pub const RESERVED_MEMORY_MIB: u64 = 10;
+pub(crate) const RESERVED_CPU_MILLIS: u64 = 100;
+pub(crate) const RESERVED_MEMORY_MIB: u64 = 10;
 
 /// SplitMix64: a tiny deterministic generator, so the workload is the same on every run.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -31,23 +31,23 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    pub(crate) fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[(self.next() % items.len() as u64) as usize]
     }
 }
 
 /// The name of the type with `vcpu` vCPUs.
-pub fn type_name(vcpu: u64) -> String {
+pub(crate) fn type_name(vcpu: u64) -> String {
     format!("fake-it-{}", vcpu - 1)
 }
 
 /// `fake.PriceFromResources` of the type with `vcpu` vCPUs.
-pub fn price(vcpu: u64) -> f64 {
+pub(crate) fn price(vcpu: u64) -> f64 {
     0.1 * vcpu as f64 + 0.1 * ((vcpu * 2) << 30) as f64 / 1e9
 }
 
 /// `fake.InstanceTypes(400)` with `fake.PriceFromResources` prices.
-pub fn catalogue() -> Vec<InstanceType> {
+pub(crate) fn catalogue() -> Vec<InstanceType> {
     (1..=TYPES)
         .map(|cpu| {
             let capacity = ResourceList::new()

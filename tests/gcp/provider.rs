@@ -18,7 +18,7 @@ async fn provider(fake: &gcp_fake::FakeGcp, project: &str, cluster: &str) -> Gcp
         .expect("provider")
 }
 
-pub fn reference(name: &str) -> NodeClassReference {
+pub(crate) fn reference(name: &str) -> NodeClassReference {
     NodeClassReference {
         group: labels::GCP_GROUP.to_owned(),
         kind: "GCENodeClass".to_owned(),
@@ -27,7 +27,13 @@ pub fn reference(name: &str) -> NodeClassReference {
 }
 
 /// A NodeClaim (not stored anywhere) for `class`, limited to `types`, `zones` and `capacity`.
-pub fn claim(name: &str, class: &str, types: &[&str], zones: &[&str], capacity: &str) -> NodeClaim {
+pub(crate) fn claim(
+    name: &str,
+    class: &str,
+    types: &[&str],
+    zones: &[&str],
+    capacity: &str,
+) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": name, "uid": "0b6c1b7e-2f5e-4d7b-9a39-3c5e6d7f8a90", "labels": {labels::NODE_POOL: "test-pool", "team.example.com/owner": "ops"}},

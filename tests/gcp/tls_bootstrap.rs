@@ -14,10 +14,10 @@ use kube::Api;
 use kube::api::PostParams;
 
 /// The user of GKE's node-pool bootstrap credential.
-pub const BOOTSTRAP_USER: &str = "kubelet-nodepool-bootstrap";
+pub(crate) const BOOTSTRAP_USER: &str = "kubelet-nodepool-bootstrap";
 
 /// A client acting with the node pool's bootstrap credential, allowed what GKE allows it.
-pub async fn bootstrap_client() -> kube::Client {
+pub(crate) async fn bootstrap_client() -> kube::Client {
     static BOUND: std::sync::Once = std::sync::Once::new();
     BOUND.call_once(|| {
         let binding = format!(
@@ -39,7 +39,11 @@ pub async fn bootstrap_client() -> kube::Client {
 }
 
 /// A PEM certificate request for `CN=common_name, O=organization` with these names.
-pub fn certificate_request(common_name: &str, organization: &str, sans: &[String]) -> String {
+pub(crate) fn certificate_request(
+    common_name: &str,
+    organization: &str,
+    sans: &[String],
+) -> String {
     let key = rcgen::KeyPair::generate().expect("key");
     let mut params = rcgen::CertificateParams::new(sans.to_vec()).expect("params");
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -57,7 +61,7 @@ pub fn certificate_request(common_name: &str, organization: &str, sans: &[String
 }
 
 /// Creates CertificateSigningRequest `name` through `client` unless it exists.
-pub async fn submit(
+pub(crate) async fn submit(
     client: &kube::Client,
     name: &str,
     signer: &str,
@@ -87,7 +91,7 @@ pub async fn submit(
 
 /// The kubelet's part for node `node_name`: asks for its client certificate (once), and says
 /// whether it has been issued.
-pub async fn client_certificate_issued(bootstrap: &kube::Client, node_name: &str) -> bool {
+pub(crate) async fn client_certificate_issued(bootstrap: &kube::Client, node_name: &str) -> bool {
     let name = format!("node-csr-{node_name}");
     let api: Api<CertificateSigningRequest> = Api::all(bootstrap.clone());
     if let Ok(Some(csr)) = api.get_opt(&name).await {
@@ -106,7 +110,7 @@ pub async fn client_certificate_issued(bootstrap: &kube::Client, node_name: &str
 }
 
 /// Whether a request was signed (approved, then issued by kube-controller-manager).
-pub fn issued(csr: &CertificateSigningRequest) -> bool {
+pub(crate) fn issued(csr: &CertificateSigningRequest) -> bool {
     csr.status
         .as_ref()
         .and_then(|s| s.certificate.as_ref())
@@ -114,7 +118,7 @@ pub fn issued(csr: &CertificateSigningRequest) -> bool {
 }
 
 /// The reason of a request's Approved condition, if it has one.
-pub fn approval(csr: &CertificateSigningRequest) -> Option<String> {
+pub(crate) fn approval(csr: &CertificateSigningRequest) -> Option<String> {
     csr.status
         .as_ref()?
         .conditions

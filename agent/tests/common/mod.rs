@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One agent process, killed when dropped.
-pub struct AgentProcess {
+pub(crate) struct AgentProcess {
     pub child: Child,
     pub port: u16,
     log: PathBuf,
@@ -18,7 +18,7 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     /// `karpenter-agent run --provider kwok`, leading on the Lease in `namespace`.
-    pub fn start(name: &str, kubeconfig: &Path, dir: &Path) -> Self {
+    pub(crate) fn start(name: &str, kubeconfig: &Path, dir: &Path) -> Self {
         Self::start_with(
             name,
             kubeconfig,
@@ -37,7 +37,7 @@ impl AgentProcess {
     }
 
     /// `karpenter-agent ARGS` with `env` (and `POD_NAME`), serving HTTP on a free port.
-    pub fn start_with(
+    pub(crate) fn start_with(
         name: &str,
         kubeconfig: &Path,
         dir: &Path,
@@ -67,7 +67,7 @@ impl AgentProcess {
     }
 
     /// The status code of `GET path` on the agent's HTTP port, if it answers.
-    pub async fn probe(&self, path: &str) -> Option<u16> {
+    pub(crate) async fn probe(&self, path: &str) -> Option<u16> {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
             .await
             .ok()?;
@@ -78,7 +78,7 @@ impl AgentProcess {
         answer.split_whitespace().nth(1)?.parse().ok()
     }
 
-    pub fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
@@ -93,11 +93,15 @@ impl Drop for AgentProcess {
 }
 
 /// `init`'s namespace, where its agents' Lease lives.
-pub const NAMESPACE: &str = "karpenter";
+pub(crate) const NAMESPACE: &str = "karpenter";
 
 /// The rig's admin kubeconfig, impersonating a ServiceAccount (as a kubeconfig's
 /// `as:` and `as-groups:` do), so only `init`'s RBAC lets the agents act.
-pub fn service_account_kubeconfig(dir: &Path, namespace: &str, service_account: &str) -> PathBuf {
+pub(crate) fn service_account_kubeconfig(
+    dir: &Path,
+    namespace: &str,
+    service_account: &str,
+) -> PathBuf {
     let mut kubeconfig =
         kube::config::Kubeconfig::read_from(&rig().kubeconfig).expect("the rig's kubeconfig");
     for user in &mut kubeconfig.auth_infos {
@@ -121,7 +125,7 @@ pub fn service_account_kubeconfig(dir: &Path, namespace: &str, service_account: 
     path
 }
 
-pub async fn wait_for<T, F, Fut>(
+pub(crate) async fn wait_for<T, F, Fut>(
     what: &str,
     timeout: Duration,
     agents: &[&AgentProcess],

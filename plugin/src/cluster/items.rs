@@ -31,7 +31,7 @@ enum Place {
 
 /// Cuts a list's items out of its bytes, fed in chunks of any size.
 #[derive(Debug)]
-pub struct ItemSplitter {
+pub(crate) struct ItemSplitter {
     /// Bytes not yet handed out: the scanned part of an unfinished item and what follows.
     pending: Vec<u8>,
     /// How far `pending` has been scanned.
@@ -76,7 +76,7 @@ struct Whole<L> {
 
 impl ItemSplitter {
     /// Takes the next chunk and decodes every item it completes into `out`.
-    pub fn push<L: DeserializeOwned>(
+    pub(crate) fn push<L: DeserializeOwned>(
         &mut self,
         chunk: &[u8],
         out: &mut Vec<L>,
@@ -170,7 +170,7 @@ impl ItemSplitter {
     }
 
     /// Ends the body: the items, or an error when its JSON did not end.
-    pub fn finish<L: DeserializeOwned>(self, mut out: Vec<L>) -> anyhow::Result<Vec<L>> {
+    pub(crate) fn finish<L: DeserializeOwned>(self, mut out: Vec<L>) -> anyhow::Result<Vec<L>> {
         match (self.place, self.whole) {
             (Place::Done, _) => Ok(out),
             (_, Some(whole)) if !whole.is_empty() => {
@@ -188,7 +188,7 @@ impl ItemSplitter {
 }
 
 /// Decodes the items of a list whose body arrives in `chunks`, until the sender is dropped.
-pub fn decode<K, L, B>(chunks: std::sync::mpsc::Receiver<B>) -> anyhow::Result<Vec<K>>
+pub(crate) fn decode<K, L, B>(chunks: std::sync::mpsc::Receiver<B>) -> anyhow::Result<Vec<K>>
 where
     L: DeserializeOwned + Into<K>,
     B: AsRef<[u8]>,

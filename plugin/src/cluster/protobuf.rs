@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use std::collections::BTreeMap;
 
 /// The media type to ask for.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
 const MAGIC: &[u8] = b"k8s\0";
 
@@ -237,7 +237,7 @@ fn node(bytes: &[u8]) -> anyhow::Result<Node> {
 
 /// The Nodes of a `NodeList` response body: name, namespace, uid, resourceVersion, labels,
 /// annotations, timestamps, owners and finalizers; providerID and unschedulable; conditions.
-pub fn decode_node_list(body: &[u8]) -> anyhow::Result<Vec<Node>> {
+pub(crate) fn decode_node_list(body: &[u8]) -> anyhow::Result<Vec<Node>> {
     let Some(envelope) = body.strip_prefix(MAGIC) else {
         bail!("not a Kubernetes protobuf body (no k8s\\0 prefix)")
     };

@@ -17,13 +17,13 @@ use aws_sdk_ec2::types::{ArchitectureType, InstanceTypeInfo, UsageClassType};
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 /// Share of memory the hypervisor and firmware keep (upstream's `vmMemoryOverheadPercent`).
-pub const VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
+pub(crate) const VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
 /// Root volume when the node class names none (the EKS AMIs' default).
-pub const DEFAULT_ROOT_VOLUME_BYTES: u64 = 20 * GIB;
+pub(crate) const DEFAULT_ROOT_VOLUME_BYTES: u64 = 20 * GIB;
 /// AMD GPUs, as the AMD device plugin names them.
-pub const AMD_GPU: &str = "amd.com/gpu";
+pub(crate) const AMD_GPU: &str = "amd.com/gpu";
 /// AWS Inferentia and Trainium devices.
-pub const AWS_NEURON: &str = "aws.amazon.com/neuron";
+pub(crate) const AWS_NEURON: &str = "aws.amazon.com/neuron";
 
 /// The facts of one instance type that matter here, read from DescribeInstanceTypes.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,7 +56,7 @@ pub struct Gpu {
 
 impl TypeInfo {
     /// Reads what the scheduler needs; `None` for types Kubernetes nodes cannot be (i386, mac).
-    pub fn from_sdk(info: &InstanceTypeInfo) -> Option<Self> {
+    pub(crate) fn from_sdk(info: &InstanceTypeInfo) -> Option<Self> {
         let name = info.instance_type()?.as_str().to_owned();
         let arches = info
             .processor_info()
@@ -114,12 +114,12 @@ impl TypeInfo {
     }
 
     /// Pods the VPC CNI can give addresses to: `ENIs × (IPv4 per ENI − 1) + 2`.
-    pub fn eni_limited_pods(&self) -> u64 {
+    pub(crate) fn eni_limited_pods(&self) -> u64 {
         self.max_enis * self.ipv4_per_eni.saturating_sub(1) + 2
     }
 
     /// The family (`m5`), category (`m`), generation (`5`) and size (`large`).
-    pub fn name_parts(&self) -> (&str, String, String, &str) {
+    pub(crate) fn name_parts(&self) -> (&str, String, String, &str) {
         let (family, size) = self.name.split_once('.').unwrap_or((&self.name, ""));
         let category: String = family
             .chars()
@@ -135,7 +135,7 @@ impl TypeInfo {
 
     /// GPU, accelerator or bare-metal types: launched only when nothing ordinary fits (upstream's
     /// "exotic" filter).
-    pub fn is_exotic(&self) -> bool {
+    pub(crate) fn is_exotic(&self) -> bool {
         self.gpus.is_some() || self.neuron_devices > 0 || self.bare_metal
     }
 }

@@ -175,7 +175,7 @@ impl AwsProvider {
 
     /// The catalogue for a resolved node class: types some AMI can boot, offered in its
     /// subnets' zones, priced, with the unavailable-offerings cache applied.
-    pub fn instance_types_for(
+    pub(crate) fn instance_types_for(
         &self,
         resolved: &ResolvedNodeClass,
         snapshot: &CatalogueSnapshot,
@@ -234,7 +234,7 @@ impl AwsProvider {
 }
 
 /// The root volume size a node class asks for (default 20Gi).
-pub fn root_volume_bytes(spec: &crate::apis::EC2NodeClassSpec) -> u64 {
+pub(crate) fn root_volume_bytes(spec: &crate::apis::EC2NodeClassSpec) -> u64 {
     spec.block_device_mappings
         .iter()
         .find(|b| b.root_volume == Some(true))

@@ -13,7 +13,7 @@ use aws_sdk_ec2::types::Filter;
 impl AwsProvider {
     /// Deletes what the agent made for the node class `name` (see the module comment).
     /// Idempotent: what is already gone is skipped.
-    pub async fn clean_up_node_class(&self, name: &str) -> Result<(), CloudError> {
+    pub(crate) async fn clean_up_node_class(&self, name: &str) -> Result<(), CloudError> {
         self.delete_launch_templates(name).await?;
         self.delete_instance_profile(name).await
     }

@@ -15,16 +15,16 @@ use crate::cloud::provider::{CloudError, ProviderId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Upstream's reason for an instance whose AMI the node class no longer resolves to.
-pub const AMI_DRIFT: &str = "AMIDrift";
+pub(crate) const AMI_DRIFT: &str = "AMIDrift";
 /// Upstream's reason for an instance whose security groups are not the class's.
-pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
+pub(crate) const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
 /// Upstream's reason for an instance in a subnet the class no longer selects.
-pub const SUBNET_DRIFT: &str = "SubnetDrift";
+pub(crate) const SUBNET_DRIFT: &str = "SubnetDrift";
 
 /// Upstream's annotation for the node class's hash, on the class and on its claims.
-pub const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+pub(crate) const EC2_NODE_CLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 /// Upstream's annotation for the version of that hash.
-pub const EC2_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+pub(crate) const EC2_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
 
 /// The fields upstream's `EC2NodeClassSpec` tags `hash:"ignore"`: selectors (dynamic: judged
 /// by what they resolve to), `amiFamily` (hashed as resolved, below) and `ipPrefixCount`.
@@ -40,13 +40,13 @@ const NOT_HASHED: &[&str] = &[
 /// The static hash of a class's spec. Upstream hashes the AMI family as resolved (`AMIFamily()`:
 /// the field, else the alias's family), so writing `amiFamily: AL2023` beside an `al2023@latest`
 /// alias is no change.
-pub fn node_class_hash(spec: &EC2NodeClassSpec) -> String {
+pub(crate) fn node_class_hash(spec: &EC2NodeClassSpec) -> String {
     let family = resolved_ami_family(spec);
     node_class_hash::hash(spec, NOT_HASHED, &[("amiFamily", &family)])
 }
 
 /// The annotations a claim launched from `spec` carries, as upstream's `Create` returns them.
-pub fn claim_annotations(spec: &EC2NodeClassSpec) -> BTreeMap<String, String> {
+pub(crate) fn claim_annotations(spec: &EC2NodeClassSpec) -> BTreeMap<String, String> {
     BTreeMap::from([
         (EC2_NODE_CLASS_HASH.to_owned(), node_class_hash(spec)),
         (
@@ -81,7 +81,7 @@ fn resolved_ami_family(spec: &EC2NodeClassSpec) -> String {
 /// Upstream's `areStaticFieldsDrifted`: `NodeClassDrift` when the hash the claim recorded at
 /// launch is not the class's hash now (judged only for claims stamped with this agent's hash
 /// version; see [`node_class_hash`](crate::cloud::node_class_hash)).
-pub fn static_drift(claim: &NodeClaim, class: &EC2NodeClass) -> Option<&'static str> {
+pub(crate) fn static_drift(claim: &NodeClaim, class: &EC2NodeClass) -> Option<&'static str> {
     let annotations = claim.metadata.annotations.as_ref()?;
     node_class_hash::drifted(
         annotations.get(EC2_NODE_CLASS_HASH).map(String::as_str),
@@ -96,7 +96,10 @@ pub fn static_drift(claim: &NodeClaim, class: &EC2NodeClass) -> Option<&'static 
 /// `AMIDrift` when the claim's image (recorded at launch) is not among the node class's resolved
 /// AMIs. No verdict without both: a node class that resolved no AMI is not ready, which says
 /// nothing about the instance.
-pub fn ami_drift(claim: &NodeClaim, status: Option<&EC2NodeClassStatus>) -> Option<&'static str> {
+pub(crate) fn ami_drift(
+    claim: &NodeClaim,
+    status: Option<&EC2NodeClassStatus>,
+) -> Option<&'static str> {
     let image = claim.status.as_ref()?.image_id.as_deref()?;
     let amis = &status?.amis;
     (!amis.is_empty() && !amis.iter().any(|ami| ami.id == image)).then_some(AMI_DRIFT)
@@ -105,7 +108,7 @@ pub fn ami_drift(claim: &NodeClaim, status: Option<&EC2NodeClassStatus>) -> Opti
 /// Upstream's `areSecurityGroupsDrifted` then `isSubnetDrifted`: the instance's security groups
 /// must be exactly the class's, and its subnet one the class selects. A class that resolved
 /// none of either says nothing (upstream returns an error there, which is no verdict either).
-pub fn network_drift(
+pub(crate) fn network_drift(
     status: Option<&EC2NodeClassStatus>,
     subnet: Option<&str>,
     security_groups: &[String],

@@ -6,7 +6,7 @@ use crate::cloud::CloudError;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// The error code of an AWS SDK error, if the service sent one.
-pub fn sdk_error_code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
+pub(crate) fn sdk_error_code<E: ProvideErrorMetadata>(error: &E) -> Option<&str> {
     error.code()
 }
 
@@ -20,7 +20,7 @@ const THROTTLING_CODES: [&str; 5] = [
 ];
 
 /// Maps an SDK error onto the provider's errors: throttling, or an API failure naming `action`.
-pub fn cloud_error<E>(action: &str, error: E) -> CloudError
+pub(crate) fn cloud_error<E>(action: &str, error: E) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -52,7 +52,7 @@ where
 /// only repeat less of the detail in a condition or Event that prints the chain.
 #[derive(Debug, thiserror::Error)]
 #[error("{detail}")]
-pub struct AwsApiError {
+pub(crate) struct AwsApiError {
     detail: String,
     sdk: Box<dyn std::error::Error + Send + Sync>,
 }

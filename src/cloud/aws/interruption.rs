@@ -36,7 +36,7 @@ pub enum Interruption {
 
 impl Interruption {
     /// Whether the node should be replaced (everything but a rebalance recommendation).
-    pub fn replaces_node(&self) -> bool {
+    pub(crate) fn replaces_node(&self) -> bool {
         !matches!(self, Self::RebalanceRecommendation)
     }
 
@@ -185,7 +185,7 @@ impl InterruptionQueue {
 
     /// Caches the spot offering of an interrupted instance as unavailable, so the replacement
     /// launches elsewhere.
-    pub fn mark_spot_unavailable(&self, instance_type: &str, zone: &str) {
+    pub(crate) fn mark_spot_unavailable(&self, instance_type: &str, zone: &str) {
         self.unavailable
             .mark(labels::CAPACITY_TYPE_SPOT, instance_type, zone);
     }

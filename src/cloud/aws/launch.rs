@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 
 /// Error codes that mean "no capacity for this offering right now": cache and try others.
-pub const CAPACITY_ERROR_CODES: [&str; 6] = [
+pub(crate) const CAPACITY_ERROR_CODES: [&str; 6] = [
     "InsufficientInstanceCapacity",
     "MaxSpotInstanceCountExceeded",
     "VcpuLimitExceeded",
@@ -408,4 +408,4 @@ fn instance(
 /// CreateFleet launched nothing, for reasons other than capacity.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct LaunchError(String);
+pub(crate) struct LaunchError(String);

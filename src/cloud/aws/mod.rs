@@ -44,11 +44,12 @@ pub mod pricing;
 mod tags;
 pub mod userdata;
 
-pub use catalogue_snapshot::{CatalogueSnapshot, root_volume_bytes};
+pub use catalogue_snapshot::CatalogueSnapshot;
+
 pub use clients::Clients;
 pub use config::AwsConfig;
-pub use errors::{AwsApiError, cloud_error, sdk_error_code};
-pub use tags::{EKS_CLUSTER_NAME_TAG, LAUNCH_TEMPLATE_CLUSTER_TAG, NODE_CLAIM_TAG, cluster_tag};
+pub(crate) use errors::{cloud_error, sdk_error_code};
+pub(crate) use tags::{EKS_CLUSTER_NAME_TAG, cluster_tag};
 
 use super::node_classes::NodeClasses;
 use super::provider::{

@@ -81,12 +81,12 @@ impl ResolveError {
 /// Status condition types of an EC2NodeClass.
 pub mod conditions {
     pub const READY: &str = "Ready";
-    pub const SUBNETS_READY: &str = "SubnetsReady";
-    pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
-    pub const AMIS_READY: &str = "AMIsReady";
-    pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    pub(crate) const SUBNETS_READY: &str = "SubnetsReady";
+    pub(crate) const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+    pub(crate) const AMIS_READY: &str = "AMIsReady";
+    pub(crate) const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
     /// Upstream's condition for a class whose settings cannot be carried out as written.
-    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    pub(crate) const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     pub const ALL: [&str; 5] = [
         SUBNETS_READY,
         SECURITY_GROUPS_READY,
@@ -117,7 +117,7 @@ pub fn instance_profile_name(cluster: &str, region: &str, node_class: &str) -> S
 
 /// FNV-1a, 64 bits: a stable hash for names (not for security). Names already made with it live
 /// in accounts, so its values must never change.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     use std::hash::Hasher;
     let mut hasher = fnv::FnvHasher::default();
     hasher.write(bytes);
@@ -126,10 +126,10 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// One SSM parameter of an alias: its name, the architecture of its image, and whether the
 /// image is for accelerated types (see [`Ami::accelerated`]).
-pub type AliasParameter = (String, &'static str, Option<bool>);
+pub(crate) type AliasParameter = (String, &'static str, Option<bool>);
 
 /// The SSM parameters an alias (`al2023@latest`) stands for, with the nodes each image is for.
-pub fn alias_parameters(
+pub(crate) fn alias_parameters(
     alias: &str,
     k8s_version: &str,
 ) -> Result<(AmiFamily, Vec<AliasParameter>), String> {
@@ -773,7 +773,7 @@ fn failed_status(
 
 /// What resolving an EC2NodeClass came to (see the shared
 /// [`NodeClassResolution`](crate::cloud::node_class_resolution::NodeClassResolution)).
-pub type NodeClassResolution =
+pub(crate) type NodeClassResolution =
     crate::cloud::node_class_resolution::NodeClassResolution<ResolvedNodeClass, EC2NodeClassStatus>;
 
 /// Whether two statuses say the same (transition times and condition order aside).

@@ -23,7 +23,7 @@ pub(super) type NodeClassResolutions = NodeClassCache<EC2NodeClassSpec, (), Reso
 impl AwsProvider {
     /// Resolves a node class (reusing a recent answer for an unchanged spec), as a launch and
     /// the catalogue need it.
-    pub async fn resolve_node_class(
+    pub(crate) async fn resolve_node_class(
         &self,
         name: &str,
     ) -> Result<Arc<ResolvedNodeClass>, CloudError> {
@@ -34,7 +34,7 @@ impl AwsProvider {
     /// amounts to when it differs from the class's: the node class status controller writes it
     /// (the provider makes no Kubernetes writes). The class is read from the API server, not
     /// the watch, so a status follows the change that prompted it.
-    pub async fn resolve_node_class_status(
+    pub(crate) async fn resolve_node_class_status(
         &self,
         name: &str,
     ) -> Result<NodeClassResolution, CloudError> {

@@ -10,11 +10,11 @@ use crate::scheduling::{InstanceType, Requirements};
 use std::collections::BTreeMap;
 
 /// CreateFleet takes at most this many overrides in one request (upstream's limit).
-pub const MAX_OVERRIDES: usize = 60;
+pub(crate) const MAX_OVERRIDES: usize = 60;
 
 /// One (instance type, subnet) a fleet may launch.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Override {
+pub(crate) struct Override {
     pub instance_type: String,
     pub subnet_id: String,
     pub zone: String,
@@ -24,7 +24,7 @@ pub struct Override {
 
 /// The capacity type to launch and the overrides to launch with, cheapest first, or `None` when
 /// no candidate has a usable offering.
-pub fn plan_overrides(
+pub(crate) fn plan_overrides(
     requirements: &Requirements,
     candidates: &[InstanceType],
     types: &BTreeMap<String, TypeInfo>,

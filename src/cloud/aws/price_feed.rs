@@ -21,11 +21,11 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 /// How old the prices may get before they are fetched again (upstream's 12 hours).
-pub const REFRESH: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const REFRESH: Duration = Duration::from_secs(12 * 3600);
 
 /// The region whose Pricing endpoint serves `region` (the API is only in us-east-1,
 /// eu-central-1, ap-south-1 and, for China, cn-northwest-1).
-pub fn pricing_region(region: &str) -> &'static str {
+pub(crate) fn pricing_region(region: &str) -> &'static str {
     if region.starts_with("cn-") {
         "cn-northwest-1"
     } else if region.starts_with("eu-") || region.starts_with("me-") || region.starts_with("af-") {
@@ -162,7 +162,7 @@ pub async fn fetch(client: &aws_sdk_pricing::Client, region: &str) -> Result<Par
 }
 
 /// The region's live on-demand prices, refreshed every [`REFRESH`].
-pub struct PriceFeed {
+pub(crate) struct PriceFeed {
     prices: LastGood<HashMap<String, f64>>,
 }
 
@@ -176,23 +176,23 @@ impl Default for PriceFeed {
 
 impl PriceFeed {
     /// The live prices (empty until a fetch succeeded).
-    pub fn prices(&self) -> Arc<HashMap<String, f64>> {
+    pub(crate) fn prices(&self) -> Arc<HashMap<String, f64>> {
         self.prices.current()
     }
 
     /// Counts each refresh in `metrics` (see [`LastGood::report_to`]).
-    pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+    pub(crate) fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
         self.prices.report_to(metrics);
     }
 
     /// Whether the prices are due for a refresh.
-    pub fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.prices.due()
     }
 
     /// Fetches the prices if they are due; on failure, or an answer without prices, the last
     /// good ones stay.
-    pub async fn refresh_if_due(&self, client: &aws_sdk_pricing::Client, region: &str) {
+    pub(crate) async fn refresh_if_due(&self, client: &aws_sdk_pricing::Client, region: &str) {
         if !self.due() {
             return;
         }

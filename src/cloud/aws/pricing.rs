@@ -107,7 +107,11 @@ impl PriceTable {
 
     /// The on-demand price of `instance_type`, if known: the price file's, else the region's
     /// live price (the Pricing API's, [`super::price_feed`]), else the shipped table's.
-    pub fn on_demand_with(&self, live: &HashMap<String, f64>, instance_type: &str) -> Option<f64> {
+    pub(crate) fn on_demand_with(
+        &self,
+        live: &HashMap<String, f64>,
+        instance_type: &str,
+    ) -> Option<f64> {
         if let Some(price) = self.overrides.get(instance_type) {
             return Some(*price);
         }

@@ -7,17 +7,17 @@ use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use std::collections::BTreeMap;
 
 /// Tag on everything launched for a cluster: `kubernetes.io/cluster/<name>` = `owned`.
-pub fn cluster_tag(cluster: &str) -> String {
+pub(crate) fn cluster_tag(cluster: &str) -> String {
     format!("kubernetes.io/cluster/{cluster}")
 }
 /// The tag EKS reads the cluster name from.
-pub const EKS_CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
+pub(crate) const EKS_CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
 /// The tag naming an instance's NodeClaim (the NodePool tag is [`labels::NODE_POOL`]).
 ///
 /// [`labels::NODE_POOL`]: crate::apis::labels::NODE_POOL
-pub const NODE_CLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+pub(crate) const NODE_CLAIM_TAG: &str = "karpenter.sh/nodeclaim";
 /// The tag naming the cluster on launch templates (upstream's `karpenter.k8s.aws/cluster`).
-pub const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
+pub(crate) const LAUNCH_TEMPLATE_CLUSTER_TAG: &str = "karpenter.k8s.aws/cluster";
 
 /// `tags` as the tag specification of one resource type in a create request.
 pub(super) fn tag_specification(

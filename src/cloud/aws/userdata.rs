@@ -117,13 +117,13 @@ fn yaml_json(value: &serde_json::Value) -> String {
 }
 
 /// `text` as a TOML string (also how a key that is not bare is written).
-pub fn toml(text: &str) -> String {
+pub(crate) fn toml(text: &str) -> String {
     toml_edit::Value::from(text).to_string().trim().to_owned()
 }
 
 /// `text` as a TOML key: bare where TOML allows, else a one-line quoted key (a value may span
 /// lines, a key may not).
-pub fn toml_key(text: &str) -> String {
+pub(crate) fn toml_key(text: &str) -> String {
     toml_edit::Key::new(text).to_string().trim().to_owned()
 }
 

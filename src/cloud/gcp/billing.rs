@@ -28,13 +28,13 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 /// The Compute Engine service in the Cloud Billing Catalog.
-pub const COMPUTE_SERVICE: &str = "services/6F81-5844-456A";
+pub(crate) const COMPUTE_SERVICE: &str = "services/6F81-5844-456A";
 
 /// The Cloud Billing API's root.
 const BILLING_ENDPOINT: &str = "https://cloudbilling.googleapis.com";
 
 /// How old the rates may get before they are fetched again (upstream's 12 hours for prices).
-pub const REFRESH: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const REFRESH: Duration = Duration::from_secs(12 * 3600);
 
 /// The most SKUs one page may hold (the API's maximum and default).
 const PAGE_SIZE: usize = 5000;
@@ -46,7 +46,7 @@ const GIB_PER_GB: f64 = 1.073_741_824;
 /// running in …`, `{stem} Ram running in …`). C2's SKUs are named by the family's old name,
 /// with or without `Instance` depending on the region. GPU families are left out: their GPUs
 /// are billed on SKUs of their own.
-pub const FAMILIES: &[(&str, &[&str])] = &[
+pub(crate) const FAMILIES: &[(&str, &[&str])] = &[
     ("e2", &["E2 Instance"]),
     ("n1", &["N1 Predefined Instance"]),
     ("n2", &["N2 Instance"]),
@@ -395,7 +395,7 @@ impl CatalogClient {
 }
 
 /// The region's live rates, refreshed every [`REFRESH`].
-pub struct PriceFeed {
+pub(crate) struct PriceFeed {
     rates: LastGood<Parsed>,
 }
 
@@ -409,18 +409,18 @@ impl Default for PriceFeed {
 
 impl PriceFeed {
     /// The live rates (empty until a fetch succeeded).
-    pub fn rates(&self) -> Arc<Parsed> {
+    pub(crate) fn rates(&self) -> Arc<Parsed> {
         self.rates.current()
     }
 
     /// Counts each refresh in `metrics` (see [`LastGood::report_to`]).
-    pub fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
+    pub(crate) fn report_to(&self, metrics: Arc<crate::metrics::Metrics>) {
         self.rates.report_to(metrics);
     }
 
     /// Fetches the rates if they are due; on failure, or an answer without a rate for the
     /// region, the last good ones stay.
-    pub async fn refresh_if_due(&self, client: &CatalogClient, region: &str) {
+    pub(crate) async fn refresh_if_due(&self, client: &CatalogClient, region: &str) {
         if !self.rates.due() {
             return;
         }

@@ -14,9 +14,9 @@ use crate::scheduling::{InstanceType, Offering, Overhead, UNKNOWN_PRICE};
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// GKE Standard's default pods per node.
-pub const MAX_PODS: u64 = 110;
+pub(crate) const MAX_PODS: u64 = 110;
 /// The boot disk size when the node class names none (GKE's default).
-pub const DEFAULT_BOOT_DISK_GIB: u64 = 100;
+pub(crate) const DEFAULT_BOOT_DISK_GIB: u64 = 100;
 
 /// What the catalogue keeps of a machine type.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,7 +72,7 @@ impl MachineTypeInfo {
 
 /// kube-reserved memory as GKE computes it: 255 MiB below 1 GiB, else 25% of the first 4 GiB,
 /// 20% of the next 4, 10% of the next 8, 6% of the next 112 and 2% above 128 GiB.
-pub fn kube_reserved_memory_bytes(memory_bytes: u64) -> u64 {
+pub(crate) fn kube_reserved_memory_bytes(memory_bytes: u64) -> u64 {
     if memory_bytes < GIB {
         return 255 * MIB;
     }

@@ -51,7 +51,7 @@ impl GcpConfig {
     /// Whether a VM's labels say it is of this cluster: its cluster label names this cluster
     /// and its location label (when it has one: VMs made before the label existed have none)
     /// this location.
-    pub fn owns_labels(&self, labels: &HashMap<String, String>) -> bool {
+    pub(crate) fn owns_labels(&self, labels: &HashMap<String, String>) -> bool {
         labels.get(CLUSTER_LABEL) == Some(&gce_label_value(&self.cluster_name))
             && labels
                 .get(LOCATION_LABEL)

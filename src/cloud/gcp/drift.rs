@@ -10,23 +10,23 @@ use crate::cloud::node_class_hash::{self, NODE_CLASS_DRIFT};
 use std::collections::BTreeMap;
 
 /// The reason for a VM whose image the class no longer resolves to.
-pub const IMAGE_DRIFT: &str = "ImageDrift";
+pub(crate) const IMAGE_DRIFT: &str = "ImageDrift";
 
 /// The GCP provider's annotation for the node class's hash.
-pub const GCE_NODE_CLASS_HASH: &str = "karpenter.k8s.gcp/gcenodeclass-hash";
+pub(crate) const GCE_NODE_CLASS_HASH: &str = "karpenter.k8s.gcp/gcenodeclass-hash";
 /// The GCP provider's annotation for the version of that hash.
-pub const GCE_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.gcp/gcenodeclass-hash-version";
+pub(crate) const GCE_NODE_CLASS_HASH_VERSION: &str = "karpenter.k8s.gcp/gcenodeclass-hash-version";
 
 /// The dynamic fields: the image selectors are judged by the image they resolve to.
 const NOT_HASHED: &[&str] = &["imageSelectorTerms", "imageFamily"];
 
 /// The static hash of a class's spec.
-pub fn node_class_hash(spec: &GCENodeClassSpec) -> String {
+pub(crate) fn node_class_hash(spec: &GCENodeClassSpec) -> String {
     node_class_hash::hash(spec, NOT_HASHED, &[])
 }
 
 /// The annotations a claim launched from `spec` carries.
-pub fn claim_annotations(spec: &GCENodeClassSpec) -> BTreeMap<String, String> {
+pub(crate) fn claim_annotations(spec: &GCENodeClassSpec) -> BTreeMap<String, String> {
     BTreeMap::from([
         (GCE_NODE_CLASS_HASH.to_owned(), node_class_hash(spec)),
         (
@@ -37,7 +37,7 @@ pub fn claim_annotations(spec: &GCENodeClassSpec) -> BTreeMap<String, String> {
 }
 
 /// `NodeClassDrift` when the hash the claim recorded at launch is not the class's hash now.
-pub fn static_drift(claim: &NodeClaim, class: &GCENodeClass) -> Option<&'static str> {
+pub(crate) fn static_drift(claim: &NodeClaim, class: &GCENodeClass) -> Option<&'static str> {
     let annotations = claim.metadata.annotations.as_ref()?;
     node_class_hash::drifted(
         annotations.get(GCE_NODE_CLASS_HASH).map(String::as_str),
@@ -51,7 +51,10 @@ pub fn static_drift(claim: &NodeClaim, class: &GCENodeClass) -> Option<&'static 
 
 /// `ImageDrift` when the claim's image (recorded at launch) is not among the class's resolved
 /// images. A class that resolved none is not ready, which says nothing about the VM.
-pub fn image_drift(claim: &NodeClaim, status: Option<&GCENodeClassStatus>) -> Option<&'static str> {
+pub(crate) fn image_drift(
+    claim: &NodeClaim,
+    status: Option<&GCENodeClassStatus>,
+) -> Option<&'static str> {
     let image = claim.status.as_ref()?.image_id.as_deref()?;
     let images = &status?.images;
     (!images.is_empty() && !images.iter().any(|i| i.source_image == image)).then_some(IMAGE_DRIFT)

@@ -9,7 +9,7 @@ use std::time::Duration;
 /// A Compute API error with its HTTP status, code and message in the text.
 #[derive(Debug, thiserror::Error)]
 #[error("{detail}")]
-pub struct GcpApiError {
+pub(crate) struct GcpApiError {
     detail: String,
     #[source]
     source: google_cloud_compute_v1::Error,

@@ -179,7 +179,7 @@ impl GcpProvider {
 
     /// The catalogue for a resolved node class: types some image of the class can boot,
     /// offered in the configured zones, priced, with the unavailable-offerings cache applied.
-    pub fn instance_types_for(
+    pub(crate) fn instance_types_for(
         &self,
         resolved: &ResolvedNodeClass,
         snapshot: &CatalogueSnapshot,

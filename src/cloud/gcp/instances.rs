@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 
 impl GcpProvider {
     /// Reads one instance by zone and name (`None` when it does not exist).
-    pub async fn instance_by_name(
+    pub(crate) async fn instance_by_name(
         &self,
         zone: &str,
         name: &str,

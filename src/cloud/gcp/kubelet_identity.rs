@@ -52,7 +52,7 @@ impl GcpProvider {
 }
 
 /// The identity of a VM from its `instances.get` body; `None` when the body names no VM.
-pub fn identity(instance: &Value, config: &GcpConfig) -> Option<KubeletIdentity> {
+pub(crate) fn identity(instance: &Value, config: &GcpConfig) -> Option<KubeletIdentity> {
     let name = instance.get("name")?.as_str()?.to_owned();
     let zone = last_segment(instance.get("zone")?.as_str()?).to_owned();
     let mut dns_names = vec![name.clone()];

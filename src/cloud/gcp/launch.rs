@@ -23,12 +23,12 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// Operation error codes that mean "no capacity for this offering in this zone now".
-pub const STOCKOUT_CODES: [&str; 2] = [
+pub(crate) const STOCKOUT_CODES: [&str; 2] = [
     "ZONE_RESOURCE_POOL_EXHAUSTED",
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
 ];
 /// Operation error codes that mean "the project may not have more of this".
-pub const QUOTA_CODES: [&str; 1] = ["QUOTA_EXCEEDED"];
+pub(crate) const QUOTA_CODES: [&str; 1] = ["QUOTA_EXCEEDED"];
 
 /// One offering to try.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,7 +113,7 @@ pub fn plan(
 /// The instance name for a claim: `<cluster>-<claim>`, made a valid GCE name, at most 63
 /// characters (a hash keeps long ones unique). Deterministic, so a retried launch finds the
 /// instance it already created.
-pub fn instance_name(cluster: &str, claim: &str) -> String {
+pub(crate) fn instance_name(cluster: &str, claim: &str) -> String {
     let raw = format!("{cluster}-{claim}").to_ascii_lowercase();
     let mut name: String = raw
         .chars()
@@ -214,7 +214,7 @@ fn secondary_boot_disk_labels(spec: &GCENodeClassSpec, project: &str) -> Vec<Str
 
 /// The instance labels: the node class's, then cluster (name and location, ours and GKE's),
 /// pool, claim and class (ours win).
-pub fn instance_labels(
+pub(crate) fn instance_labels(
     config: &GcpConfig,
     claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
@@ -254,7 +254,7 @@ pub fn instance_labels(
 
 /// The `instances.insert` body for one attempt. The node class wins over the node template
 /// (GKE's bootstrap), which wins over the provider's defaults.
-pub fn instance_body(
+pub(crate) fn instance_body(
     provider: &GcpProvider,
     claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
@@ -503,7 +503,10 @@ fn network_tags(spec: &GCENodeClassSpec, template: Option<&NodeTemplate>) -> Vec
 /// `kube-env` is YAML, which GKE's bootstrap turns into shell variables. The new value is
 /// written as one double-quoted YAML scalar (a JSON string), so a setting with a quote or a
 /// line break in it stays inside `KUBELET_ARGS` instead of ending it or adding another key.
-pub fn with_kubelet_args(kube_env: &str, kubelet: &crate::apis::KubeletConfiguration) -> String {
+pub(crate) fn with_kubelet_args(
+    kube_env: &str,
+    kubelet: &crate::apis::KubeletConfiguration,
+) -> String {
     let mut flags = crate::cloud::kubelet_flags::flags(kubelet);
     if !kubelet.cluster_dns.is_empty() {
         flags.push(format!("--cluster-dns={}", kubelet.cluster_dns.join(",")));
@@ -541,7 +544,7 @@ pub fn with_kubelet_args(kube_env: &str, kubelet: &crate::apis::KubeletConfigura
 
 /// What a finished operation's `error` means.
 #[derive(Debug, PartialEq)]
-pub enum OperationFailure {
+pub(crate) enum OperationFailure {
     /// No capacity in that zone now.
     Stockout(String),
     /// A quota ran out.
@@ -551,7 +554,7 @@ pub enum OperationFailure {
 }
 
 /// Classifies a DONE operation: `None` when it succeeded.
-pub fn operation_failure(
+pub(crate) fn operation_failure(
     op: &google_cloud_compute_v1::model::Operation,
 ) -> Option<OperationFailure> {
     let error = op.error.as_ref()?;

@@ -29,19 +29,20 @@ pub mod drift;
 mod errors;
 mod instance_types;
 mod instances;
-pub mod kubelet_identity;
+pub(crate) mod kubelet_identity;
 pub mod launch;
 mod node_class_resolution;
 mod node_template;
 pub mod nodeclass;
 mod vm_labels;
 
-pub use clients::{Clients, ClientsError};
+pub use clients::Clients;
+pub(crate) use clients::ClientsError;
 pub use config::GcpConfig;
-pub use errors::GcpApiError;
-pub use instance_types::CatalogueSnapshot;
-pub use node_template::NodeTemplate;
-pub use vm_labels::{
+pub(crate) use errors::GcpApiError;
+pub(crate) use instance_types::CatalogueSnapshot;
+pub(crate) use node_template::NodeTemplate;
+pub(crate) use vm_labels::{
     CLUSTER_LABEL, GKE_CLUSTER_LOCATION_LABEL, GKE_CLUSTER_NAME_LABEL, LOCATION_LABEL,
     NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA,
     gce_label_key, gce_label_value,
@@ -79,7 +80,7 @@ impl GcpProvider {
     }
 
     /// A provider with clients of your own.
-    pub fn with_clients(config: GcpConfig, clients: Clients, kube: kube::Client) -> Self {
+    pub(crate) fn with_clients(config: GcpConfig, clients: Clients, kube: kube::Client) -> Self {
         Self {
             clients,
             classes: NodeClasses::new(kube.clone()),

@@ -32,7 +32,7 @@ pub struct ResolvedNodeClass {
 
 impl ResolvedNodeClass {
     /// The image for an architecture, if the class has one.
-    pub fn image_for(&self, arch: &str) -> Option<&Image> {
+    pub(crate) fn image_for(&self, arch: &str) -> Option<&Image> {
         self.images.iter().find(|i| i.arch == arch)
     }
 }
@@ -406,7 +406,7 @@ pub fn status(
 
 /// What resolving a GCENodeClass came to (see the shared
 /// [`NodeClassResolution`](crate::cloud::node_class_resolution::NodeClassResolution)).
-pub type NodeClassResolution =
+pub(crate) type NodeClassResolution =
     crate::cloud::node_class_resolution::NodeClassResolution<ResolvedNodeClass, GCENodeClassStatus>;
 
 /// Whether `status` says something `previous` does not (transition times aside).

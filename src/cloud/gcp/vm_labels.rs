@@ -4,27 +4,27 @@
 //! listing and lookups read them back.
 
 /// VM label naming the cluster (GCE label keys cannot hold `/` or `.`).
-pub const CLUSTER_LABEL: &str = "karpenter-k8s-gcp-cluster";
+pub(crate) const CLUSTER_LABEL: &str = "karpenter-k8s-gcp-cluster";
 /// VM label naming the cluster's location (its region, or its zone for a zonal cluster). GKE
 /// names a cluster by project, location and name, so two clusters of one name can share a
 /// project; their agents tell their VMs apart by this.
-pub const LOCATION_LABEL: &str = "karpenter-k8s-gcp-location";
+pub(crate) const LOCATION_LABEL: &str = "karpenter-k8s-gcp-location";
 /// GKE's own labels on its node VMs, which cost reports group by (set on ours too).
-pub const GKE_CLUSTER_NAME_LABEL: &str = "goog-k8s-cluster-name";
-pub const GKE_CLUSTER_LOCATION_LABEL: &str = "goog-k8s-cluster-location";
+pub(crate) const GKE_CLUSTER_NAME_LABEL: &str = "goog-k8s-cluster-name";
+pub(crate) const GKE_CLUSTER_LOCATION_LABEL: &str = "goog-k8s-cluster-location";
 /// VM label naming the NodePool.
-pub const NODE_POOL_LABEL: &str = "karpenter-sh-nodepool";
+pub(crate) const NODE_POOL_LABEL: &str = "karpenter-sh-nodepool";
 /// VM label naming the NodeClaim.
-pub const NODE_CLAIM_LABEL: &str = "karpenter-sh-nodeclaim";
+pub(crate) const NODE_CLAIM_LABEL: &str = "karpenter-sh-nodeclaim";
 /// VM label naming the GCENodeClass.
-pub const NODE_CLASS_LABEL: &str = "karpenter-k8s-gcp-gcenodeclass";
+pub(crate) const NODE_CLASS_LABEL: &str = "karpenter-k8s-gcp-gcenodeclass";
 /// Metadata key holding the NodeClaim's exact name (labels may have lost characters).
-pub const NODE_CLAIM_METADATA: &str = "karpenter-nodeclaim";
+pub(crate) const NODE_CLAIM_METADATA: &str = "karpenter-nodeclaim";
 /// Metadata key holding the NodePool's exact name.
-pub const NODE_POOL_METADATA: &str = "karpenter-nodepool";
+pub(crate) const NODE_POOL_METADATA: &str = "karpenter-nodepool";
 
 /// A GCE label key: lowercase letters, digits, `_` and `-`, starting with a letter, at most 63.
-pub fn gce_label_key(key: &str) -> String {
+pub(crate) fn gce_label_key(key: &str) -> String {
     let mut out = gce_label_value(key);
     if !out.starts_with(|c: char| c.is_ascii_lowercase()) {
         out.insert_str(0, "k-");
@@ -34,7 +34,7 @@ pub fn gce_label_key(key: &str) -> String {
 }
 
 /// A GCE label value: lowercase letters, digits, `_` and `-`, at most 63 characters.
-pub fn gce_label_value(value: &str) -> String {
+pub(crate) fn gce_label_value(value: &str) -> String {
     let mut out: String = value
         .to_ascii_lowercase()
         .chars()

@@ -59,7 +59,7 @@ impl KwokProvider {
     }
 
     /// A provider with a catalogue of your own.
-    pub fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
+    pub(crate) fn with_catalogue(client: Client, catalogue: Vec<InstanceType>) -> Self {
         Self {
             nodes: Api::all(client.clone()),
             node_classes: Arc::new(NodeClasses::new(client.clone())),
@@ -126,10 +126,10 @@ fn is_extended(resource: &str) -> bool {
 }
 
 /// Label on simulated nodes naming the NodeClaim they were launched for (the cloud "tag").
-pub const NODE_CLAIM_LABEL: &str = "karpenter.kwok.sh/nodeclaim";
+pub(crate) const NODE_CLAIM_LABEL: &str = "karpenter.kwok.sh/nodeclaim";
 
 /// Picks the cheapest offering of the candidates that the claim's requirements allow.
-pub fn cheapest_launchable<'a>(
+pub(crate) fn cheapest_launchable<'a>(
     claim_requirements: &Requirements,
     candidates: &'a [InstanceType],
 ) -> Option<(&'a InstanceType, &'a crate::scheduling::Offering)> {

@@ -11,8 +11,8 @@
 //! NodeClaim saying why; requests for other nodes are left alone. Nothing is ever denied: a
 //! request the agent does not approve may be someone else's to decide.
 
-pub mod policy;
-pub mod request;
+pub(crate) mod policy;
+pub(crate) mod request;
 
 use super::Context;
 use crate::apis::NodeClaim;
@@ -41,11 +41,11 @@ const RECHECK: Duration = Duration::from_secs(5);
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30 * 60);
 
 /// The Event reason on a NodeClaim whose kubelet's request is not approved.
-pub const NOT_APPROVED_REASON: &str = "KubeletCertificateNotApproved";
+pub(crate) const NOT_APPROVED_REASON: &str = "KubeletCertificateNotApproved";
 
 /// Watches CertificateSigningRequests and approves those of the agent's own kubelets, until
 /// cancelled.
-pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
+pub(crate) async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     use futures::StreamExt;
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
     let (store, writer) = reflector::store();

@@ -31,9 +31,9 @@ use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeSet;
 
 /// The signer of kubelets' client certificates.
-pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub(crate) const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The signer of kubelets' serving certificates.
-pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+pub(crate) const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
 /// The group every kubelet's certificate names.
 const NODES_GROUP: &str = "system:nodes";
@@ -48,7 +48,7 @@ const BOOTSTRAP_USERS: [&str; 2] = ["kubelet-nodepool-bootstrap", "kubelet-boots
 
 /// What a CertificateSigningRequest asks for and who asked, as the API server recorded it.
 #[derive(Clone, Debug)]
-pub struct Csr<'a> {
+pub(crate) struct Csr<'a> {
     pub signer: &'a str,
     pub username: &'a str,
     pub groups: &'a [String],
@@ -59,7 +59,7 @@ pub struct Csr<'a> {
 
 /// Which kind of kubelet certificate a request is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A kubelet's first client certificate, asked for with a bootstrap credential.
     BootstrapClient,
     /// A kubelet renewing its client certificate with the one it has.
@@ -70,7 +70,7 @@ pub enum Kind {
 
 /// A request recognised as a kubelet's, for the node it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recognised {
+pub(crate) struct Recognised {
     pub node_name: String,
     pub kind: Kind,
 }
@@ -79,7 +79,7 @@ pub struct Recognised {
 /// (another signer, another subject), left alone without a word. `Err`: a request for a
 /// kubelet's certificate that breaks a rule, which the agent refuses to approve (and says why,
 /// once the node turns out to be one of its own).
-pub fn recognise(csr: &Csr<'_>) -> Result<Option<Recognised>, Refusal> {
+pub(crate) fn recognise(csr: &Csr<'_>) -> Result<Option<Recognised>, Refusal> {
     let serving = match csr.signer {
         CLIENT_SIGNER => false,
         SERVING_SIGNER => true,
@@ -164,7 +164,7 @@ pub fn recognise(csr: &Csr<'_>) -> Result<Option<Recognised>, Refusal> {
 
 /// Why a kubelet's request is not approved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub why: String,
 }
 
@@ -176,7 +176,7 @@ impl std::fmt::Display for Refusal {
 
 /// What else the cluster says about the node a recognised request names.
 #[derive(Clone, Debug, Default)]
-pub struct NodeFacts<'a> {
+pub(crate) struct NodeFacts<'a> {
     /// Whether a Node of that name is registered already.
     pub registered: bool,
     /// The public keys of other bootstrap client requests for that node already approved.
@@ -184,7 +184,7 @@ pub struct NodeFacts<'a> {
 }
 
 /// Checks a recognised request against the machine the cloud says stands behind it.
-pub fn check_machine(
+pub(crate) fn check_machine(
     csr: &Csr<'_>,
     recognised: &Recognised,
     machine: Option<&KubeletIdentity>,

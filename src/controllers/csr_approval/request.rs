@@ -16,7 +16,7 @@ const ORGANIZATION: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.10");
 
 /// A certificate request, as far as approving it goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertificateRequest {
+pub(crate) struct CertificateRequest {
     pub common_name: Option<String>,
     pub organizations: Vec<String>,
     pub dns_names: Vec<String>,
@@ -30,13 +30,13 @@ pub struct CertificateRequest {
 /// Why `spec.request` could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("spec.request is not a PEM-encoded PKCS#10 certificate request: {0}")]
-pub struct RequestError(String);
+pub(crate) struct RequestError(String);
 
 impl CertificateRequest {
     /// Reads the PEM `CERTIFICATE REQUEST` block of `spec.request`. GKE's kubelets add more
     /// blocks after it (`VM IDENTITY`, `ATTESTATION DATA`, `ATTESTATION SIGNATURE`: the TPM
     /// attestation GKE's own approver checks), which are skipped.
-    pub fn from_pem(pem: &[u8]) -> Result<Self, RequestError> {
+    pub(crate) fn from_pem(pem: &[u8]) -> Result<Self, RequestError> {
         const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE REQUEST-----";
         const END: &[u8] = b"-----END CERTIFICATE REQUEST-----";
         let find = |needle: &[u8], from: usize| {

@@ -78,7 +78,7 @@ fn tokio_stream_of<T: Send + 'static>(
 }
 
 /// The claims a Node event concerns: those whose providerID is the node's.
-pub fn claims_of_node(
+pub(crate) fn claims_of_node(
     claims: &kube::runtime::reflector::Store<NodeClaim>,
     node: &CachedNode,
 ) -> Vec<ObjectRef<NodeClaim>> {

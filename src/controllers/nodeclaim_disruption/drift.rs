@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 /// How long the provider's verdict on a claim is trusted before it is asked again.
-pub const CLOUD_VERDICT_TTL: Duration = Duration::from_secs(300);
+pub(crate) const CLOUD_VERDICT_TTL: Duration = Duration::from_secs(300);
 
 /// The provider's last verdict per claim UID, with when it was given.
 #[derive(Default)]

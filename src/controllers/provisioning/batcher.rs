@@ -53,7 +53,7 @@ impl PendingPods {
     }
 
     /// Called for every pod the watch delivers.
-    pub fn observe(&self, pod: &CachedPod) {
+    pub(crate) fn observe(&self, pod: &CachedPod) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
@@ -78,7 +78,7 @@ impl PendingPods {
     }
 
     /// Called when a pod is deleted.
-    pub fn forget(&self, pod: &CachedPod) {
+    pub(crate) fn forget(&self, pod: &CachedPod) {
         if let Some(uid) = &pod.metadata.uid {
             self.first_seen
                 .lock()
@@ -120,14 +120,14 @@ impl PendingPods {
     }
 
     /// Wakes the batcher without a new pod (e.g. once after start-up).
-    pub fn nudge(&self) {
+    pub(crate) fn nudge(&self) {
         let _ = self.wake.try_send(Wake::Nudge);
     }
 }
 
 /// What closed a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BatchClose {
+pub(crate) enum BatchClose {
     /// No new pod for the idle window (or the watch ended).
     Idle,
     /// The batch reached its longest duration.
@@ -138,7 +138,7 @@ pub enum BatchClose {
 
 impl BatchClose {
     /// The metric label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Idle => "idle",
             Self::Max => "max",
@@ -148,7 +148,7 @@ impl BatchClose {
 }
 
 /// Tells whether the open batch already holds every pod worth waiting for.
-pub trait BatchCompletion {
+pub(crate) trait BatchCompletion {
     /// Asked once a new pod has come into the batch, and after each wake-up from then on.
     fn is_complete(&mut self) -> impl std::future::Future<Output = bool> + Send;
 }
@@ -159,7 +159,7 @@ pub trait BatchCompletion {
 /// the idle window: it reacts to a change (a claim gone, a requeue) whose consequences may
 /// still be arriving, such as the deletion of the pods of a namespace being deleted.
 /// `None` once the channel closes.
-pub async fn next_batch(
+pub(crate) async fn next_batch(
     rx: &mut mpsc::Receiver<Wake>,
     idle: Duration,
     max: Duration,
@@ -208,7 +208,7 @@ fn awaits_verdict(pod: &CachedPod) -> bool {
 
 /// A controller that creates pods, as its pods' owner reference names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PodController {
+pub(crate) struct PodController {
     pub kind: String,
     pub namespace: String,
     pub name: String,
@@ -218,7 +218,7 @@ pub struct PodController {
 /// The controllers behind the provisionable pods, each with how many of its pods are alive
 /// (not terminating, not finished). `None` while the batch cannot be complete yet: a pod still
 /// awaits the kube-scheduler's verdict, or a provisionable pod has no controller.
-pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodController, usize>> {
+pub(crate) fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodController, usize>> {
     let controller_of = |pod: &CachedPod| {
         let owner = pod
             .owner_references()
@@ -256,7 +256,7 @@ pub fn batch_controllers(pods: &[Arc<CachedPod>]) -> Option<BTreeMap<PodControll
 /// How many live pods each controller wants, read once per batch. `None`: not known (a kind
 /// this agent does not read, an object that is gone or was replaced, an API error).
 #[derive(Default)]
-pub struct WantedPods(HashMap<String, Option<usize>>);
+pub(crate) struct WantedPods(HashMap<String, Option<usize>>);
 
 impl WantedPods {
     async fn of<P: CloudProvider>(
@@ -338,14 +338,14 @@ async fn read_wanted_pods<P: CloudProvider>(
 /// The agent's [`BatchCompletion`]: the batch is complete once every pod the kube-scheduler
 /// had yet to judge has been judged, every provisionable pod has a controller, and each of those
 /// controllers has as many live pods as it wants. Reads each controller once per batch.
-pub struct BurstComplete<'a, P> {
+pub(crate) struct BurstComplete<'a, P> {
     ctx: &'a Context<P>,
     wanted: WantedPods,
 }
 
 impl<'a, P: CloudProvider> BurstComplete<'a, P> {
     /// A check for one batch.
-    pub fn new(ctx: &'a Context<P>) -> Self {
+    pub(crate) fn new(ctx: &'a Context<P>) -> Self {
         Self {
             ctx,
             wanted: WantedPods::default(),

@@ -28,7 +28,7 @@ fn random_suffix() -> String {
 }
 
 /// The NodeClaim object for a planned claim.
-pub fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
+pub(crate) fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPod]) -> NodeClaim {
     let mut annotations = pool.spec.template.metadata.annotations.clone();
     annotations.insert(labels::NODE_POOL_HASH.to_owned(), pool.hash());
     annotations.insert(

@@ -38,17 +38,17 @@ mod replan;
 mod round;
 mod unschedulable;
 
-pub use batcher::{
-    BatchClose, BatchCompletion, BurstComplete, PendingPods, PodController, Wake, WantedPods,
-    batch_controllers, next_batch,
-};
+pub use batcher::PendingPods;
+pub use batcher::Wake;
+pub(crate) use batcher::{BurstComplete, next_batch};
 // Which pods are ours is decided where the scheduler's input is built; tests ask it here.
 pub use crate::state::is_provisionable;
-pub use claims::node_claim_for;
-pub use recent_claims::RecentClaims;
+pub(crate) use claims::node_claim_for;
+pub(crate) use recent_claims::RecentClaims;
 pub use replan::Initialized;
+pub use round::Memory;
+
 pub(crate) use round::fetch_catalogues;
-pub use round::{Memory, Round};
 
 use super::Context;
 use crate::cloud::CloudProvider;

@@ -27,7 +27,7 @@ impl Initialized {
     }
 
     /// Whether this delivery of `claim` is the first to show it initialized.
-    pub fn newly(&self, claim: &NodeClaim) -> bool {
+    pub(crate) fn newly(&self, claim: &NodeClaim) -> bool {
         let Some(name) = &claim.metadata.name else {
             return false;
         };
@@ -45,7 +45,7 @@ impl Initialized {
     }
 
     /// `claim` is gone.
-    pub fn forget(&self, claim: &NodeClaim) {
+    pub(crate) fn forget(&self, claim: &NodeClaim) {
         if let Some(name) = &claim.metadata.name {
             self.names().remove(name);
         }

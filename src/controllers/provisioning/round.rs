@@ -113,7 +113,7 @@ struct Named {
 
 /// What one round did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     pub pods: usize,
     /// The new claims it planned; they are being created when the round returns.
     pub planned: usize,
@@ -128,7 +128,7 @@ pub struct Round {
 
 /// How long each part of a round took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Timings {
+pub(crate) struct Timings {
     pub sync: Duration,
     /// Reading the stores and the catalogues: waits on the cloud provider and the runtime.
     pub gather: Duration,

@@ -9,7 +9,7 @@ use crate::setup::manifests::{self, AgentSettings, Manifest};
 use serde_json::json;
 
 /// The agent's objects for AWS: the CRDs, then the chart rendered with `provider: aws`.
-pub fn agent_manifests(
+pub(crate) fn agent_manifests(
     options: &AwsOptions,
     controller_role_arn: &str,
 ) -> Result<Vec<Manifest>, ChartError> {

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 
 /// What DescribeCluster said.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ClusterInfo {
+pub(crate) struct ClusterInfo {
     pub version: String,
     pub vpc_id: String,
     pub subnet_ids: Vec<String>,

@@ -34,13 +34,13 @@ mod node_access;
 mod node_groups;
 mod policy;
 
-pub use agent::{agent_manifests, node_pool_manifests};
-pub use eks::ClusterInfo;
+pub(crate) use agent::agent_manifests;
+pub use agent::node_pool_manifests;
+pub(crate) use eks::ClusterInfo;
 pub use iam::NODE_POLICIES;
-pub use node_access::{
-    AWS_AUTH_NAME, AWS_AUTH_NAMESPACE, MapRolesError, NODE_GROUPS, NODE_USERNAME, NodeAccess,
-    map_node_role,
-};
+pub use node_access::MapRolesError;
+pub(crate) use node_access::NodeAccess;
+pub use node_access::{NODE_GROUPS, map_node_role};
 pub use node_groups::node_groups;
 pub use policy::CONTROLLER_POLICY_NAME;
 
@@ -116,7 +116,7 @@ impl AwsOptions {
         format!("KarpenterNodeRole-{}", self.cluster_name)
     }
     /// `KarpenterNodeInstanceProfile-<cluster>`.
-    pub fn node_instance_profile(&self) -> String {
+    pub(crate) fn node_instance_profile(&self) -> String {
         format!("KarpenterNodeInstanceProfile-{}", self.cluster_name)
     }
     /// `KarpenterControllerRole-<cluster>`.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// How nodes running as the node role are let into the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeAccess {
+pub(crate) enum NodeAccess {
     /// An EKS access entry of type `EC2_LINUX` for the node role (the cluster reads access entries).
     AccessEntry,
     /// A `mapRoles` entry in `kube-system/aws-auth` (the cluster reads only the ConfigMap).
@@ -20,7 +20,7 @@ pub enum NodeAccess {
 impl NodeAccess {
     /// As upstream's getting-started decides: access entries when the cluster's authentication
     /// mode includes the API, else the aws-auth ConfigMap (also when the mode is not reported).
-    pub fn for_mode(authentication_mode: Option<&str>) -> Self {
+    pub(crate) fn for_mode(authentication_mode: Option<&str>) -> Self {
         match authentication_mode {
             Some("API" | "API_AND_CONFIG_MAP") => Self::AccessEntry,
             _ => Self::AwsAuthConfigMap,
@@ -29,13 +29,13 @@ impl NodeAccess {
 }
 
 /// Where EKS reads IAM-to-Kubernetes mappings when access entries are off.
-pub const AWS_AUTH_NAMESPACE: &str = "kube-system";
+pub(crate) const AWS_AUTH_NAMESPACE: &str = "kube-system";
 /// The ConfigMap of those mappings.
-pub const AWS_AUTH_NAME: &str = "aws-auth";
+pub(crate) const AWS_AUTH_NAME: &str = "aws-auth";
 /// The Kubernetes groups a node's role maps to (what EKS gives an `EC2_LINUX` access entry).
 pub const NODE_GROUPS: [&str; 2] = ["system:bootstrappers", "system:nodes"];
 /// The user name a node's role maps to (EKS fills in the instance's private DNS name).
-pub const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
+pub(crate) const NODE_USERNAME: &str = "system:node:{{EC2PrivateDNSName}}";
 
 /// Why `mapRoles` could not be edited.
 #[derive(Debug, thiserror::Error)]

@@ -128,7 +128,7 @@ fn yaml(file: &str, text: &str) -> Result<Value, ChartError> {
 }
 
 /// The chart's own `values.yaml`.
-pub fn default_values() -> Result<Value, ChartError> {
+pub(crate) fn default_values() -> Result<Value, ChartError> {
     yaml("values.yaml", VALUES_YAML)
 }
 
@@ -158,7 +158,7 @@ pub fn merge(base: &mut Value, overrides: &Value) {
 
 /// `image.repository`, `image.tag` and `image.digest` for a full image reference
 /// (`registry/name:tag`, `registry/name@sha256:…`, or `registry:5000/name` with no tag).
-pub fn image_values(image: &str) -> Value {
+pub(crate) fn image_values(image: &str) -> Value {
     if let Some((repository, digest)) = image.split_once('@') {
         return json!({"repository": repository, "digest": digest, "tag": ""});
     }

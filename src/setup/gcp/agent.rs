@@ -12,7 +12,7 @@ use serde_json::json;
 /// The agent's objects for GCP: the CRDs, then the chart rendered with `provider: gcp` (with
 /// the approval of its kubelets' certificate requests: GKE approves only the kubelets of its own
 /// instance groups, and the agent's VMs are not in one).
-pub fn agent_manifests(options: &GcpOptions) -> Result<Vec<Manifest>, ChartError> {
+pub(crate) fn agent_manifests(options: &GcpOptions) -> Result<Vec<Manifest>, ChartError> {
     let (annotations, credentials_secret) = match options.auth {
         GcpAuth::WorkloadIdentity => (
             vec![(

@@ -11,7 +11,7 @@ use google_cloud_iam_v1::model::{Binding, GetPolicyOptions, Policy};
 
 /// The roles GKE recommends for a node's service account (least privilege: logs, metrics,
 /// metadata, and pulling images), instead of the Compute Engine default account's Editor.
-pub const NODE_ROLES: [&str; 5] = [
+pub(crate) const NODE_ROLES: [&str; 5] = [
     "roles/logging.logWriter",
     "roles/monitoring.metricWriter",
     "roles/monitoring.viewer",
@@ -20,9 +20,9 @@ pub const NODE_ROLES: [&str; 5] = [
 ];
 /// Granted to the agent on the nodes' service account only: `iam.serviceAccounts.actAs` on that
 /// one account, so the agent can launch nodes that run as it and as no other account.
-pub const SERVICE_ACCOUNT_USER: &str = "roles/iam.serviceAccountUser";
+pub(crate) const SERVICE_ACCOUNT_USER: &str = "roles/iam.serviceAccountUser";
 /// The role that lets a Kubernetes service account act as a Google one.
-pub const WORKLOAD_IDENTITY_USER: &str = "roles/iam.workloadIdentityUser";
+pub(crate) const WORKLOAD_IDENTITY_USER: &str = "roles/iam.workloadIdentityUser";
 
 /// Whether `member` holds `role` unconditionally.
 pub(super) fn has_binding(policy: &Policy, role: &str, member: &str) -> bool {

@@ -13,7 +13,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 /// The Secret annotation naming the key stored in it, so a re-run can check the key still exists.
-pub const KEY_NAME_ANNOTATION: &str = "kubectl-karpenter.io/gcp-key-name";
+pub(crate) const KEY_NAME_ANNOTATION: &str = "kubectl-karpenter.io/gcp-key-name";
 
 /// The key step: a key of the service account, kept only in a Secret. Its own type because it
 /// needs the kube client.

@@ -36,13 +36,15 @@ mod project;
 mod role;
 mod serviceusage;
 
-pub use agent::{agent_manifests, node_pool_manifests};
-pub use gke::{GkeCluster, read_cluster};
-pub use iam::{NODE_ROLES, SERVICE_ACCOUNT_USER, WORKLOAD_IDENTITY_USER};
-pub use key::KEY_NAME_ANNOTATION;
+pub(crate) use agent::agent_manifests;
+pub use agent::node_pool_manifests;
+pub(crate) use gke::GkeCluster;
+pub use gke::read_cluster;
+pub(crate) use iam::{NODE_ROLES, SERVICE_ACCOUNT_USER, WORKLOAD_IDENTITY_USER};
+
 pub use node_pools::node_pools;
-pub use role::{AGENT_PERMISSIONS, CUSTOM_ROLE_ID};
-pub use serviceusage::APIS;
+pub(crate) use role::{AGENT_PERMISSIONS, CUSTOM_ROLE_ID};
+pub(crate) use serviceusage::APIS;
 
 use super::manifests::agent_step;
 use super::{Plan, SetupError, step};
@@ -120,7 +122,7 @@ impl GcpOptions {
 
     /// The Google service account's id: `karpenter-<cluster>`, shortened with a hash to IAM's
     /// 30 characters.
-    pub fn gcp_service_account_id(&self) -> String {
+    pub(crate) fn gcp_service_account_id(&self) -> String {
         let id = format!("karpenter-{}", self.cluster_name);
         if id.len() <= 30 {
             return id;
@@ -131,7 +133,7 @@ impl GcpOptions {
     }
 
     /// `karpenter-<cluster>@<project>.iam.gserviceaccount.com`.
-    pub fn gcp_service_account_email(&self) -> String {
+    pub(crate) fn gcp_service_account_email(&self) -> String {
         format!(
             "{}@{}.iam.gserviceaccount.com",
             self.gcp_service_account_id(),
@@ -140,7 +142,7 @@ impl GcpOptions {
     }
 
     /// The nodes' service account id: `karpenter-nodes-<cluster>`, shortened with a hash to 30.
-    pub fn node_service_account_id(&self) -> String {
+    pub(crate) fn node_service_account_id(&self) -> String {
         let id = format!("karpenter-nodes-{}", self.cluster_name);
         if id.len() <= 30 {
             return id;
@@ -151,7 +153,7 @@ impl GcpOptions {
     }
 
     /// `karpenter-nodes-<cluster>@<project>.iam.gserviceaccount.com`: what the nodes run as.
-    pub fn node_service_account_email(&self) -> String {
+    pub(crate) fn node_service_account_email(&self) -> String {
         format!(
             "{}@{}.iam.gserviceaccount.com",
             self.node_service_account_id(),
@@ -160,12 +162,12 @@ impl GcpOptions {
     }
 
     /// `projects/<project>/roles/kubectlKarpenterAgent`.
-    pub fn custom_role(&self) -> String {
+    pub(crate) fn custom_role(&self) -> String {
         format!("projects/{}/roles/{CUSTOM_ROLE_ID}", self.project)
     }
 
     /// `serviceAccount:<project>.svc.id.goog[<namespace>/<ksa>]`.
-    pub fn workload_identity_member(&self) -> String {
+    pub(crate) fn workload_identity_member(&self) -> String {
         format!(
             "serviceAccount:{}.svc.id.goog[{}/{}]",
             self.project, self.namespace, self.service_account
@@ -173,7 +175,7 @@ impl GcpOptions {
     }
 
     /// The Secret holding the key (`--auth key`).
-    pub fn key_secret(&self) -> String {
+    pub(crate) fn key_secret(&self) -> String {
         "karpenter-gcp-credentials".to_owned()
     }
 

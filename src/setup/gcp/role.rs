@@ -8,13 +8,13 @@ use google_cloud_gax::error::rpc::Code;
 use std::collections::BTreeSet;
 
 /// The custom role's id (project-level, shared by every cluster in the project).
-pub const CUSTOM_ROLE_ID: &str = "kubectlKarpenterAgent";
+pub(crate) const CUSTOM_ROLE_ID: &str = "kubectlKarpenterAgent";
 
 /// Every permission of the custom role, with why the agent needs it.
 ///
 /// `iam.serviceAccounts.actAs` is not here: project-wide it would let the agent launch nodes as
 /// any account in the project; it is granted on the nodes' account alone (`node-act-as`).
-pub const AGENT_PERMISSIONS: [(&str, &str); 30] = [
+pub(crate) const AGENT_PERMISSIONS: [(&str, &str); 30] = [
     ("compute.instances.create", "launch nodes"),
     ("compute.instances.delete", "remove nodes"),
     (

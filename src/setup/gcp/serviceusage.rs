@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use google_cloud_lro::Poller as _;
 
 /// The APIs the agent calls.
-pub const APIS: [&str; 3] = [
+pub(crate) const APIS: [&str; 3] = [
     "compute.googleapis.com",
     "container.googleapis.com",
     "cloudbilling.googleapis.com",

@@ -25,7 +25,7 @@ const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system
 
 /// The eviction tiers, in the order they are drained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tier {
+pub(crate) enum Tier {
     NonCritical,
     NonCriticalDaemonSet,
     Critical,
@@ -34,7 +34,7 @@ pub enum Tier {
 
 /// What a pass does about one pod the drain waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(super) enum Step {
     /// Ask the Eviction API; a PodDisruptionBudget may refuse (429) until a later pass.
     Evict,
     /// Delete the pod with this grace period: the node's deadline does not leave time for its
@@ -46,7 +46,7 @@ pub enum Step {
 
 /// Why a pod is left alone this pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Waiting {
+pub(crate) enum Waiting {
     /// It is already terminating.
     Terminating,
     /// It carries an active `karpenter.sh/do-not-disrupt` annotation.
@@ -58,25 +58,25 @@ pub enum Waiting {
 /// One pass over a node's pods: every pod the drain still waits for, with its step. The node is
 /// drained when there are none.
 #[derive(Debug)]
-pub struct Plan<'a> {
+pub(super) struct Plan<'a> {
     pub pods: Vec<(&'a Pod, Step)>,
 }
 
 impl Plan<'_> {
     /// Whether no pod is left to wait for.
-    pub fn is_drained(&self) -> bool {
+    pub(crate) fn is_drained(&self) -> bool {
         self.pods.is_empty()
     }
 
     /// How many pods carry `step`'s kind of wait (or action).
-    pub fn count(&self, matches: impl Fn(&Step) -> bool) -> usize {
+    pub(super) fn count(&self, matches: impl Fn(&Step) -> bool) -> usize {
         self.pods.iter().filter(|(_, step)| matches(step)).count()
     }
 }
 
 /// Plans one pass over the pods bound to the node, given the node's termination deadline (the
 /// claim's `terminationGracePeriod` after its deletion), if it has one.
-pub fn plan(pods: &[Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'_> {
+pub(super) fn plan(pods: &[Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'_> {
     let waiting: Vec<&Pod> = pods.iter().filter(|p| is_waited_for(p, now)).collect();
     let mut steps: Vec<(&Pod, Option<Step>)> = waiting
         .iter()
@@ -120,7 +120,7 @@ fn is_waited_for(pod: &Pod, now: Timestamp) -> bool {
 }
 
 /// The pod's tier (upstream's `groupPodsByPriority`).
-pub fn tier(pod: &Pod) -> Tier {
+pub(crate) fn tier(pod: &Pod) -> Tier {
     match (is_critical(pod), pod.is_daemon_set_pod()) {
         (false, false) => Tier::NonCritical,
         (false, true) => Tier::NonCriticalDaemonSet,

@@ -81,14 +81,14 @@ enum Operand {
 
 /// A set of parsed template files and the templates they `define`.
 #[derive(Debug, Default)]
-pub struct Templates {
+pub(crate) struct Templates {
     files: HashMap<String, Vec<Node>>,
     defines: HashMap<String, Vec<Node>>,
 }
 
 impl Templates {
     /// Parses `text` as the file `name`, adding its `define`s to the set.
-    pub fn add(&mut self, name: &str, text: &str) -> Result<(), TemplateError> {
+    pub(super) fn add(&mut self, name: &str, text: &str) -> Result<(), TemplateError> {
         let error = |message: String| TemplateError::Parse {
             file: name.to_owned(),
             message,
@@ -108,7 +108,7 @@ impl Templates {
     }
 
     /// Renders the file `name` with `root` as `.` and `$`.
-    pub fn render(&self, name: &str, root: &Value) -> Result<String, TemplateError> {
+    pub(super) fn render(&self, name: &str, root: &Value) -> Result<String, TemplateError> {
         let nodes = self.files.get(name).ok_or_else(|| TemplateError::Render {
             file: name.to_owned(),
             message: "no such template file".to_owned(),
