@@ -455,7 +455,7 @@ impl NewClaim {
 
     /// The spec of the NodeClaim to create, taking node class, expiry and termination grace
     /// period from the NodePool's template.
-    pub(crate) fn to_node_claim_spec(&self, node_pool: &NodePool) -> NodeClaimSpec {
+    pub fn to_node_claim_spec(&self, node_pool: &NodePool) -> NodeClaimSpec {
         let template = &node_pool.spec.template.spec;
         NodeClaimSpec {
             taints: self.taints.clone(),

@@ -293,7 +293,17 @@ async fn at_the_termination_grace_period_a_do_not_disrupt_pod_is_deleted_and_the
         },
     )
     .await;
-    let expiring = notes(&client, &claim.name_any(), "TerminationGracePeriodExpiring").await;
+    // The Event follows the annotation's write: wait for it rather than read at once.
+    let expected = format!("All pods will be deleted by {deadline}");
+    let expiring = wait_for(
+        "the claim's TerminationGracePeriodExpiring Event",
+        Duration::from_secs(30),
+        || async {
+            let notes = notes(&client, &claim.name_any(), "TerminationGracePeriodExpiring").await;
+            notes.contains(&expected).then_some(notes)
+        },
+    )
+    .await;
     assert!(
         expiring
             .iter()
