@@ -23,7 +23,7 @@ use std::sync::Arc;
 /// mimalloc instead of glibc's malloc. The agent's memory turns over fast (every watch event is
 /// decoded into a fresh object, every round rebuilds the scheduler's input), and glibc kept
 /// the freed memory fragmented across its arenas. Measured with `POD_CPU=400m
-/// INSTANCE_TYPES=m5.large tests/agent/scale.sh 5000` on the release build (5,000 pods, 1,250
+/// INSTANCE_TYPES=m5.large tests/kwok/scale.sh 5000` on the release build (5,000 pods, 1,250
 /// nodes and NodeClaims): RSS once settled 210 MiB with glibc (`MALLOC_ARENA_MAX=2`), 126 MiB
 /// with mimalloc; peak 216 MiB against 166 MiB; the mean scheduling round 45 ms against 29 ms.
 ///

@@ -9,32 +9,22 @@
 //! Not part of `tests/run` (it takes minutes); run it with:
 //!
 //! ```text
-//! cargo test -p karpenter-agent --test chaos_aws -- --ignored --nocapture
+//! cargo test -p karpenter-agent --test agent chaos_aws -- --ignored --nocapture
 //! ```
 //!
 //! The kwok counterpart, with the API server stopped for a minute as well, is
-//! `tests/agent/chaos.sh`.
+//! `tests/kwok/chaos.sh`.
 
 #![cfg(not(target_os = "windows"))]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, dead_code)]
 
-#[path = "../../tests/aws/env.rs"]
-mod env;
-#[path = "../../tests/aws/kubelet.rs"]
-mod kubelet;
-#[path = "../../tests/aws/moto.rs"]
-mod moto;
-#[path = "../../tests/aws/proxy.rs"]
-mod proxy;
-
-mod common;
-
-use common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+use crate::common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+use crate::{env, kubelet};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::apis::NodeClaim;
 use karpenter_core::cloud::ProviderId;
 use karpenter_test_support::cloud_agent::{apply, claims_of, clean_up, running, workload};
-use karpenter_test_support::rig::{self, rig};
+use karpenter_test_support::rig::rig;
 use kube::Api;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -116,6 +106,7 @@ fn kill_after(step: u32) -> Duration {
 #[ignore = "minutes long; run by hand (see the module doc)"]
 async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_instance_per_claim_and_every_pod_running()
  {
+    let _rig = crate::common::exclusive().await;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let env = env::Env::new(CLUSTER, true).await;
     let role = env.node_role().await;

@@ -16,8 +16,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-mod common;
-use common::{AgentProcess, service_account_kubeconfig, wait_for};
+use crate::common::{AgentProcess, service_account_kubeconfig, wait_for};
 
 /// The real helm, built once and cached.
 fn helm() -> Command {
@@ -387,6 +386,7 @@ fn helm_package_makes_an_archive_of_the_chart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_gives_an_agent_whose_service_account_provisions_the_demo_workload() {
+    let _rig = crate::common::exclusive().await;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let namespace = "karpenter-chart";
     let rig = rig();

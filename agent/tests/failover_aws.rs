@@ -10,23 +10,13 @@
 #![cfg(not(target_os = "windows"))]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic, dead_code)]
 
-#[path = "../../tests/aws/env.rs"]
-mod env;
-#[path = "../../tests/aws/kubelet.rs"]
-mod kubelet;
-#[path = "../../tests/aws/moto.rs"]
-mod moto;
-#[path = "../../tests/aws/proxy.rs"]
-mod proxy;
-
-mod common;
-
-use common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+use crate::common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+use crate::{env, kubelet};
 use k8s_openapi::api::coordination::v1::Lease;
 use karpenter_core::apis::{NodeClaim, labels};
 use karpenter_core::cloud::ProviderId;
 use karpenter_test_support::cloud_agent::{apply, claims_of, clean_up, running, workload};
-use karpenter_test_support::rig::{self, rig};
+use karpenter_test_support::rig::rig;
 use kube::Api;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -105,6 +95,7 @@ fn claimed_instances(claims: &[NodeClaim]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_ec2_the_standby_finishes_a_killed_leaders_scale_out_and_after_garbage_collection_every_instance_has_one_claim()
  {
+    let _rig = crate::common::exclusive().await;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let env = env::Env::new(CLUSTER, true).await;
     let role = env.node_role().await;

@@ -14,8 +14,7 @@ use kube::api::{Api, ListParams};
 use std::process::Command;
 use std::time::Duration;
 
-mod common;
-use common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
+use crate::common::{AgentProcess, NAMESPACE, service_account_kubeconfig, wait_for};
 
 /// `init`'s ServiceAccount, whom the agents act as.
 const SERVICE_ACCOUNT: &str = "karpenter";
@@ -113,6 +112,7 @@ fn seconds_between(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_a_killed_leaders_scale_out_without_launching_twice() {
+    let _rig = crate::common::exclusive().await;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().expect("temp dir");
     let client = rig().client().await;

@@ -1,5 +1,5 @@
 //! The plugin on claims the agent made: the agent runs in this process with the kwok provider
-//! (`karpenter_core::controllers::run`, as `tests/agent` runs it) on a rig of this test binary's
+//! (`karpenter_core::controllers::run`, as `tests/kwok` runs it) on a rig of this test binary's
 //! own, a Deployment goes pending, and `status -w`, `status` and `explain` report what happens.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]

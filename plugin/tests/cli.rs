@@ -1,6 +1,6 @@
 //! The built `kubectl-karpenter` against a real control plane (the rig), on objects created
 //! directly: in upstream Karpenter's shape (no annotations of ours, a hand-written status) and in
-//! ours (the annotations the agent writes). No agent runs here: `plugin/tests/agent.rs` runs one.
+//! ours (the annotations the agent writes). No agent runs here: `plugin/tests/kwok.rs` runs one.
 //!
 //! Tests share one rig and run in parallel, so each creates objects under its own names and looks
 //! only at those.

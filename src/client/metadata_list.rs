@@ -4,7 +4,7 @@
 //! kube's `Api::list_metadata` decodes each item's whole `ObjectMeta`, managed fields included:
 //! the API server sends every field manager's set of fields, and `FieldsV1` holds each as a
 //! `serde_json::Value` tree. Listing 2,500 NodeClaims that way, unpaged, held 49 MiB of the
-//! agent's heap at once (heaptrack, `tests/agent/heap.sh 10000`), a third of it, for their
+//! agent's heap at once (heaptrack, `tests/kwok/heap.sh 10000`), a third of it, for their
 //! names. Here serde skips every field the caller's type does not name without building
 //! anything, and pages bound the body held at once (client-go's pager does the same, 500 a page).
 

@@ -154,7 +154,7 @@ pub struct Instance {
 /// whether it is going away, which is all garbage collection reads. A listing is of every
 /// machine the agent launched, thousands on a large cluster, and a whole [`Instance`] (its
 /// labels, capacity and allocatable) is ~5 KB: at 5,000 kwok nodes the listing held 25 MiB of
-/// the agent's heap for a whole pass (heaptrack, `tests/agent/heap.sh`), for four fields.
+/// the agent's heap for a whole pass (heaptrack, `tests/kwok/heap.sh`), for four fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedInstance {
     pub provider_id: ProviderId,

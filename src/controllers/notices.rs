@@ -81,7 +81,7 @@ impl Notices {
     /// that happen once to an object (the lifecycle's: a claim launched, its launch failing
     /// for a new reason, its instance found gone). kube's [`Recorder`] keeps every Event it published for six minutes, to fold a
     /// repeat into its series; at ~2.4 KB an Event, that was 12 MiB of the agent's heap in a
-    /// 5,000-node scale-out (heaptrack, `tests/agent/heap.sh`), for repeats that never come.
+    /// 5,000-node scale-out (heaptrack, `tests/kwok/heap.sh`), for repeats that never come.
     /// Failures are logged, not returned.
     pub(crate) async fn publish_once(&self, event: &Event, regarding: &ObjectReference) {
         // A recorder of its own, dropped with its one cached Event.

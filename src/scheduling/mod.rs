@@ -203,7 +203,7 @@ pub struct ExistingNode<'a, P = Pod> {
     pub name: String,
     /// Its labels, borrowed from the cached Node where there is one: a round reads every Node,
     /// and copying their labels was the largest part of a round's memory (5.5 MiB at 1,250
-    /// Nodes, measured with `tests/agent/heap.sh`).
+    /// Nodes, measured with `tests/kwok/heap.sh`).
     pub labels: Cow<'a, LabelSet>,
     /// Taints pods must tolerate. Leave out startup taints and the known ephemeral taints of a
     /// Karpenter node that is still initializing: they are about to go away.

@@ -39,7 +39,7 @@
 //!
 //! `--plan N --cpu 250m --memory 128Mi` prints instead the hourly price of the scheduler's plan
 //! for N such pods from scratch, with the kwok provider's catalogue and
-//! `examples/kwok/nodepool.yaml` (limits raised as `tests/agent/scale.sh` raises them): what that
+//! `examples/kwok/nodepool.yaml` (limits raised as `tests/kwok/scale.sh` raises them): what that
 //! script compares a settled fleet with.
 
 mod fake;
@@ -528,7 +528,7 @@ fn plan(args: &[String]) {
         .unwrap_or_else(|e| unreachable!("{path} is in the repository: {e}"));
     let mut pool: Value =
         serde_saphyr::from_str(&text).unwrap_or_else(|e| unreachable!("{path} is YAML: {e}"));
-    // The limits tests/agent/scale.sh sets, so that a large plan is not cut short by the example's.
+    // The limits tests/kwok/scale.sh sets, so that a large plan is not cut short by the example's.
     pool["spec"]["limits"] = json!({"cpu": "100000", "memory": "100000Gi"});
     let pool: NodePool = from_json(pool);
     let types = karpenter_core::cloud::kwok::catalogue::catalogue();

@@ -1,13 +1,18 @@
 //! What the tests that run `karpenter-agent` processes on the rig share: an agent process, a
 //! kubeconfig acting as a ServiceAccount, waiting with the agents' logs on timeout.
 
-#![allow(dead_code, reason = "each test binary uses its part")]
-
 use karpenter_test_support::rig::rig;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One test on the rig at a time: the tests here run agents (or install one) on the one rig
+/// this binary shares, and two would compete for its pods and its Lease.
+pub(crate) async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
 
 /// One agent process, killed when dropped.
 pub(crate) struct AgentProcess {

@@ -432,7 +432,7 @@ impl CloudProvider for KwokProvider {
             NODE_CLAIM_LABEL
         );
         // Metadata only: a page of whole Nodes (conditions, images, the kubelet's status) was
-        // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/agent/heap.sh`);
+        // 8.5 MiB of the agent's peak heap at 1,250 nodes (heaptrack, `tests/kwok/heap.sh`);
         // and of the metadata only what a listing holds, in pages (see `client::metadata_list`):
         // kwok's managed fields on a Node are larger decoded than the rest of it.
         let listed: Vec<ListedMeta> = metadata_list::list_metadata::<Node, _>(

@@ -7,7 +7,7 @@
 //! a claim is counted before it is sent: [`RecentClaims`] holds it from the moment the round
 //! plans it, so the next round already sees it as in-flight capacity and never plans its pods
 //! again, and the round does not wait for the API server's answers. On a saturated API server
-//! those answers took 1 to 2 s each (`tests/agent/scale.sh 20000`): creates were 41 of the 50
+//! those answers took 1 to 2 s each (`tests/kwok/scale.sh 20000`): creates were 41 of the 50
 //! rounds over 1 s, and every pod that arrived meanwhile waited for them.
 //!
 //! A create that fails takes its claim back out of [`RecentClaims`], so the next round plans

@@ -66,7 +66,7 @@ pub const REQUEUE_WHILE_PENDING: Duration = Duration::from_secs(10);
 /// so each batch ran to its 10 s maximum and the pods that came first in it waited that long
 /// for their claims; once the burst's first claims exist, the next batches close after this
 /// (upstream's idle window) instead. Measured with `RIG_SCHEDULER_QPS=500 ARRIVAL=40
-/// tests/agent/scale.sh 2000` (see the issue 18 notes): at 2 s, p99 from unschedulable to the
+/// tests/kwok/scale.sh 2000` (see the issue 18 notes): at 2 s, p99 from unschedulable to the
 /// agent's decision was ≤ 2.5 s; at 1 s it is ≤ 1.75 s, in 42 rounds instead of 27, and the
 /// fleet's price stays the one-shot plan's, as the pods of a batch still share its claims.
 /// Longer where rounds themselves take long: [`streaming_batch_max`].

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the agent's memory goes: runs tests/agent/scale.sh N with the agent under heaptrack and
+# Where the agent's memory goes: runs tests/kwok/scale.sh N with the agent under heaptrack and
 # prints the heap at its peak, grouped by what holds it (each watched kind's store, the
 # scheduler's input, the disruption pass, HTTP buffers, list pages, metrics...). A figure, not a
 # test.
@@ -8,9 +8,9 @@
 # records malloc, and mimalloc would hide the allocations in its own pages) as a debug build, so
 # every frame has a name. Needs heaptrack and heaptrack_print (`apt-get install heaptrack`).
 #
-# Usage: tests/agent/heap.sh [N]      (default 5000; POD_CPU, INSTANCE_TYPES, RUN_TIMEOUT and
+# Usage: tests/kwok/heap.sh [N]      (default 5000; POD_CPU, INSTANCE_TYPES, RUN_TIMEOUT and
 #                                      the rest pass through to scale.sh)
-# e.g.   POD_CPU=400m INSTANCE_TYPES=m5.large tests/agent/heap.sh 5000
+# e.g.   POD_CPU=400m INSTANCE_TYPES=m5.large tests/kwok/heap.sh 5000
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -37,7 +37,7 @@ EOF
 chmod +x "$out/wrapper"
 # The RSS figures scale.sh prints are the wrapper's, not the agent's: leave them out.
 AGENT_BIN="$out/wrapper" AGENT_ARGS="${AGENT_ARGS:---leader-elect=false}" RUN_TIMEOUT="${RUN_TIMEOUT:-1500}" \
-  tests/agent/scale.sh "$n" | grep -v -e 'RSS' -e '^status:' || true
+  tests/kwok/scale.sh "$n" | grep -v -e 'RSS' -e '^status:' || true
 
 heaptrack_print -f "$out/agent.zst" --print-peaks 0 --print-allocators 0 --print-temporary 0 \
   --print-leaks 0 --flamegraph-cost-type peak -F "$out/peak.stacks" >"$out/summary.txt" 2>&1

@@ -11,7 +11,7 @@
 # consolidateAfter is Never, so nothing hides an extra node); no panic in the agent's log.
 # Prints the figures; exits 1 if a check fails. A script, not a test: its timings are figures.
 #
-# Usage: tests/agent/chaos.sh
+# Usage: tests/kwok/chaos.sh
 # Environment: AGENT_BIN (default: the debug build, built first), PODS, KILLS, OUTAGE,
 # LEADER_ELECT (default false: a restarted agent acts at once instead of waiting out the dead
 # one's Lease, which puts more of the kills in the middle of launches), KEEP_CHAOS_LOGS=1 keeps

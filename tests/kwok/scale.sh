@@ -16,7 +16,7 @@
 # NodePool), their ratio, and the time from the scale-down to the last change. The NodePool's
 # consolidateAfter is set to CONSOLIDATE_AFTER (default 0s) when the scale-down starts.
 #
-# Usage: tests/agent/scale.sh [N[:M] ...]      e.g. tests/agent/scale.sh 2000:200
+# Usage: tests/kwok/scale.sh [N[:M] ...]      e.g. tests/kwok/scale.sh 2000:200
 # Environment: AGENT_BIN=path (default $CARGO_TARGET_DIR/debug/karpenter-agent, built first);
 # anything the agent reads passes through to it (its allocator is mimalloc: agent/src/main.rs).
 # SCALE_DOWN_TIMEOUT (seconds, default 1800) bounds the wait for the fleet to settle.
