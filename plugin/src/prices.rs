@@ -5,7 +5,7 @@
 //! the catalogue's us-west-2 and us-central1 list prices (EC2 spot among them).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::apis::labels;
+use karpenter_core::apis::{CapacityType, labels};
 use karpenter_core::cloud::aws::pricing::{self, PriceTable};
 use karpenter_core::cloud::gcp_prices;
 use karpenter_core::cloud::kwok::catalogue;
@@ -24,8 +24,8 @@ fn shipped() -> &'static [InstanceType] {
 }
 
 /// The list price of one instance type at one capacity type in `region` (the cheapest zone's).
-fn price(instance_type: &str, capacity_type: &str, region: &str) -> Option<f64> {
-    let on_demand = capacity_type == labels::CAPACITY_TYPE_ON_DEMAND;
+fn price(instance_type: &str, capacity_type: CapacityType, region: &str) -> Option<f64> {
+    let on_demand = capacity_type == CapacityType::OnDemand;
     if let Some(price) = on_demand
         .then(|| PriceTable::shipped(region).on_demand(instance_type))
         .flatten()
@@ -79,13 +79,18 @@ pub(crate) fn list_prices<'a, L: Labelled + ?Sized + 'a>(
         let Some(instance_type) = object.label(labels::INSTANCE_TYPE) else {
             continue;
         };
-        let capacity_type = object
+        // Unlabelled is on-demand; a value no cloud sells has no list price.
+        let Ok(capacity_type) = object
             .label(labels::CAPACITY_TYPE)
-            .unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
+            .unwrap_or(CapacityType::OnDemand.as_str())
+            .parse::<CapacityType>()
+        else {
+            continue;
+        };
         let region = object
             .label(labels::REGION)
             .unwrap_or(pricing::FALLBACK_REGION);
-        let key = (instance_type.to_owned(), capacity_type.to_owned());
+        let key = (instance_type.to_owned(), capacity_type.to_string());
         if out.contains_key(&key) {
             continue;
         }
@@ -104,7 +109,7 @@ mod tests {
         let mut l =
             std::collections::BTreeMap::from([(labels::INSTANCE_TYPE.to_owned(), t.to_owned())]);
         if let Some(c) = c {
-            l.insert(labels::CAPACITY_TYPE.to_owned(), c.to_owned());
+            l.insert(labels::CAPACITY_TYPE.to_owned(), c.to_string());
         }
         ObjectMeta {
             labels: Some(l),

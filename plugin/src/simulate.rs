@@ -541,7 +541,7 @@ fn render(report: &Report, wide: bool) -> String {
                 .entry((
                     &claim.node_pool,
                     &claim.instance_type,
-                    &claim.capacity_type,
+                    claim.capacity_type.as_str(),
                     &claim.zone,
                 ))
                 .or_default();

@@ -12,6 +12,7 @@
 //! rejects a bad manifest with a message that names the field, before any controller sees it.
 
 pub mod budget;
+mod capacity_type;
 mod common;
 pub mod ec2nodeclass;
 pub mod gcenodeclass;
@@ -24,6 +25,7 @@ pub mod nodepool;
 mod nodepool_hash;
 mod upstream_schema;
 
+pub use capacity_type::{CapacityType, UnknownCapacityType};
 pub use common::{
     InvalidDuration, KubeletConfiguration, LabelValue, NillableDuration, NodeClassReference,
     NodeSelectorRequirementWithMinValues, RequirementOperator, parse_duration,

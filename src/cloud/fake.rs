@@ -14,6 +14,7 @@ use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
 use super::unavailable::{self, UnavailableOfferings};
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, NodeClassReference, labels};
 use crate::resources::{CPU, MEMORY, PODS, ResourceList};
 use crate::scheduling::{InstanceType, Offering, Requirement, Requirements};
@@ -156,10 +157,10 @@ pub fn catalogue() -> Vec<InstanceType> {
             .add(Requirement::in_values(labels::OS, ["linux"]));
         it.overhead.kube_reserved = ResourceList::new().with(CPU, 100).with(MEMORY, 256 << 20);
         it.offerings = vec![
-            Offering::new("fake-zone-a", labels::CAPACITY_TYPE_ON_DEMAND, price),
-            Offering::new("fake-zone-a", labels::CAPACITY_TYPE_SPOT, price * 0.4),
-            Offering::new("fake-zone-b", labels::CAPACITY_TYPE_ON_DEMAND, price * 1.05),
-            Offering::new("fake-zone-b", labels::CAPACITY_TYPE_SPOT, price * 0.42),
+            Offering::new("fake-zone-a", CapacityType::OnDemand, price),
+            Offering::new("fake-zone-a", CapacityType::Spot, price * 0.4),
+            Offering::new("fake-zone-b", CapacityType::OnDemand, price * 1.05),
+            Offering::new("fake-zone-b", CapacityType::Spot, price * 0.42),
         ];
         it
     })
@@ -167,9 +168,9 @@ pub fn catalogue() -> Vec<InstanceType> {
 }
 
 /// Whether `pattern` (`capacity-type:instance-type:zone`, parts may be `*`) names the offering.
-fn matches(pattern: &str, capacity_type: &str, instance_type: &str, zone: &str) -> bool {
+fn matches(pattern: &str, capacity_type: CapacityType, instance_type: &str, zone: &str) -> bool {
     let mut parts = pattern.splitn(3, ':');
-    [capacity_type, instance_type, zone]
+    [capacity_type.as_str(), instance_type, zone]
         .into_iter()
         .all(|value| parts.next().is_some_and(|p| p == "*" || p == value))
 }
@@ -328,7 +329,7 @@ impl FakeProvider {
         let catalogue = self.state().catalogue.clone();
         let unavailable = |it: &InstanceType, o: &Offering| {
             self.unavailable
-                .is_unavailable(&o.capacity_type, &it.name, &o.zone)
+                .is_unavailable(o.capacity_type, &it.name, &o.zone)
         };
         if !catalogue
             .iter()
@@ -363,7 +364,7 @@ impl FakeProvider {
         node_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
         node_labels.insert(
             labels::CAPACITY_TYPE.to_owned(),
-            offering.capacity_type.clone(),
+            offering.capacity_type.to_string(),
         );
         let mut state = self.state();
         state.launched += 1;
@@ -375,7 +376,7 @@ impl FakeProvider {
             node_pool: claim_labels.get(labels::NODE_POOL).cloned(),
             instance_type: instance_type.name.clone(),
             zone: offering.zone.clone(),
-            capacity_type: offering.capacity_type.clone(),
+            capacity_type: offering.capacity_type,
             image_id: None,
             capacity: instance_type.capacity.clone(),
             allocatable: instance_type.allocatable(),
@@ -431,7 +432,7 @@ impl CloudProvider for FakeProvider {
                 .collect();
             offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
             for offering in offerings {
-                let (ct, zone) = (&offering.capacity_type, &offering.zone);
+                let (ct, zone) = (offering.capacity_type, &offering.zone);
                 if exhausted
                     .iter()
                     .any(|pattern| matches(pattern, ct, &sold.name, zone))
@@ -548,7 +549,7 @@ mod tests {
         let instance = fake.create(&claim, &candidates).await.unwrap();
         assert_eq!(instance.instance_type, "fake-small");
         assert_eq!(instance.zone, "fake-zone-b", "the claim allows only zone b");
-        assert_eq!(instance.capacity_type, labels::CAPACITY_TYPE_SPOT);
+        assert_eq!(instance.capacity_type, CapacityType::Spot);
         assert_eq!(instance.node_claim.as_deref(), Some("a"));
         assert_eq!(instance.node_pool.as_deref(), Some("pool"));
         assert_eq!(instance.labels[labels::ZONE], "fake-zone-b");

@@ -5,7 +5,7 @@
 //! `delete` returns what happened as a value (`Gone` is a normal outcome, not an error), `get`
 //! returns an `Option`, and errors are a small set the controllers act on differently.
 
-use crate::apis::{NodeClaim, NodeClassReference};
+use crate::apis::{CapacityType, NodeClaim, NodeClassReference};
 use crate::resources::ResourceList;
 use crate::scheduling::InstanceType;
 use std::collections::BTreeMap;
@@ -130,8 +130,7 @@ pub struct Instance {
     pub node_pool: Option<String>,
     pub instance_type: String,
     pub zone: String,
-    /// `spot`, `on-demand` or `reserved`.
-    pub capacity_type: String,
+    pub capacity_type: CapacityType,
     /// The image it booted, if known.
     pub image_id: Option<String>,
     /// What the machine has and what pods may use of it.

@@ -6,6 +6,7 @@
 //! around the hole, short enough that capacity coming back is used again. A provider reports a
 //! cached offering as `available: false` in its catalogue, so explanations can say why.
 
+use crate::apis::CapacityType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ impl Default for UnavailableOfferings {
 }
 
 /// The cache key of an offering.
-pub fn key(capacity_type: &str, instance_type: &str, zone: &str) -> String {
+pub fn key(capacity_type: CapacityType, instance_type: &str, zone: &str) -> String {
     format!("{capacity_type}:{instance_type}:{zone}")
 }
 
@@ -47,20 +48,20 @@ impl UnavailableOfferings {
     }
 
     /// Marks an offering unavailable from now until the TTL runs out.
-    pub fn mark(&self, capacity_type: &str, instance_type: &str, zone: &str) {
+    pub fn mark(&self, capacity_type: CapacityType, instance_type: &str, zone: &str) {
         self.mark_at(capacity_type, instance_type, zone, Instant::now());
     }
 
     /// Marks an offering unavailable from `now` (for tests with a clock of their own).
     pub(crate) fn mark_at(
         &self,
-        capacity_type: &str,
+        capacity_type: CapacityType,
         instance_type: &str,
         zone: &str,
         now: Instant,
     ) {
         tracing::debug!(
-            capacity_type,
+            %capacity_type,
             instance_type,
             zone,
             ttl_s = self.ttl.as_secs(),
@@ -73,7 +74,7 @@ impl UnavailableOfferings {
     /// Whether an offering is still marked unavailable.
     pub(crate) fn is_unavailable(
         &self,
-        capacity_type: &str,
+        capacity_type: CapacityType,
         instance_type: &str,
         zone: &str,
     ) -> bool {
@@ -83,7 +84,7 @@ impl UnavailableOfferings {
     /// Whether an offering is still marked unavailable at `now`.
     pub(crate) fn is_unavailable_at(
         &self,
-        capacity_type: &str,
+        capacity_type: CapacityType,
         instance_type: &str,
         zone: &str,
         now: Instant,
@@ -112,17 +113,17 @@ mod tests {
     fn an_offering_is_unavailable_for_the_ttl_and_then_comes_back() {
         let cache = UnavailableOfferings::default();
         let start = Instant::now();
-        cache.mark_at("spot", "m5.large", "us-west-2a", start);
+        cache.mark_at(CapacityType::Spot, "m5.large", "us-west-2a", start);
         assert!(cache.is_unavailable_at(
-            "spot",
+            CapacityType::Spot,
             "m5.large",
             "us-west-2a",
             start + Duration::from_secs(179)
         ));
-        assert!(!cache.is_unavailable_at("on-demand", "m5.large", "us-west-2a", start));
-        assert!(!cache.is_unavailable_at("spot", "m5.large", "us-west-2b", start));
+        assert!(!cache.is_unavailable_at(CapacityType::OnDemand, "m5.large", "us-west-2a", start));
+        assert!(!cache.is_unavailable_at(CapacityType::Spot, "m5.large", "us-west-2b", start));
         assert!(!cache.is_unavailable_at(
-            "spot",
+            CapacityType::Spot,
             "m5.large",
             "us-west-2a",
             start + Duration::from_secs(181)

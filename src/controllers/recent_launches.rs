@@ -57,6 +57,7 @@ impl RecentLaunches {
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::apis::CapacityType;
     use crate::cloud::ProviderId;
 
     fn instance(id: &str) -> Instance {
@@ -66,7 +67,7 @@ mod tests {
             node_pool: None,
             instance_type: "m5.large".to_owned(),
             zone: "us-west-2a".to_owned(),
-            capacity_type: "spot".to_owned(),
+            capacity_type: CapacityType::Spot,
             image_id: None,
             capacity: Default::default(),
             allocatable: Default::default(),

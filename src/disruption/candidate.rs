@@ -28,6 +28,8 @@ pub struct Candidate<'a> {
     pub pods: Vec<&'a CachedPod>,
     /// What blocks it, what it may be disrupted for.
     pub disruptability: Disruptability,
+    /// Its type, zone and capacity type as its claim's (or Node's) labels say, empty when
+    /// unlabelled: read from the objects, not a value the agent chose.
     pub instance_type: String,
     pub zone: String,
     pub capacity_type: String,
@@ -200,7 +202,7 @@ pub fn candidates<'a>(
                 .and_then(|it| {
                     it.offerings
                         .iter()
-                        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+                        .find(|o| o.zone == zone && o.capacity_type.as_str() == capacity_type)
                 })
                 .and_then(|o| o.known_price());
             let cost: f64 = pods.iter().map(|p| eviction_cost(p)).sum();

@@ -16,6 +16,7 @@
 //! business and does not count against the consolidation.
 
 use super::candidate::Candidate;
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::scheduling::{self, NewClaim, Requirement};
 use crate::state::{self, CachedNode, CachedPod, Snapshot};
@@ -133,11 +134,11 @@ pub fn consolidate(
     };
     let all_spot = candidates
         .iter()
-        .all(|c| c.capacity_type == labels::CAPACITY_TYPE_SPOT);
+        .all(|c| c.capacity_type == CapacityType::Spot.as_str());
     let options = &mut replacement.claim.instance_types;
     options.retain(|o| o.price < current - 1e-9);
     if all_spot {
-        options.retain(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT);
+        options.retain(|o| o.capacity_type == CapacityType::Spot);
         if !spot_to_spot {
             return Outcome::Keep(
                 "it is spot and only spot could replace it; spot-to-spot consolidation is off (as upstream's default)"
@@ -161,7 +162,10 @@ pub fn consolidate(
     }
     let names: Vec<String> = options.iter().map(|o| o.name.clone()).collect();
     let capacity_types: Vec<String> = {
-        let mut c: Vec<String> = options.iter().map(|o| o.capacity_type.clone()).collect();
+        let mut c: Vec<String> = options
+            .iter()
+            .map(|o| o.capacity_type.to_string())
+            .collect();
         c.sort();
         c.dedup();
         c

@@ -81,6 +81,7 @@ pub struct Disrupted {
     pub claim: String,
     pub node: String,
     pub pool: String,
+    /// Its type and capacity type as its labels say (see [`super::Candidate`]).
     pub instance_type: String,
     pub capacity_type: String,
     pub price: Option<f64>,

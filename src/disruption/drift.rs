@@ -6,6 +6,7 @@
 //! `CloudProvider.IsDrifted`) needs an API call, so the controller asks the provider after
 //! these and reports it as [`DriftReason::Cloud`].
 
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::scheduling::requirements::is_well_known;
 use crate::scheduling::{InstanceType, Requirement, Requirements};
@@ -158,15 +159,12 @@ fn instance_type_not_found(claim: &NodeClaim, catalogue: &[InstanceType]) -> Opt
     };
     let mut offered_as = Requirements::from_labels(claim_labels);
     if claim_labels.get(labels::CAPACITY_TYPE).map(String::as_str)
-        == Some(labels::CAPACITY_TYPE_RESERVED)
+        == Some(CapacityType::Reserved.as_str())
     {
         offered_as.remove(labels::CAPACITY_TYPE);
         offered_as.add(Requirement::in_values(
             labels::CAPACITY_TYPE,
-            [
-                labels::CAPACITY_TYPE_RESERVED,
-                labels::CAPACITY_TYPE_ON_DEMAND,
-            ],
+            [CapacityType::Reserved, CapacityType::OnDemand],
         ));
     }
     if instance_type
@@ -266,10 +264,10 @@ mod tests {
         it.requirements
             .add(Requirement::in_values("kubernetes.io/arch", ["amd64"]));
         it.offerings = vec![
-            Offering::new("test-zone-a", "on-demand", 0.2),
+            Offering::new("test-zone-a", CapacityType::OnDemand, 0.2),
             Offering {
                 available: false,
-                ..Offering::new("test-zone-a", "spot", 0.1)
+                ..Offering::new("test-zone-a", CapacityType::Spot, 0.1)
             },
         ];
         vec![it]

@@ -4,6 +4,7 @@
 
 use super::static_scale::StaticScale;
 use super::*;
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, NodePool};
 use crate::resources::ResourceList;
 use crate::scheduling::{InstanceType, Offering};
@@ -34,10 +35,16 @@ fn catalogue() -> Vec<InstanceType> {
                 ])
                 .unwrap(),
             );
-            it.offerings
-                .push(Offering::new("zone-a", "on-demand", 0.05 * f64::from(n)));
-            it.offerings
-                .push(Offering::new("zone-a", "spot", 0.02 * f64::from(n)));
+            it.offerings.push(Offering::new(
+                "zone-a",
+                CapacityType::OnDemand,
+                0.05 * f64::from(n),
+            ));
+            it.offerings.push(Offering::new(
+                "zone-a",
+                CapacityType::Spot,
+                0.02 * f64::from(n),
+            ));
             it
         })
         .collect()

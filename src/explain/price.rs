@@ -5,6 +5,7 @@
 //! is priced from the same tables.
 
 use super::label;
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, labels};
 use crate::state::CachedNode;
 use serde::Serialize;
@@ -49,7 +50,7 @@ pub(crate) fn node_price(node: &CachedNode) -> Option<f64> {
 /// on-demand when unlabelled).
 fn list_price<'l>(label: impl Fn(&str) -> Option<&'l str>, list: &ListPrices) -> Option<Price> {
     let instance_type = label(labels::INSTANCE_TYPE)?;
-    let capacity_type = label(labels::CAPACITY_TYPE).unwrap_or(labels::CAPACITY_TYPE_ON_DEMAND);
+    let capacity_type = label(labels::CAPACITY_TYPE).unwrap_or(CapacityType::OnDemand.as_str());
     let per_hour = *list.get(&(instance_type.to_owned(), capacity_type.to_owned()))?;
     Some(Price {
         per_hour,

@@ -15,6 +15,7 @@ pub mod launch_template;
 
 pub(crate) use launch_template::LaunchTemplate;
 
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use serde_json::{Value, json};
@@ -144,7 +145,9 @@ pub fn node_groups(nodes: &[Node]) -> (Vec<NodeGroup>, usize) {
         group.instance_types.extend(get(labels::INSTANCE_TYPE));
         group.zones.extend(get(labels::ZONE));
         group.architectures.extend(get(labels::ARCH));
-        group.capacity_types.insert(capacity_type(&node_labels));
+        group
+            .capacity_types
+            .insert(capacity_type(&node_labels).to_string());
         // A label or taint only some nodes have is not the group's.
         let mine = own_labels(&node_labels);
         group.labels.retain(|k, v| mine.get(k) == Some(v));
@@ -215,7 +218,7 @@ fn own_taints(node: &Node) -> Vec<Taint> {
 
 /// The capacity type as the clouds label it: EKS's `eks.amazonaws.com/capacityType`, GKE's spot
 /// and preemptible labels, Karpenter's own.
-fn capacity_type(node_labels: &BTreeMap<String, String>) -> String {
+fn capacity_type(node_labels: &BTreeMap<String, String>) -> CapacityType {
     let spot = node_labels
         .get("eks.amazonaws.com/capacityType")
         .is_some_and(|v| v == "SPOT")
@@ -227,11 +230,11 @@ fn capacity_type(node_labels: &BTreeMap<String, String>) -> String {
             .is_some_and(|v| v == "true")
         || node_labels
             .get(labels::CAPACITY_TYPE)
-            .is_some_and(|v| v == labels::CAPACITY_TYPE_SPOT);
+            .is_some_and(|v| v == CapacityType::Spot.as_str());
     if spot {
-        labels::CAPACITY_TYPE_SPOT.to_owned()
+        CapacityType::Spot
     } else {
-        labels::CAPACITY_TYPE_ON_DEMAND.to_owned()
+        CapacityType::OnDemand
     }
 }
 

@@ -8,7 +8,7 @@
 //! zone the pod needs.
 
 use super::requirements::{Requirement, Requirements};
-use crate::apis::labels;
+use crate::apis::{CapacityType, labels};
 use crate::resources::ResourceList;
 use std::collections::BTreeMap;
 
@@ -70,8 +70,8 @@ pub fn known_price(price: f64) -> Option<f64> {
 pub struct Offering {
     /// `topology.kubernetes.io/zone`.
     pub zone: String,
-    /// `karpenter.sh/capacity-type`: `on-demand`, `spot` or `reserved`.
-    pub capacity_type: String,
+    /// `karpenter.sh/capacity-type`.
+    pub capacity_type: CapacityType,
     /// Price per hour, in the provider's currency, for ranking; [`UNKNOWN_PRICE`] when no
     /// price is known (read it for display with [`Offering::known_price`]).
     pub price: f64,
@@ -82,17 +82,17 @@ pub struct Offering {
 
 impl Offering {
     /// An available offering.
-    pub fn new(zone: &str, capacity_type: &str, price: f64) -> Self {
+    pub fn new(zone: &str, capacity_type: CapacityType, price: f64) -> Self {
         Self {
             zone: zone.to_owned(),
-            capacity_type: capacity_type.to_owned(),
+            capacity_type,
             price,
             available: true,
         }
     }
 
     /// An available offering whose price is not known: ranked after every priced one.
-    pub fn unpriced(zone: &str, capacity_type: &str) -> Self {
+    pub fn unpriced(zone: &str, capacity_type: CapacityType) -> Self {
         Self::new(zone, capacity_type, UNKNOWN_PRICE)
     }
 
@@ -104,7 +104,7 @@ impl Offering {
     /// Whether the zone and capacity type are allowed by `requirements`.
     pub fn allowed_by(&self, requirements: &Requirements) -> bool {
         requirements.allows(labels::ZONE, &self.zone)
-            && requirements.allows(labels::CAPACITY_TYPE, &self.capacity_type)
+            && requirements.allows(labels::CAPACITY_TYPE, self.capacity_type.as_str())
     }
 }
 
@@ -190,11 +190,11 @@ mod tests {
         it.overhead.kube_reserved = ResourceList::new().with(CPU, 70).with(MEMORY, 442 << 20);
         it.overhead.eviction_threshold = ResourceList::new().with(MEMORY, 100 << 20);
         it.offerings = vec![
-            Offering::new("us-west-2a", labels::CAPACITY_TYPE_ON_DEMAND, 0.096),
-            Offering::new("us-west-2a", labels::CAPACITY_TYPE_SPOT, 0.035),
+            Offering::new("us-west-2a", CapacityType::OnDemand, 0.096),
+            Offering::new("us-west-2a", CapacityType::Spot, 0.035),
             Offering {
                 available: false,
-                ..Offering::new("us-west-2b", labels::CAPACITY_TYPE_SPOT, 0.030)
+                ..Offering::new("us-west-2b", CapacityType::Spot, 0.030)
             },
         ];
         it
@@ -216,7 +216,7 @@ mod tests {
         );
         let on_demand: Requirements = [Requirement::in_values(
             labels::CAPACITY_TYPE,
-            [labels::CAPACITY_TYPE_ON_DEMAND],
+            [CapacityType::OnDemand],
         )]
         .into_iter()
         .collect();

@@ -15,7 +15,7 @@
 //! with prices; and an [`Unschedulable`] explanation for every pod it could not place.
 //!
 //! ```
-//! use karpenter_core::apis::NodePool;
+//! use karpenter_core::apis::{CapacityType, NodePool};
 //! use karpenter_core::resources::ResourceList;
 //! use karpenter_core::scheduling::{schedule, Input, InstanceType, Offering, PoolInput};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,9 +25,9 @@
 //!         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}
 //! }))?;
 //! let mut small = InstanceType::new("m5.large", ResourceList::parse([("cpu", "2"), ("memory", "8Gi"), ("pods", "29")])?);
-//! small.offerings.push(Offering::new("us-west-2a", "on-demand", 0.096));
+//! small.offerings.push(Offering::new("us-west-2a", CapacityType::OnDemand, 0.096));
 //! let mut big = InstanceType::new("m5.xlarge", ResourceList::parse([("cpu", "4"), ("memory", "16Gi"), ("pods", "58")])?);
-//! big.offerings.push(Offering::new("us-west-2a", "on-demand", 0.192));
+//! big.offerings.push(Offering::new("us-west-2a", CapacityType::OnDemand, 0.192));
 //! let catalogue = vec![small, big];
 //! let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
 //!     "metadata": {"name": "web", "namespace": "default"},
@@ -137,7 +137,7 @@ pub(crate) use static_claim::static_claim;
 pub use volume_topology::VolumeTopology;
 pub use volume_topology::{VolumeError, VolumeObjects};
 
-use crate::apis::{NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
+use crate::apis::{CapacityType, NodeClaim, NodeClaimSpec, NodePool, ResourceRequirements, labels};
 use crate::resources::ResourceList;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use std::borrow::Cow;
@@ -401,7 +401,7 @@ pub struct InstanceTypeOption {
     /// That offering's zone.
     pub zone: String,
     /// That offering's capacity type.
-    pub capacity_type: String,
+    pub capacity_type: CapacityType,
     /// What pods can use on it (before DaemonSets).
     pub allocatable: ResourceList,
 }

@@ -32,7 +32,7 @@ pub(crate) fn static_claim(
                 name: it.name.clone(),
                 price: offering.price,
                 zone: offering.zone.clone(),
-                capacity_type: offering.capacity_type.clone(),
+                capacity_type: offering.capacity_type,
                 allocatable: it.allocatable(),
             })
         })
@@ -64,6 +64,7 @@ pub(crate) fn static_claim(
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::apis::CapacityType;
     use crate::scheduling::Offering;
     use serde_json::json;
 
@@ -81,7 +82,8 @@ mod tests {
 
     fn it(name: &str, price: f64, zone: &str) -> InstanceType {
         let mut it = InstanceType::new(name, ResourceList::default());
-        it.offerings.push(Offering::new(zone, "on-demand", price));
+        it.offerings
+            .push(Offering::new(zone, CapacityType::OnDemand, price));
         it
     }
 

@@ -56,7 +56,7 @@ fn instance_type(name: &str, cpu: u64, mem_gib: u64, price: f64) -> InstanceType
         .add(Requirement::in_values(labels::ARCH, ["amd64"]));
     it.offerings = ZONES
         .iter()
-        .map(|z| Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, price))
+        .map(|z| Offering::new(z, CapacityType::OnDemand, price))
         .collect();
     it
 }
@@ -146,7 +146,7 @@ fn a_type_without_a_price_launches_only_where_no_priced_type_fits_and_is_listed_
     let mut newer = instance_type("new.2x", 2, 8, 0.0);
     newer.offerings = ZONES
         .iter()
-        .map(|z| Offering::unpriced(z, labels::CAPACITY_TYPE_ON_DEMAND))
+        .map(|z| Offering::unpriced(z, CapacityType::OnDemand))
         .collect();
     let mut huge = instance_type("new.128x", 128, 512, 0.0);
     huge.offerings = newer.offerings.clone();
@@ -1310,7 +1310,7 @@ fn summary(plan: &Plan) -> Vec<(String, String, String, usize)> {
             (
                 c.node_pool.clone(),
                 o.name.clone(),
-                o.capacity_type.clone(),
+                o.capacity_type.to_string(),
                 c.pods.len(),
             )
         })

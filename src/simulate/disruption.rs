@@ -16,7 +16,7 @@
 //! Budgets are read afresh each pass, as each command has finished by then; they slow the
 //! agent down but do not change what it does.
 
-use crate::apis::{NodeClaim, NodeClaimStatus, NodePool, labels};
+use crate::apis::{CapacityType, NodeClaim, NodeClaimStatus, NodePool, labels};
 use crate::disruption::{self, Options, Replacement};
 use crate::scheduling::LabelSet;
 use crate::scheduling::{self, InstanceType, Requirements, Target};
@@ -53,7 +53,7 @@ pub struct Removed {
 pub struct Launched {
     pub node_pool: String,
     pub instance_type: String,
-    pub capacity_type: String,
+    pub capacity_type: CapacityType,
     pub zone: String,
     /// Hourly price, unless no price is known for it.
     pub price_per_hour: Option<f64>,
@@ -174,7 +174,7 @@ pub fn plan(
                     Some(Launched {
                         node_pool: r.claim.node_pool.clone(),
                         instance_type: option.name.clone(),
-                        capacity_type: option.capacity_type.clone(),
+                        capacity_type: option.capacity_type,
                         zone: option.zone.clone(),
                         price_per_hour: option.known_price(),
                         pods: r.pods.len(),
@@ -275,7 +275,7 @@ fn launch(
     node_labels.insert(labels::ZONE.to_owned(), option.zone.clone());
     node_labels.insert(
         labels::CAPACITY_TYPE.to_owned(),
-        option.capacity_type.clone(),
+        option.capacity_type.to_string(),
     );
     node_labels.insert(labels::HOSTNAME.to_owned(), name.clone());
     let capacity = instance_type.capacity.to_quantities();
@@ -522,10 +522,16 @@ mod tests {
                     ])
                     .unwrap(),
                 );
-                it.offerings
-                    .push(Offering::new("zone-a", "on-demand", 0.05 * f64::from(n)));
-                it.offerings
-                    .push(Offering::new("zone-a", "spot", 0.02 * f64::from(n)));
+                it.offerings.push(Offering::new(
+                    "zone-a",
+                    CapacityType::OnDemand,
+                    0.05 * f64::from(n),
+                ));
+                it.offerings.push(Offering::new(
+                    "zone-a",
+                    CapacityType::Spot,
+                    0.02 * f64::from(n),
+                ));
                 it
             })
             .collect()

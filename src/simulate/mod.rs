@@ -18,6 +18,7 @@ pub mod workloads;
 pub use workloads::WorkloadError;
 pub use workloads::{Workloads, read};
 
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::scheduling::{Input, InstanceType, PodView, PoolInput, schedule};
 use crate::state::CachedNode;
@@ -37,7 +38,7 @@ fn is_zero(n: &usize) -> bool {
 pub struct PlannedClaim {
     pub node_pool: String,
     pub instance_type: String,
-    pub capacity_type: String,
+    pub capacity_type: CapacityType,
     pub zone: String,
     /// `namespace/name` of its pods.
     pub pods: Vec<String>,
@@ -134,7 +135,7 @@ fn report<P: PodView>(result: &crate::scheduling::Plan, pods: &[&P]) -> Report {
             Some(PlannedClaim {
                 node_pool: claim.node_pool.clone(),
                 instance_type: cheapest.name.clone(),
-                capacity_type: cheapest.capacity_type.clone(),
+                capacity_type: cheapest.capacity_type,
                 zone: cheapest.zone.clone(),
                 pods: claim.pods.iter().map(|&i| name(i)).collect(),
                 price_per_hour: cheapest.known_price(),
@@ -175,13 +176,13 @@ pub fn fleet(nodes: &[std::sync::Arc<CachedNode>], prices: &[InstanceType]) -> F
     let mut price_per_hour = 0.0;
     let mut unpriced = 0;
     for node in nodes {
-        let spot = node.label(labels::CAPACITY_TYPE) == Some(labels::CAPACITY_TYPE_SPOT)
+        let spot = node.label(labels::CAPACITY_TYPE) == Some(CapacityType::Spot.as_str())
             || node.label("eks.amazonaws.com/capacityType") == Some("SPOT")
             || node.label("cloud.google.com/gke-spot") == Some("true");
         let capacity = if spot {
-            labels::CAPACITY_TYPE_SPOT
+            CapacityType::Spot
         } else {
-            labels::CAPACITY_TYPE_ON_DEMAND
+            CapacityType::OnDemand
         };
         let price = node
             .label(labels::INSTANCE_TYPE)

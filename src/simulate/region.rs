@@ -5,6 +5,7 @@
 //! API). A region's spot discount is not known offline, so a type's spot price keeps its
 //! shipped ratio to on-demand; the report says which prices are the region's.
 
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::scheduling::{InstanceType, Requirement, known_price};
 use std::collections::HashMap;
@@ -43,17 +44,14 @@ pub fn in_region(
         it.requirements.remove(labels::REGION);
         it.requirements
             .add(Requirement::in_values(labels::REGION, [region]));
-        let shipped = |capacity_type: &str| {
+        let shipped = |capacity_type: CapacityType| {
             it.offerings
                 .iter()
                 .filter(|o| o.capacity_type == capacity_type)
                 .map(|o| o.price)
                 .reduce(f64::min)
         };
-        let (od, spot) = (
-            shipped(labels::CAPACITY_TYPE_ON_DEMAND),
-            shipped(labels::CAPACITY_TYPE_SPOT),
-        );
+        let (od, spot) = (shipped(CapacityType::OnDemand), shipped(CapacityType::Spot));
         let (od, spot) = match (on_demand.get(&it.name), od) {
             (Some(&live), Some(old)) if old > 0.0 && known_price(old).is_some() => {
                 repriced += 1;
@@ -72,14 +70,14 @@ pub fn in_region(
                 if let Some(price) = spot {
                     offerings.push(crate::scheduling::Offering::new(
                         zone,
-                        labels::CAPACITY_TYPE_SPOT,
+                        CapacityType::Spot,
                         price,
                     ));
                 }
                 if let Some(price) = od {
                     offerings.push(crate::scheduling::Offering::new(
                         zone,
-                        labels::CAPACITY_TYPE_ON_DEMAND,
+                        CapacityType::OnDemand,
                         price,
                     ));
                 }
@@ -105,7 +103,7 @@ mod tests {
         let od: Vec<(&str, f64)> = m5
             .offerings
             .iter()
-            .filter(|o| o.capacity_type == "on-demand")
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
             .map(|o| (o.zone.as_str(), o.price))
             .collect();
         assert_eq!(
@@ -120,7 +118,7 @@ mod tests {
         let spot = m5
             .offerings
             .iter()
-            .find(|o| o.capacity_type == "spot")
+            .find(|o| o.capacity_type == CapacityType::Spot)
             .unwrap();
         assert!((spot.price - 0.0371 * 0.107 / 0.096).abs() < 1e-9);
         assert!(m5.requirements.allows(labels::REGION, "eu-west-1"));

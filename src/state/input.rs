@@ -363,6 +363,7 @@ fn existing_node<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::CapacityType;
     use crate::resources::CPU;
     use crate::scheduling::Offering;
     use serde_json::{Value, json};
@@ -434,11 +435,7 @@ mod tests {
                 .with(CPU, 2000)
                 .with(crate::resources::PODS, 110),
         );
-        small.offerings = vec![Offering::new(
-            "zone-a",
-            labels::CAPACITY_TYPE_ON_DEMAND,
-            0.1,
-        )];
+        small.offerings = vec![Offering::new("zone-a", CapacityType::OnDemand, 0.1)];
         let mut catalogues = Catalogues::default();
         catalogues.insert(
             &pool("any", "1").spec.template.spec.node_class_ref,

@@ -4,6 +4,7 @@
 use crate::env::{Env, ZONES};
 use crate::rig::rig;
 use crate::{apply, node_class};
+use karpenter_core::apis::CapacityType;
 use karpenter_core::apis::{EC2NodeClass, NodeClaim, NodeClassReference, labels};
 use karpenter_core::cloud::aws::{AwsConfig, AwsProvider};
 use karpenter_core::cloud::{CloudError, CloudProvider, DeleteOutcome, ProviderId};
@@ -32,7 +33,7 @@ pub(crate) fn claim(name: &str, class: &str, types: &[&str]) -> NodeClaim {
         "spec": {
             "requirements": [
                 {"key": labels::INSTANCE_TYPE, "operator": "In", "values": types},
-                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": [labels::CAPACITY_TYPE_ON_DEMAND]},
+                {"key": labels::CAPACITY_TYPE, "operator": "In", "values": [CapacityType::OnDemand]},
             ],
             "resources": {"requests": {"cpu": "1"}},
             "nodeClassRef": {"group": labels::AWS_GROUP, "kind": "EC2NodeClass", "name": class},
@@ -63,7 +64,7 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
     let zones: Vec<&str> = m5
         .offerings
         .iter()
-        .filter(|o| o.capacity_type == "on-demand")
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .map(|o| o.zone.as_str())
         .collect();
     assert_eq!(zones, ZONES, "on-demand offerings in every subnet's zone");
@@ -71,7 +72,7 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
     assert_eq!(
         m5.offerings
             .iter()
-            .find(|o| o.capacity_type == "on-demand")
+            .find(|o| o.capacity_type == CapacityType::OnDemand)
             .map(|o| o.price),
         Some(0.096)
     );
@@ -90,7 +91,7 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
         metal
             .offerings
             .iter()
-            .filter(|o| o.capacity_type == "on-demand")
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
             .all(|o| o.available && o.known_price() == Some(4.608)),
         "{:?}",
         metal.offerings
@@ -104,7 +105,7 @@ async fn a_node_class_resolves_and_its_status_names_subnets_security_groups_amis
     let newer_on_demand: Vec<_> = newer
         .offerings
         .iter()
-        .filter(|o| o.capacity_type == "on-demand")
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .collect();
     assert!(
         !newer_on_demand.is_empty()
@@ -423,7 +424,7 @@ async fn no_capacity_for_the_cheapest_type_launches_the_next_and_marks_the_offer
     assert!(
         m5.offerings
             .iter()
-            .filter(|o| o.capacity_type == "on-demand")
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
             .all(|o| !o.available),
         "{:?}",
         m5.offerings
@@ -613,7 +614,7 @@ fn on_demand_price(types: &[karpenter_core::scheduling::InstanceType], name: &st
         .find(|t| t.name == name)?
         .offerings
         .iter()
-        .find(|o| o.capacity_type == "on-demand")
+        .find(|o| o.capacity_type == CapacityType::OnDemand)
         .and_then(|o| o.known_price())
 }
 
@@ -673,7 +674,7 @@ async fn on_demand_prices_come_from_the_pricing_api_for_the_region_and_the_shipp
         .map(|t| {
             t.offerings
                 .iter()
-                .filter(|o| o.capacity_type == "on-demand")
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
                 .collect()
         })
         .unwrap_or_default();

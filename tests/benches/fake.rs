@@ -6,6 +6,7 @@
 //! kube-reserved, costs 0.1 per vCPU + 0.1 per 10^9 bytes of memory, and is offered as spot in
 //! test-zone-1/2 and on-demand in test-zone-1/2/3, all at that price.
 
+use karpenter_core::apis::CapacityType;
 use karpenter_core::resources::ResourceList;
 use karpenter_core::scheduling::{InstanceType, Offering, Requirement};
 
@@ -66,11 +67,11 @@ pub(crate) fn catalogue() -> Vec<InstanceType> {
             ));
             let price = price(cpu);
             it.offerings = vec![
-                Offering::new(ZONES[0], "spot", price),
-                Offering::new(ZONES[1], "spot", price),
-                Offering::new(ZONES[0], "on-demand", price),
-                Offering::new(ZONES[1], "on-demand", price),
-                Offering::new(ZONES[2], "on-demand", price),
+                Offering::new(ZONES[0], CapacityType::Spot, price),
+                Offering::new(ZONES[1], CapacityType::Spot, price),
+                Offering::new(ZONES[0], CapacityType::OnDemand, price),
+                Offering::new(ZONES[1], CapacityType::OnDemand, price),
+                Offering::new(ZONES[2], CapacityType::OnDemand, price),
             ];
             it
         })

@@ -4,6 +4,7 @@
 
 use crate::rig::rig;
 use crate::{apply, config, fake, node_class};
+use karpenter_core::apis::CapacityType;
 use karpenter_core::apis::{GCENodeClass, NodeClaim, NodeClassReference, labels};
 use karpenter_core::cloud::gcp::GcpProvider;
 use karpenter_core::cloud::{CloudError, CloudProvider, DeleteOutcome, ProviderId};
@@ -111,7 +112,7 @@ async fn the_catalogue_lists_priced_machine_types_in_the_region_and_the_node_cla
     let mut zones: Vec<&str> = e2
         .offerings
         .iter()
-        .filter(|o| o.capacity_type == "on-demand")
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .map(|o| o.zone.as_str())
         .collect();
     zones.sort_unstable();

@@ -7,6 +7,7 @@
 //! CPU on a sliding scale of vCPUs and memory as `11Mi × pods + 255Mi`, and a hard eviction
 //! threshold of 100Mi of memory and 10 % of the root volume.
 
+use crate::apis::CapacityType;
 use crate::apis::{KubeletConfiguration, labels};
 use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::resources::{self, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS, ResourceList};
@@ -315,7 +316,7 @@ pub fn offerings(
     zones: &[String],
     on_demand_price: Option<f64>,
     spot_price: impl Fn(&str) -> Option<f64>,
-    unavailable: impl Fn(&str, &str) -> bool,
+    unavailable: impl Fn(CapacityType, &str) -> bool,
 ) -> Vec<Offering> {
     let mut offerings = Vec::new();
     for zone in zones {
@@ -324,16 +325,16 @@ pub fn offerings(
         // upstream marks it unavailable instead.
         let on_demand = on_demand_price.unwrap_or(UNKNOWN_PRICE);
         offerings.push(Offering {
-            available: !unavailable(labels::CAPACITY_TYPE_ON_DEMAND, zone),
-            ..Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand)
+            available: !unavailable(CapacityType::OnDemand, zone),
+            ..Offering::new(zone, CapacityType::OnDemand, on_demand)
         });
         if info.spot
             && let Some(price) = spot_price(zone)
         {
-            let available = !unavailable(labels::CAPACITY_TYPE_SPOT, zone);
+            let available = !unavailable(CapacityType::Spot, zone);
             offerings.push(Offering {
                 available,
-                ..Offering::new(zone, labels::CAPACITY_TYPE_SPOT, price)
+                ..Offering::new(zone, CapacityType::Spot, price)
             });
         }
     }
@@ -501,12 +502,12 @@ mod tests {
         assert!(
             offerings
                 .iter()
-                .any(|o| o.capacity_type == "spot" && !o.available)
+                .any(|o| o.capacity_type == CapacityType::Spot && !o.available)
         );
         assert!(
             offerings
                 .iter()
-                .filter(|o| o.capacity_type == "on-demand")
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
                 .all(|o| o.available && o.price == 0.096)
         );
     }

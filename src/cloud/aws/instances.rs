@@ -8,6 +8,7 @@ use super::catalogue;
 use super::catalogue_snapshot::CatalogueSnapshot;
 use super::errors::{cloud_error, sdk_error_code};
 use super::tags::{NODE_CLAIM_TAG, cluster_tag};
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::cloud::provider::{CloudError, DeleteOutcome, Instance, ListedInstance, ProviderId};
 use crate::scheduling::InstanceType;
@@ -125,7 +126,7 @@ impl AwsProvider {
             .unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_string());
         let price = self.price_of(snapshot, capacity_type, &instance_type, &zone);
         Some(Instance {
             provider_id: ProviderId::Aws {
@@ -161,11 +162,11 @@ impl AwsProvider {
     fn price_of(
         &self,
         snapshot: &CatalogueSnapshot,
-        capacity_type: &str,
+        capacity_type: CapacityType,
         instance_type: &str,
         zone: &str,
     ) -> Option<f64> {
-        if capacity_type == labels::CAPACITY_TYPE_SPOT {
+        if capacity_type == CapacityType::Spot {
             snapshot
                 .spot
                 .get(&(instance_type.to_owned(), zone.to_owned()))
@@ -244,14 +245,14 @@ impl AwsProvider {
     }
 }
 
-fn capacity_type_of(instance: &aws_sdk_ec2::types::Instance) -> &'static str {
+fn capacity_type_of(instance: &aws_sdk_ec2::types::Instance) -> CapacityType {
     if instance
         .instance_lifecycle()
         .is_some_and(|l| l.as_str() == "spot")
     {
-        labels::CAPACITY_TYPE_SPOT
+        CapacityType::Spot
     } else {
-        labels::CAPACITY_TYPE_ON_DEMAND
+        CapacityType::OnDemand
     }
 }
 

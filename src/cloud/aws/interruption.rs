@@ -15,7 +15,7 @@
 //! Every message is deleted from the queue once handled (or found unparseable), so none loops.
 
 use super::cloud_error;
-use crate::apis::labels;
+use crate::apis::CapacityType;
 use crate::cloud::CloudError;
 use crate::cloud::unavailable::UnavailableOfferings;
 use std::sync::Arc;
@@ -187,7 +187,7 @@ impl InterruptionQueue {
     /// launches elsewhere.
     pub(crate) fn mark_spot_unavailable(&self, instance_type: &str, zone: &str) {
         self.unavailable
-            .mark(labels::CAPACITY_TYPE_SPOT, instance_type, zone);
+            .mark(CapacityType::Spot, instance_type, zone);
     }
 }
 

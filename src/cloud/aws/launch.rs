@@ -10,6 +10,7 @@ use super::overrides::{Override, plan_overrides};
 use super::tags::{EKS_CLUSTER_NAME_TAG, NODE_CLAIM_TAG, cluster_tag, tag_specification};
 use super::userdata::ClusterBootstrap;
 use super::{AwsProvider, CatalogueSnapshot, cloud_error};
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::provider::{CloudError, Instance, ProviderId};
 use crate::scheduling::InstanceType;
@@ -68,7 +69,7 @@ pub(super) async fn launch(
         .unwrap_or_default();
     let tags = instance_tags(&provider.config.cluster_name, resolved, &claim_name, &pool);
     let request = fleet_request(provider, claim, resolved, capacity_type, configs, &tags);
-    tracing::debug!(nodeclaim = %claim_name, capacity_type, overrides = overrides.len(), first = %overrides[0].instance_type, "CreateFleet");
+    tracing::debug!(nodeclaim = %claim_name, %capacity_type, overrides = overrides.len(), first = %overrides[0].instance_type, "CreateFleet");
     let out = match request.send().await {
         Ok(out) => out,
         // The same token with other overrides (the unavailable-offerings cache changed since
@@ -156,11 +157,11 @@ fn fleet_request(
     provider: &AwsProvider,
     claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
-    capacity_type: &str,
+    capacity_type: CapacityType,
     configs: Vec<FleetLaunchTemplateConfigRequest>,
     tags: &BTreeMap<String, String>,
 ) -> CreateFleetFluentBuilder {
-    let default_type = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+    let default_type = if capacity_type == CapacityType::Spot {
         DefaultTargetCapacityType::Spot
     } else {
         DefaultTargetCapacityType::OnDemand
@@ -223,7 +224,7 @@ struct FleetErrors {
 fn record_fleet_errors(
     provider: &AwsProvider,
     out: &CreateFleetOutput,
-    capacity_type: &'static str,
+    capacity_type: CapacityType,
     resolved: &ResolvedNodeClass,
     claim_name: &str,
 ) -> FleetErrors {
@@ -246,8 +247,8 @@ fn record_fleet_errors(
             })
             .unwrap_or_default();
         let lifecycle = match error.lifecycle().map(|l| l.as_str()) {
-            Some("spot") => labels::CAPACITY_TYPE_SPOT,
-            Some("on-demand") => labels::CAPACITY_TYPE_ON_DEMAND,
+            Some("spot") => CapacityType::Spot,
+            Some("on-demand") => CapacityType::OnDemand,
             _ => capacity_type,
         };
         if CAPACITY_ERROR_CODES.contains(&code) {
@@ -310,7 +311,7 @@ struct Launched {
     instance_id: String,
     instance_type: String,
     zone: String,
-    capacity_type: &'static str,
+    capacity_type: CapacityType,
 }
 
 /// The launched instance's type, zone and capacity type, from the fleet's answer, else from
@@ -320,7 +321,7 @@ fn placement(
     instance_id: String,
     overrides: &[Override],
     resolved: &ResolvedNodeClass,
-    capacity_type: &'static str,
+    capacity_type: CapacityType,
 ) -> Launched {
     let lto = fleet_instance
         .launch_template_and_overrides()
@@ -347,8 +348,8 @@ fn placement(
         })
         .unwrap_or_default();
     let launched_as = match fleet_instance.lifecycle().map(|l| l.as_str()) {
-        Some("spot") => labels::CAPACITY_TYPE_SPOT,
-        Some(_) => labels::CAPACITY_TYPE_ON_DEMAND,
+        Some("spot") => CapacityType::Spot,
+        Some(_) => CapacityType::OnDemand,
         None => capacity_type,
     };
     Launched {
@@ -382,8 +383,8 @@ fn instance(
     let mut node_labels = it.map(InstanceType::fixed_labels).unwrap_or_default();
     node_labels.insert(labels::INSTANCE_TYPE.to_owned(), instance_type.clone());
     node_labels.insert(labels::ZONE.to_owned(), zone.clone());
-    node_labels.insert(labels::CAPACITY_TYPE.to_owned(), launched_as.to_owned());
-    tracing::info!(nodeclaim = %claim_name, instance_id = %instance_id, instance_type = %instance_type, zone = %zone, capacity_type = launched_as, "launched instance");
+    node_labels.insert(labels::CAPACITY_TYPE.to_owned(), launched_as.to_string());
+    tracing::info!(nodeclaim = %claim_name, instance_id = %instance_id, instance_type = %instance_type, zone = %zone, capacity_type = %launched_as, "launched instance");
     Instance {
         provider_id: ProviderId::Aws {
             zone: zone.clone(),

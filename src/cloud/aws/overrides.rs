@@ -5,6 +5,7 @@
 
 use super::catalogue::TypeInfo;
 use super::nodeclass::{Ami, ResolvedNodeClass};
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::scheduling::{InstanceType, Requirements};
 use std::collections::BTreeMap;
@@ -29,8 +30,8 @@ pub(crate) fn plan_overrides(
     candidates: &[InstanceType],
     types: &BTreeMap<String, TypeInfo>,
     resolved: &ResolvedNodeClass,
-    is_unavailable: impl Fn(&str, &str, &str) -> bool,
-) -> Option<(&'static str, Vec<Override>)> {
+    is_unavailable: impl Fn(CapacityType, &str, &str) -> bool,
+) -> Option<(CapacityType, Vec<Override>)> {
     let zones_with_subnets = |zone: &str| resolved.subnets.iter().any(|s| s.zone == zone);
     let known: Vec<(&InstanceType, &TypeInfo)> = candidates
         .iter()
@@ -43,7 +44,7 @@ pub(crate) fn plan_overrides(
         .copied()
         .collect();
     let types_kept = if ordinary.is_empty() { known } else { ordinary };
-    let usable = |it: &InstanceType, capacity_type: &str| -> Vec<(String, f64)> {
+    let usable = |it: &InstanceType, capacity_type: CapacityType| -> Vec<(String, f64)> {
         it.offerings
             .iter()
             .filter(|o| {
@@ -59,25 +60,25 @@ pub(crate) fn plan_overrides(
     // Spot offerings dearer than the cheapest on-demand one are not worth the interruptions.
     let cheapest_on_demand = types_kept
         .iter()
-        .flat_map(|(it, _)| usable(it, labels::CAPACITY_TYPE_ON_DEMAND))
+        .flat_map(|(it, _)| usable(it, CapacityType::OnDemand))
         .map(|(_, p)| p)
         .fold(f64::INFINITY, f64::min);
-    let usable_for = |it: &InstanceType, capacity_type: &str| -> Vec<(String, f64)> {
+    let usable_for = |it: &InstanceType, capacity_type: CapacityType| -> Vec<(String, f64)> {
         let mut offers = usable(it, capacity_type);
-        if capacity_type == labels::CAPACITY_TYPE_SPOT {
+        if capacity_type == CapacityType::Spot {
             offers.retain(|(_, price)| *price <= cheapest_on_demand);
         }
         offers
     };
-    let allows = |ct: &str| requirements.allows(labels::CAPACITY_TYPE, ct);
-    let spot_possible = allows(labels::CAPACITY_TYPE_SPOT)
+    let allows = |ct: CapacityType| requirements.allows(labels::CAPACITY_TYPE, ct.as_str());
+    let spot_possible = allows(CapacityType::Spot)
         && types_kept
             .iter()
-            .any(|(it, _)| !usable_for(it, labels::CAPACITY_TYPE_SPOT).is_empty());
+            .any(|(it, _)| !usable_for(it, CapacityType::Spot).is_empty());
     let capacity_type = if spot_possible {
-        labels::CAPACITY_TYPE_SPOT
-    } else if allows(labels::CAPACITY_TYPE_ON_DEMAND) {
-        labels::CAPACITY_TYPE_ON_DEMAND
+        CapacityType::Spot
+    } else if allows(CapacityType::OnDemand) {
+        CapacityType::OnDemand
     } else {
         return None;
     };
@@ -156,9 +157,9 @@ mod tests {
         let mut it = InstanceType::new(name, ResourceList::new());
         for z in zones {
             it.offerings
-                .push(Offering::new(z, labels::CAPACITY_TYPE_ON_DEMAND, od));
+                .push(Offering::new(z, CapacityType::OnDemand, od));
             it.offerings
-                .push(Offering::new(z, labels::CAPACITY_TYPE_SPOT, spot));
+                .push(Offering::new(z, CapacityType::Spot, spot));
         }
         it
     }
@@ -235,7 +236,7 @@ mod tests {
         ];
         let on_demand: Requirements = [Requirement::in_values(
             labels::CAPACITY_TYPE,
-            [labels::CAPACITY_TYPE_ON_DEMAND],
+            [CapacityType::OnDemand],
         )]
         .into_iter()
         .collect();

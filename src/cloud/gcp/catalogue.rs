@@ -4,6 +4,7 @@
 //! Pure functions over what `machineTypes.aggregatedList` returned ([`MachineTypeInfo`]); the
 //! provider fetches and caches, this module only shapes.
 
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::cloud::gcp_prices;
@@ -172,7 +173,7 @@ pub fn instance_type(info: &MachineTypeInfo, region: &str, boot_disk_gib: u64) -
 pub fn offerings(
     zones: &[String],
     price: Option<gcp_prices::Price>,
-    is_unavailable: impl Fn(&str, &str) -> bool,
+    is_unavailable: impl Fn(CapacityType, &str) -> bool,
 ) -> Vec<Offering> {
     let (spot, on_demand) = match price {
         Some(p) => (p.spot, p.on_demand),
@@ -181,8 +182,8 @@ pub fn offerings(
     let mut out = Vec::with_capacity(zones.len() * 2);
     for zone in zones {
         for (capacity_type, price) in [
-            (labels::CAPACITY_TYPE_SPOT, spot),
-            (labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
+            (CapacityType::Spot, spot),
+            (CapacityType::OnDemand, on_demand),
         ] {
             let mut offering = Offering::new(zone, capacity_type, price);
             offering.available = !is_unavailable(capacity_type, zone);
@@ -244,18 +245,16 @@ mod tests {
         let price = gcp_prices::price("n2d-standard-4", 4, 16384, "us-central1");
         let offers = offerings(&zones, price, |ct, z| ct == "spot" && z == "us-central1-a");
         assert_eq!(offers.len(), 4);
-        assert!(
-            offers
-                .iter()
-                .any(|o| !o.available && o.zone == "us-central1-a" && o.capacity_type == "spot")
-        );
+        assert!(offers.iter().any(|o| !o.available
+            && o.zone == "us-central1-a"
+            && o.capacity_type == CapacityType::Spot));
         let spot = offers
             .iter()
-            .find(|o| o.capacity_type == "spot")
+            .find(|o| o.capacity_type == CapacityType::Spot)
             .map(|o| o.price);
         let od = offers
             .iter()
-            .find(|o| o.capacity_type == "on-demand")
+            .find(|o| o.capacity_type == CapacityType::OnDemand)
             .map(|o| o.price);
         assert!(spot < od);
         let unknown = offerings(&zones, None, |_, _| false);

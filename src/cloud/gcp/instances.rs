@@ -14,6 +14,7 @@ use super::vm_labels::{
     CLUSTER_LABEL, NODE_CLAIM_LABEL, NODE_CLAIM_METADATA, NODE_POOL_LABEL, NODE_POOL_METADATA,
     gce_label_value,
 };
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::cloud::provider::{CloudError, DeleteOutcome, Instance, ListedInstance, ProviderId};
 use crate::scheduling::InstanceType;
@@ -160,9 +161,9 @@ impl GcpProvider {
         let label = |key: &str| instance.labels.get(key).cloned();
         let spot = is_spot(&json);
         let capacity_type = if spot {
-            labels::CAPACITY_TYPE_SPOT
+            CapacityType::Spot
         } else {
-            labels::CAPACITY_TYPE_ON_DEMAND
+            CapacityType::OnDemand
         };
         let terminating = is_terminating(&json);
         let info = snapshot.types.get(&machine_type);
@@ -254,11 +255,11 @@ fn node_labels(
     it: Option<&InstanceType>,
     machine_type: &str,
     zone: &str,
-    capacity_type: &str,
+    capacity_type: CapacityType,
 ) -> BTreeMap<String, String> {
     let mut node_labels = it.map(InstanceType::fixed_labels).unwrap_or_default();
     node_labels.insert(labels::INSTANCE_TYPE.to_owned(), machine_type.to_owned());
     node_labels.insert(labels::ZONE.to_owned(), zone.to_owned());
-    node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
+    node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.to_string());
     node_labels
 }

@@ -12,6 +12,7 @@ use super::{
     NODE_CLASS_LABEL, NODE_POOL_LABEL, NODE_POOL_METADATA, NodeTemplate, gce_label_key,
     gce_label_value,
 };
+use crate::apis::CapacityType;
 use crate::apis::gcenodeclass::{Disk, GCENodeClassSpec, RESERVED_METADATA_KEYS};
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::provider::{CloudError, Instance};
@@ -46,15 +47,15 @@ pub fn plan(
     requirements: &Requirements,
     candidates: &[InstanceType],
     resolved: &ResolvedNodeClass,
-    is_unavailable: impl Fn(&str, &str, &str) -> bool,
-) -> Option<(&'static str, Vec<Attempt>)> {
+    is_unavailable: impl Fn(CapacityType, &str, &str) -> bool,
+) -> Option<(CapacityType, Vec<Attempt>)> {
     let arch_of = |it: &InstanceType| {
         ["amd64", "arm64"]
             .into_iter()
             .find(|arch| it.requirements.allows(labels::ARCH, arch))
             .unwrap_or("amd64")
     };
-    let usable = |it: &InstanceType, capacity_type: &str| -> Vec<(String, f64)> {
+    let usable = |it: &InstanceType, capacity_type: CapacityType| -> Vec<(String, f64)> {
         it.offerings
             .iter()
             .filter(|o| {
@@ -70,29 +71,29 @@ pub fn plan(
         .collect();
     let cheapest_on_demand = bootable
         .iter()
-        .flat_map(|(it, _)| usable(it, labels::CAPACITY_TYPE_ON_DEMAND))
+        .flat_map(|(it, _)| usable(it, CapacityType::OnDemand))
         .map(|(_, p)| p)
         .fold(f64::INFINITY, f64::min);
-    let allows = |ct: &str| requirements.allows(labels::CAPACITY_TYPE, ct);
+    let allows = |ct: CapacityType| requirements.allows(labels::CAPACITY_TYPE, ct.as_str());
     let spot_offers = |it: &InstanceType| -> Vec<(String, f64)> {
-        usable(it, labels::CAPACITY_TYPE_SPOT)
+        usable(it, CapacityType::Spot)
             .into_iter()
             .filter(|(_, p)| *p <= cheapest_on_demand)
             .collect()
     };
-    let capacity_type = if allows(labels::CAPACITY_TYPE_SPOT)
+    let capacity_type = if allows(CapacityType::Spot)
         && bootable.iter().any(|(it, _)| !spot_offers(it).is_empty())
     {
-        labels::CAPACITY_TYPE_SPOT
-    } else if allows(labels::CAPACITY_TYPE_ON_DEMAND) {
-        labels::CAPACITY_TYPE_ON_DEMAND
+        CapacityType::Spot
+    } else if allows(CapacityType::OnDemand) {
+        CapacityType::OnDemand
     } else {
         return None;
     };
     let mut attempts: Vec<Attempt> = bootable
         .iter()
         .flat_map(|(it, image)| {
-            let offers = if capacity_type == labels::CAPACITY_TYPE_SPOT {
+            let offers = if capacity_type == CapacityType::Spot {
                 spot_offers(it)
             } else {
                 usable(it, capacity_type)
@@ -259,14 +260,14 @@ pub(crate) fn instance_body(
     claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
     attempt: &Attempt,
-    capacity_type: &str,
+    capacity_type: CapacityType,
     accelerated: bool,
     template: Option<&NodeTemplate>,
 ) -> Value {
     let spec = &resolved.spec;
     let zone = &attempt.zone;
     let config = &provider.config;
-    let spot = capacity_type == labels::CAPACITY_TYPE_SPOT;
+    let spot = capacity_type == CapacityType::Spot;
     let scheduling = scheduling(spot, accelerated);
     let disks = instance_disks(spec, zone, &attempt.image.source);
     let interfaces = network_interfaces(spec, config, template);
@@ -661,7 +662,7 @@ struct Launch<'a> {
     resolved: &'a ResolvedNodeClass,
     snapshot: &'a CatalogueSnapshot,
     template: Option<&'a NodeTemplate>,
-    capacity_type: &'static str,
+    capacity_type: CapacityType,
 }
 
 impl Launch<'_> {

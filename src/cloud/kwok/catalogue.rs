@@ -7,6 +7,7 @@
 //! provider ships). Overhead follows upstream Karpenter's formulas
 //! for EKS (kube-reserved from vCPUs and max pods, 100Mi eviction threshold).
 
+use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::cloud::catalogue::kube_reserved_cpu_millis;
 use crate::cloud::gcp_prices;
@@ -235,8 +236,8 @@ impl Shape {
             .iter()
             .flat_map(|zone| {
                 [
-                    Offering::new(zone, labels::CAPACITY_TYPE_SPOT, spot),
-                    Offering::new(zone, labels::CAPACITY_TYPE_ON_DEMAND, on_demand),
+                    Offering::new(zone, CapacityType::Spot, spot),
+                    Offering::new(zone, CapacityType::OnDemand, on_demand),
                 ]
             })
             .collect()
@@ -288,12 +289,12 @@ mod tests {
             let spot = it
                 .offerings
                 .iter()
-                .find(|o| o.capacity_type == labels::CAPACITY_TYPE_SPOT)
+                .find(|o| o.capacity_type == CapacityType::Spot)
                 .map(|o| o.price);
             let od = it
                 .offerings
                 .iter()
-                .find(|o| o.capacity_type == labels::CAPACITY_TYPE_ON_DEMAND)
+                .find(|o| o.capacity_type == CapacityType::OnDemand)
                 .map(|o| o.price);
             assert!(spot < od, "{}: spot {spot:?} on-demand {od:?}", it.name);
             assert!(it.allocatable().get(CPU) < it.capacity.get(CPU));

@@ -13,7 +13,7 @@ use super::node_classes::NodeClasses;
 use super::provider::{
     CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId,
 };
-use crate::apis::{KWOKNodeClass, NodeClaim, NodeClassReference, labels};
+use crate::apis::{CapacityType, KWOKNodeClass, NodeClaim, NodeClassReference, labels};
 use crate::client::metadata_list;
 use crate::resources::ResourceList;
 use crate::scheduling::Requirements;
@@ -102,10 +102,11 @@ impl KwokProvider {
                 .cloned()
                 .unwrap_or_default(),
             zone: labels.get(labels::ZONE).cloned().unwrap_or_default(),
+            // kwok's nodes carry the label their launch gave them; on-demand without one.
             capacity_type: labels
                 .get(labels::CAPACITY_TYPE)
-                .cloned()
-                .unwrap_or_default(),
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(CapacityType::OnDemand),
             image_id: None,
             capacity,
             allocatable,
@@ -168,7 +169,7 @@ fn launch_labels(instance_type: &InstanceType, offering: &Offering) -> BTreeMap<
     type_labels.insert(labels::ZONE.to_owned(), offering.zone.clone());
     type_labels.insert(
         labels::CAPACITY_TYPE.to_owned(),
-        offering.capacity_type.clone(),
+        offering.capacity_type.to_string(),
     );
     type_labels
 }

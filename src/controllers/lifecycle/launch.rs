@@ -211,7 +211,7 @@ async fn record_launch<P>(
     launch_labels.insert(labels::ZONE.to_owned(), instance.zone.clone());
     launch_labels.insert(
         labels::CAPACITY_TYPE.to_owned(),
-        instance.capacity_type.clone(),
+        instance.capacity_type.to_string(),
     );
     let label_patch = json!({"metadata": {
         "labels": launch_labels,

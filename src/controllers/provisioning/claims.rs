@@ -53,7 +53,7 @@ pub(crate) fn node_claim_for(plan: &NewClaim, pool: &NodePool, pods: &[&CachedPo
             name: o.name.clone(),
             price: o.known_price(),
             zone: o.zone.clone(),
-            capacity_type: o.capacity_type.clone(),
+            capacity_type: o.capacity_type.to_string(),
         })
         .collect();
     annotations.insert(

@@ -4,6 +4,7 @@
 use super::creates::Creates;
 use super::round::{Memory, provision};
 use super::{PendingPods, RecentClaims};
+use crate::apis::CapacityType;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cloud::fake::{Failure, FakeProvider, Operation, Times};
 use crate::controllers::Settings;
@@ -104,7 +105,11 @@ async fn a_pending_pod_gets_one_claim_for_the_cheapest_type_that_holds_it() {
         Some("fake-medium")
     );
     assert!(options.iter().all(|o| o.name != "fake-small"));
-    assert!(options.iter().all(|o| o.capacity_type == "on-demand"));
+    assert!(
+        options
+            .iter()
+            .all(|o| o.capacity_type == CapacityType::OnDemand.as_str())
+    );
     // The round asked the cloud for its catalogue and launched nothing itself: launching is
     // the lifecycle's.
     assert!(!provider.calls_to(Operation::InstanceTypes).is_empty());

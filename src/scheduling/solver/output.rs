@@ -127,7 +127,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
             .map(|i| {
                 let it = pool.types[st.order[*i]];
                 let offering = &it.offerings[st.offering[*i] as usize];
-                let (zone, capacity_type) = (offering.zone.clone(), offering.capacity_type.clone());
+                let (zone, capacity_type) = (offering.zone.clone(), offering.capacity_type);
                 InstanceTypeOption {
                     name: it.name.clone(),
                     price: st.price[*i],

@@ -342,7 +342,7 @@ impl<'i, 'a, P: PodView> Solver<'i, 'a, P> {
                             it.offerings
                                 .iter()
                                 .filter(|o| o.available)
-                                .map(|o| o.capacity_type.clone()),
+                                .map(|o| o.capacity_type.as_str().to_owned()),
                         );
                     } else if let Some(req) = it.requirements.get(&key).filter(|r| r.is_finite()) {
                         of_pool.extend(req.values().map(str::to_owned));

@@ -259,7 +259,7 @@ fn assert_launched_from(claim: &NodeClaim, candidates: &[InstanceType], instance
     let requirements = requirements(claim);
     assert!(
         requirements.allows(labels::ZONE, &instance.zone)
-            && requirements.allows(labels::CAPACITY_TYPE, &instance.capacity_type),
+            && requirements.allows(labels::CAPACITY_TYPE, instance.capacity_type.as_str()),
         "{} in {} is not allowed by the claim",
         instance.capacity_type,
         instance.zone
