@@ -10,12 +10,12 @@
 
 use super::budgets::{Allowance, allowance};
 use super::consolidatable::{ConsolidatableAt, consolidatable_at};
+use super::protection::{self, PodBlock, node_do_not_disrupt};
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{
     ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, human_duration, labels,
 };
 use crate::scheduling::PodView;
-use crate::scheduling::selector::Selector;
 use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -97,14 +97,6 @@ fn annotation<'a>(
     key: &str,
 ) -> Option<&'a str> {
     meta.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-fn pod_key(pod: &CachedPod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// What a claim's disruptability is judged from.
@@ -208,62 +200,38 @@ pub fn disruptability(
         .and_then(|n| n.annotation(labels::DO_NOT_DISRUPT))
         .map(|v| ("node", v));
     let claim_says = annotation(&claim.metadata, labels::DO_NOT_DISRUPT).map(|v| ("nodeclaim", v));
-    if let Some((on, _)) = node_says.or(claim_says).filter(|(_, v)| *v == "true") {
+    if let Some((on, _)) = node_says
+        .or(claim_says)
+        .filter(|(_, v)| node_do_not_disrupt(Some(v)))
+    {
         block(
             &mut d,
             BlockerKind::DoNotDisruptNode,
             format!("the {on} has {}: \"true\"", labels::DO_NOT_DISRUPT),
         );
     }
+    let node_blocked = !d.blockers.is_empty();
     let workload: Vec<&CachedPod> = view
         .pods
         .iter()
         .copied()
         .filter(|p| is_reschedulable(p))
         .collect();
-    for pod in &workload {
-        if pod.annotation(labels::DO_NOT_DISRUPT) == Some("true") {
-            block(
-                &mut d,
-                BlockerKind::DoNotDisruptPod,
-                format!(
-                    "pod {} has {}: \"true\"",
-                    pod_key(pod),
-                    labels::DO_NOT_DISRUPT
-                ),
-            );
-        }
-    }
-    for pdb in pdbs {
-        let Some(allowed) = pdb.status.as_ref().map(|s| s.disruptions_allowed) else {
-            continue;
+    // Every pod on the node counts here, DaemonSet and static pods too (upstream's
+    // `ValidatePodsDisruptable`): the drain waits on the same pods.
+    let pod_blockers = protection::pod_blockers(view.pods, pdbs, now);
+    for blocker in &pod_blockers {
+        let kind = match blocker.why {
+            PodBlock::DoNotDisrupt { .. } => BlockerKind::DoNotDisruptPod,
+            PodBlock::Budget(_) | PodBlock::SeveralBudgets(_) => BlockerKind::PodDisruptionBudget,
         };
-        if allowed > 0 {
-            continue;
-        }
-        let selector = Selector::from_api(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
-        let covered: Vec<String> = workload
-            .iter()
-            .filter(|p| p.metadata.namespace == pdb.metadata.namespace)
-            .filter(|p| selector.matches(p.labels()))
-            .map(|p| pod_key(p))
-            .collect();
-        if !covered.is_empty() {
-            block(
-                &mut d,
-                BlockerKind::PodDisruptionBudget,
-                format!(
-                    "PodDisruptionBudget {}/{} allows 0 disruptions and covers {}",
-                    pdb.metadata.namespace.as_deref().unwrap_or_default(),
-                    pdb.metadata.name.as_deref().unwrap_or_default(),
-                    match covered.len() {
-                        1 => format!("pod {}", covered[0]),
-                        n => format!("{n} pods {}", covered.join(", ")),
-                    }
-                ),
-            );
-        }
+        block(&mut d, kind, blocker.describe());
     }
+    // Eventual disruption (drift) of a claim with a `terminationGracePeriod` is bounded by it
+    // rather than blocked by its pods (upstream's `EventualDisruptionClass`): the drain waits
+    // on them until the deadline, then deletes them.
+    let eventual_ok =
+        !node_blocked && (pod_blockers.is_empty() || claim.spec.termination_grace_period.is_some());
     let common_blocked = !d.blockers.is_empty();
 
     let Some(pool) = view.pool else {
@@ -368,10 +336,16 @@ pub fn disruptability(
                 message,
             }),
             None => {
-                d.drift = !common_blocked;
+                d.drift = eventual_ok;
                 d.notes.push(
                     "it has drifted: it can be replaced regardless of consolidation".to_owned(),
                 );
+                if d.drift && !pod_blockers.is_empty() {
+                    d.notes.push(format!(
+                        "its protected pods do not hold back drift: the drain waits on them for at most its terminationGracePeriod ({})",
+                        claim.spec.termination_grace_period.as_deref().unwrap_or_default()
+                    ));
+                }
             }
         }
     }
@@ -396,6 +370,6 @@ pub fn disruptability(
             )
         });
     }
-    d.disruptable_now = !common_blocked && (consolidation_ok || d.drift);
+    d.disruptable_now = (!common_blocked && consolidation_ok) || d.drift;
     d
 }

@@ -6,7 +6,8 @@
 //! One file per concept: `consolidatable` (when `consolidateAfter` lets consolidation consider a
 //! claim), `drift` (whether a claim no longer matches its NodePool), `expiration` (when a claim's
 //! `expireAfter` is reached), `repair` (whether a node is unhealthy past its cloud's
-//! toleration), `budgets` (how many nodes a pool lets go now), `disruptability` (what
+//! toleration), `budgets` (how many nodes a pool lets go now), `protection` (what protects a
+//! node or its pods now, and until when, shared with the drain), `disruptability` (what
 //! blocks a claim, the one answer the agent and `explain` share), `candidate` (a judged claim
 //! with its price and disruption cost), `consolidation` (the simulation without some nodes and
 //! its verdict), `room` (a quick test that rules a simulation out), `balanced` (whether a move is worth it under `consolidationPolicy: Balanced`),
@@ -24,6 +25,7 @@ pub mod disruptability;
 pub mod drift;
 pub(crate) mod expiration;
 mod methods;
+pub mod protection;
 pub mod repair;
 pub mod room;
 pub(crate) mod static_scale;

@@ -96,9 +96,11 @@ fn pod(name: &str, node: &str, cpu: &str, extra: Value) -> CachedPod {
         "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
         "status": {"phase": "Running"},
     });
-    if let (Some(m), Some(extra)) = (value["metadata"].as_object_mut(), extra.get("metadata")) {
-        for (k, v) in extra.as_object().unwrap() {
-            m.insert(k.clone(), v.clone());
+    for part in ["metadata", "status"] {
+        if let (Some(m), Some(extra)) = (value[part].as_object_mut(), extra.get(part)) {
+            for (k, v) in extra.as_object().unwrap() {
+                m.insert(k.clone(), v.clone());
+            }
         }
     }
     let pod: Pod = serde_json::from_value(value).unwrap();
@@ -744,4 +746,85 @@ fn a_pool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
         message,
         "more than 20% of nodes in nodepool \"default\" are unhealthy"
     );
+}
+
+/// A pod annotated `karpenter.sh/do-not-disrupt: "1h"`, started `started` (NOW is 10:00).
+fn protected_for_an_hour(name: &str, node: &str, started: &str) -> Arc<CachedPod> {
+    Arc::new(pod(
+        name,
+        node,
+        "500m",
+        json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "1h"}},
+               "status": {"startTime": started}}),
+    ))
+}
+
+/// The demo's bad day: a pool with one budget slot, a node with a pod protected for an hour
+/// beside two empty nodes. The protected node is not chosen (its drain could not finish), so
+/// the slot goes to an empty node.
+#[test]
+fn a_pod_protected_for_a_duration_keeps_its_node_and_empty_nodes_around_it_still_go() {
+    let mut world = World::new(on_demand_pool(json!({
+        "consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
+        "budgets": [{"nodes": "1"}]})))
+    .with_node("busy", 16, "on-demand", &[])
+    .with_node("empty-1", 16, "on-demand", &[])
+    .with_node("empty-2", 16, "on-demand", &[]);
+    world.pods.push(protected_for_an_hour(
+        "batch",
+        "busy",
+        "2026-03-02T09:30:00Z",
+    ));
+    let (command, blockers, _) = world.decide();
+    let command = command.expect("an empty node goes");
+    assert_eq!(command.method, Method::Emptiness);
+    assert_ne!(names(&command), ["busy"]);
+    let busy = blockers.iter().find(|(n, _)| n == "busy").unwrap();
+    assert!(busy.1.contains(&BlockerKind::DoNotDisruptPod), "{busy:?}");
+}
+
+#[test]
+fn an_underutilized_node_is_kept_while_its_pod_is_protected_and_replaced_after() {
+    let world = |started: &str| {
+        let mut world =
+            World::new(on_demand_pool(consolidating())).with_node("busy", 16, "on-demand", &[]);
+        world
+            .pods
+            .push(protected_for_an_hour("batch", "busy", started));
+        world
+    };
+    let (command, blockers, _) = world("2026-03-02T09:30:00Z").decide();
+    assert!(command.is_none(), "{command:?}");
+    assert_eq!(blockers[0].1, [BlockerKind::DoNotDisruptPod]);
+    let (command, blockers, _) = world("2026-03-02T08:30:00Z").decide();
+    assert!(blockers[0].1.is_empty(), "{blockers:?}");
+    assert_eq!(names(&command.expect("the big node is replaced")), ["busy"]);
+}
+
+/// Upstream's eventual disruption: drift is bounded by the claim's `terminationGracePeriod`
+/// rather than blocked by its protected pods; without one, the pods hold it back.
+#[test]
+fn a_drifted_node_with_a_protected_pod_is_replaced_only_when_its_claim_bounds_the_drain() {
+    let protected = |grace: Option<&str>| {
+        let mut world = World::new(on_demand_pool(json!({"consolidateAfter": "Never"})))
+            .with_node("old", 4, "on-demand", &[])
+            .drifted("old");
+        world.pods.push(Arc::new(pod(
+            "batch",
+            "old",
+            "1",
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+        )));
+        Arc::make_mut(&mut world.claims[0])
+            .spec
+            .termination_grace_period = grace.map(str::to_owned);
+        world
+    };
+    let (command, blockers, _) = protected(None).decide();
+    assert!(command.is_none(), "{command:?}");
+    assert!(blockers[0].1.contains(&BlockerKind::DoNotDisruptPod));
+    let (command, _, _) = protected(Some("1h")).decide();
+    let command = command.expect("drift replaces it");
+    assert_eq!(command.method, Method::Drift);
+    assert_eq!(names(&command), ["old"]);
 }

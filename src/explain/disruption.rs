@@ -88,6 +88,9 @@ mod tests {
         assert!(e.disruption.disruptable_now, "{:?}", e.disruption);
     }
 
+    /// A `do-not-disrupt` pod is never evicted, so a budget covering it blocks nothing (as
+    /// upstream's `pdb.Limits` skips pods it would not evict); the budget blocks through the
+    /// other pod.
     #[test]
     fn do_not_disrupt_pods_and_exhausted_pdbs_block_disruption() {
         let pdb: PodDisruptionBudget = serde_json::from_value(json!({
@@ -100,11 +103,14 @@ mod tests {
             node_pools: vec![consolidatable_pool()],
             node_claims: vec![ours("m.small")],
             nodes: vec![node("n1", None)],
-            pods: vec![pod(
-                "web-1",
-                Some("n1"),
-                json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}),
-            )],
+            pods: vec![
+                pod(
+                    "web-1",
+                    Some("n1"),
+                    json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}),
+                ),
+                pod("web-2", Some("n1"), json!({})),
+            ],
             pod_disruption_budgets: vec![pdb],
             ..ClusterObjects::default()
         };

@@ -125,6 +125,8 @@ pub use explain::PoolRejection;
 pub use explain::Unschedulable;
 pub use explain::{Closest, Shortfall};
 pub use instance_type::Overhead;
+// Read only by the cloud providers' catalogues.
+#[cfg_attr(not(any(feature = "aws", feature = "gcp")), allow(unused_imports))]
 pub(crate) use instance_type::UNKNOWN_PRICE;
 pub use instance_type::{InstanceType, Offering, known_price};
 pub use label_set::LabelSet;

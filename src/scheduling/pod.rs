@@ -12,6 +12,7 @@ use crate::resources::{self, QuantityError, ResourceList};
 use k8s_openapi::api::core::v1::{Container, Pod, PodAffinityTerm, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the scheduler reads of a pod: its metadata and spec. The API's [`Pod`] is one; the
@@ -37,6 +38,18 @@ pub trait PodView {
     fn pod_owners(&self) -> &[OwnerReference];
     /// The annotation `key` (a cached pod keeps only those some loop reads).
     fn pod_annotation(&self, key: &str) -> Option<&str>;
+    /// `status.startTime`: when the kubelet started the pod.
+    fn pod_started_at(&self) -> Option<Timestamp>;
+    /// Whether `metadata.deletionTimestamp` is set.
+    fn is_terminating(&self) -> bool;
+    /// Whether the `Ready` condition is True.
+    fn is_ready(&self) -> bool;
+
+    /// Whether the pod runs or will: not finished and not being deleted (upstream's
+    /// `pod.IsActive`).
+    fn is_active(&self) -> bool {
+        !self.is_terminal() && !self.is_terminating()
+    }
 
     /// Whether the pod has finished (`Succeeded` or `Failed`): it holds nothing on its node any
     /// more (upstream's `pod.IsTerminal`).
@@ -101,6 +114,21 @@ impl PodView for Pod {
             .as_ref()?
             .get(key)
             .map(String::as_str)
+    }
+
+    fn pod_started_at(&self) -> Option<Timestamp> {
+        Some(self.status.as_ref()?.start_time.as_ref()?.0)
+    }
+
+    fn is_terminating(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     }
 }
 

@@ -9,7 +9,6 @@ use super::{SetupError, Status, Step};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-pub(crate) use super::manifest::FIELD_MANAGER;
 pub use super::manifest::Manifest;
 
 /// A step that applies a group of manifests.

@@ -488,6 +488,7 @@ fn pending_status() -> crate::state::CachedPodStatus {
             reason: Some("Unschedulable".to_owned()),
         }),
         ready: false,
+        start_time: None,
     }
 }
 

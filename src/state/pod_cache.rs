@@ -25,6 +25,7 @@ use k8s_openapi::api::core::v1::{
     PodSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
 use serde::Deserialize;
@@ -92,6 +93,8 @@ pub struct CachedPodStatus {
     pub scheduled: Option<ScheduledCondition>,
     /// Whether the `Ready` condition is True (upstream's `karpenter_pods_state`).
     pub ready: bool,
+    /// `startTime`: a `do-not-disrupt` duration counts from it.
+    pub start_time: Option<Time>,
 }
 
 /// What provisioning reads of `PodScheduled`: whether the kube-scheduler placed the pod, and
@@ -109,12 +112,15 @@ struct WireStatus {
     phase: Option<String>,
     #[serde(default)]
     conditions: Vec<PodCondition>,
+    #[serde(default, rename = "startTime")]
+    start_time: Option<Time>,
 }
 
 impl From<WireStatus> for CachedPodStatus {
     fn from(wire: WireStatus) -> Self {
         let mut status = Self {
             phase: wire.phase,
+            start_time: wire.start_time,
             ..Self::default()
         };
         for condition in wire.conditions {
@@ -251,6 +257,7 @@ impl From<Pod> for CachedPod {
             status: Some(WireStatus {
                 phase: status.phase,
                 conditions: status.conditions.unwrap_or_default(),
+                start_time: status.start_time,
             }),
         }
         .into()
@@ -291,6 +298,18 @@ impl PodView for CachedPod {
 
     fn pod_annotation(&self, key: &str) -> Option<&str> {
         self.annotation(key)
+    }
+
+    fn pod_started_at(&self) -> Option<Timestamp> {
+        self.status.start_time.as_ref().map(|t| t.0)
+    }
+
+    fn is_terminating(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    fn is_ready(&self) -> bool {
+        self.status.ready
     }
 }
 

@@ -625,3 +625,138 @@ spec:
     assert_eq!(after, before, "the guarded pod's node should stay");
     clean_up(&client, "pdb-test", "pdb-pool").await;
 }
+
+/// One pod of `cpu`, annotated `karpenter.sh/do-not-disrupt: "{protected_for}"`.
+fn protected_deployment(namespace: &str, pool: &str, protected_for: &str, cpu: &str) -> String {
+    super::deployment(namespace, "keeper", pool, 1, cpu).replace(
+        "    metadata: {labels: {app: keeper}}",
+        &format!(
+            "    metadata: {{labels: {{app: keeper}}, annotations: {{karpenter.sh/do-not-disrupt: \"{protected_for}\"}}}}"
+        ),
+    )
+}
+
+/// Records every node of `pool` that ever carries `karpenter.sh/disrupted`, from a watch (a
+/// taint can come and go between two polls).
+fn record_disrupted_taints(
+    client: &kube::Client,
+    pool: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let config = watcher::Config::default().labels(&format!("test-pool={pool}"));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = watcher(nodes, config).boxed();
+        while let Some(Ok(event)) = events.next().await {
+            if let watcher::Event::Apply(n) | watcher::Event::InitApply(n) = event {
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == "karpenter.sh/disrupted"));
+                if tainted {
+                    record.lock().expect("lock").insert(n.name_any());
+                }
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// The demo's bad day: a pod annotated `karpenter.sh/do-not-disrupt: "1h"` shares a big node
+/// with a pod that goes away, beside two nodes that empty. The pool lets one node go at a time. The
+/// empty nodes go; the protected pod's node, now far too big for it, is never tainted nor
+/// replaced, the pod is never evicted, and the node's claim says which pod holds it and until
+/// when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_protected_for_an_hour_keeps_its_node_untainted_while_empty_nodes_around_it_go() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(&pool(
+        "protect-pool",
+        r#"{consolidateAfter: 0s, budgets: [{nodes: "1"}]}"#,
+    ));
+    apply(&spread_n("protect-test", "spread", "protect-pool", 3, "3"));
+    wait_for("3 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "protect-test").await.len() == 3).then_some(())
+    })
+    .await;
+    // Created once the nodes run, the small pod fits beside a big one: the kube-scheduler
+    // binds it there and no node is launched for it.
+    apply(&protected_deployment(
+        "protect-test",
+        "protect-pool",
+        "1h",
+        "500m",
+    ));
+    wait_for("4 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "protect-test").await.len() == 4).then_some(())
+    })
+    .await;
+    assert_eq!(live_claims(&client, "protect-pool").await.len(), 3);
+    let keeper = running_pods(&client, "protect-test")
+        .await
+        .into_iter()
+        .find(|p| p.name_any().starts_with("keeper-"))
+        .expect("the protected pod");
+    let keeper_node = keeper
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("bound");
+    let (tainted, watch) = record_disrupted_taints(&client, "protect-pool");
+    scale("protect-test", "spread", 0);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pool_nodes = || async {
+        nodes
+            .list(&ListParams::default().labels("test-pool=protect-pool"))
+            .await
+            .expect("nodes")
+            .items
+            .iter()
+            .map(|n| n.name_any())
+            .collect::<Vec<_>>()
+    };
+    wait_for(
+        "the nodes around the protected pod to go",
+        Duration::from_secs(240),
+        || async { (pool_nodes().await == [keeper_node.clone()]).then_some(()) },
+    )
+    .await;
+    // Ten more disruption passes (2 s each): consolidation would now replace the protected
+    // pod's node with a much smaller one, if it were a candidate.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    watch.abort();
+    assert_eq!(pool_nodes().await, std::slice::from_ref(&keeper_node));
+    assert_eq!(
+        live_claims(&client, "protect-pool").await.len(),
+        1,
+        "no replacement was launched for the protected pod's node"
+    );
+    assert!(
+        !tainted.lock().expect("lock").contains(&keeper_node),
+        "the protected pod's node was tainted karpenter.sh/disrupted"
+    );
+    let still = running_pods(&client, "protect-test").await;
+    assert_eq!(still.len(), 1);
+    assert_eq!(
+        still[0].uid(),
+        keeper.uid(),
+        "the protected pod was evicted"
+    );
+    let blocked = events_with_reason(&client, "DisruptionBlocked").await;
+    let says = format!(
+        "pod protect-test/{} has karpenter.sh/do-not-disrupt: \"1h\", which protects it until ",
+        keeper.name_any()
+    );
+    assert!(
+        blocked.iter().any(|note| note.contains(&says)),
+        "no DisruptionBlocked Event says {says:?}: {blocked:?}"
+    );
+    clean_up(&client, "protect-test", "protect-pool").await;
+}

@@ -2,7 +2,6 @@
 //! only in a Kubernetes Secret (never printed or written to disk).
 
 use super::{Ctx, code, gcp_error};
-use crate::setup::manifests;
 use crate::setup::{SetupError, Status, Step};
 use futures::future::BoxFuture;
 use google_cloud_gax::error::rpc::Code;
@@ -128,7 +127,7 @@ impl Step for KeyStep {
             self.secrets()
                 .patch(
                     &o.key_secret(),
-                    &PatchParams::apply(manifests::FIELD_MANAGER).force(),
+                    &PatchParams::apply(crate::setup::manifest::FIELD_MANAGER).force(),
                     &Patch::Apply(&secret),
                 )
                 .await

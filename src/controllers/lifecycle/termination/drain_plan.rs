@@ -6,14 +6,14 @@
 //! terminal, not static (mirror) pods, not tolerating the `karpenter.sh/disrupted:NoSchedule`
 //! taint, and not stuck terminating; they are evicted in tiers (non-critical before critical,
 //! DaemonSet pods after the others, the kubelet's graceful shutdown order), one tier at a time;
-//! `do-not-disrupt` pods are waited for, never evicted; and a pod whose own grace period would
+//! `do-not-disrupt` pods are waited for, never evicted (judged by
+//! [`crate::disruption::protection`], as candidate selection judges them); and a pod whose own grace period would
 //! outlast the node's `terminationGracePeriod` deadline is deleted directly, in any tier,
 //! bypassing PodDisruptionBudgets and `do-not-disrupt`.
 
-use crate::apis::{labels, parse_duration};
+use crate::disruption::protection::{pod_do_not_disrupt, tolerates_disrupted_taint};
 use crate::scheduling::PodView;
-use crate::scheduling::taints::{NO_SCHEDULE, tolerates};
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// A pod terminating for longer than this past its deletion timestamp is no longer waited for
@@ -99,7 +99,7 @@ pub(super) fn plan(pods: &[Pod], deadline: Option<Timestamp>, now: Timestamp) ->
         *step = Some(match current {
             Some(current) if tier(pod) > current => Step::Wait(Waiting::EarlierTier(current)),
             _ if is_terminating(pod) => Step::Wait(Waiting::Terminating),
-            _ if is_do_not_disrupt(pod, now) => Step::Wait(Waiting::DoNotDisrupt),
+            _ if pod_do_not_disrupt(*pod, now).is_some() => Step::Wait(Waiting::DoNotDisrupt),
             _ => Step::Evict,
         });
     }
@@ -169,49 +169,6 @@ fn is_critical(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
         .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c))
-}
-
-/// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule`, and so may stay on a
-/// draining node (upstream leaves such pods for the node's deletion to take).
-fn tolerates_disrupted_taint(pod: &Pod) -> bool {
-    let taint = Taint {
-        key: labels::DISRUPTED_TAINT_KEY.to_owned(),
-        effect: NO_SCHEDULE.to_owned(),
-        ..Taint::default()
-    };
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| tolerates(t, &taint)))
-}
-
-/// Whether `karpenter.sh/do-not-disrupt` protects the pod now (upstream's
-/// `IsDoNotDisruptActive`): `"true"`, or a duration the pod has not yet run for. Any other
-/// value protects nothing.
-fn is_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
-    let Some(value) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
-    else {
-        return false;
-    };
-    if value == "true" {
-        return true;
-    }
-    let Some(protected_for) = parse_duration(value)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .and_then(|d| SignedDuration::try_from(d).ok())
-    else {
-        return false;
-    };
-    match pod.status.as_ref().and_then(|s| s.start_time.as_ref()) {
-        Some(started) => now.duration_since(started.0) < protected_for,
-        // Not started yet: protect it, as upstream does when it cannot tell its age.
-        None => true,
-    }
 }
 
 #[cfg(test)]
