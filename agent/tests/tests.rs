@@ -1,6 +1,7 @@
 //! The agent binary's tests, in one test binary (as ripgrep's `tests/tests.rs`): its command
 //! line (`cli`), the CRDs it prints (`crds`), its Helm chart (`chart`), and agent processes on
-//! the rig: leader election on kwok (`leader_election`) and on EC2 against moto (`failover_aws`,
+//! the rig: leader election on kwok (`leader_election`), a disruption interrupted by SIGKILL
+//! (`interrupted_disruption`) and on EC2 against moto (`failover_aws`,
 //! and `chaos_aws`, run by hand: `cargo test -p karpenter-agent --test agent chaos_aws --
 //! --ignored --nocapture`). The tests that use the rig take `common::exclusive` first.
 
@@ -31,4 +32,5 @@ mod chart;
 mod cli;
 mod crds;
 mod failover_aws;
+mod interrupted_disruption;
 mod leader_election;

@@ -17,6 +17,35 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tracing::warn;
 
+/// The API server refuses an Event whose note is longer than this many bytes
+/// (`events.k8s.io/v1` validation's `NoteLengthLimit`).
+const NOTE_LIMIT: usize = 1024;
+
+/// `event` with its note cut to [`NOTE_LIMIT`] (on a character boundary, the cut marked with an
+/// ellipsis): a cloud's or the API server's error message can be longer, and the whole Event
+/// would be refused.
+fn within_limit(event: &Event) -> Event {
+    Event {
+        type_: event.type_,
+        reason: event.reason.clone(),
+        note: event.note.as_deref().map(fit),
+        action: event.action.clone(),
+        secondary: event.secondary.clone(),
+    }
+}
+
+fn fit(note: &str) -> String {
+    if note.len() <= NOTE_LIMIT {
+        return note.to_owned();
+    }
+    let ellipsis = '…';
+    let cut = (0..=NOTE_LIMIT - ellipsis.len_utf8())
+        .rev()
+        .find(|&i| note.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}{ellipsis}", &note[..cut])
+}
+
 /// How long the same notice is not repeated: upstream's event dedupe timeout.
 const REPEAT_AFTER: Duration = Duration::from_secs(120);
 
@@ -72,7 +101,7 @@ impl Notices {
         let Some(recorder) = self.admit(key, Instant::now()) else {
             return;
         };
-        if let Err(e) = recorder.publish(event, regarding).await {
+        if let Err(e) = recorder.publish(&within_limit(event), regarding).await {
             warn!(object = ?regarding.name, reason = %event.reason, error = %e, "could not publish event");
         }
     }
@@ -86,7 +115,7 @@ impl Notices {
     pub(crate) async fn publish_once(&self, event: &Event, regarding: &ObjectReference) {
         // A recorder of its own, dropped with its one cached Event.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(event, regarding).await {
+        if let Err(e) = recorder.publish(&within_limit(event), regarding).await {
             warn!(object = ?regarding.name, reason = %event.reason, error = %e, "could not publish event");
         }
     }
@@ -143,6 +172,23 @@ mod tests {
             reason: "FailedDraining".to_owned(),
             state: state.to_owned(),
         }
+    }
+
+    #[test]
+    fn a_note_longer_than_the_api_server_takes_is_cut_to_fit() {
+        let event = |note: String| Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "DisruptionBlocked".to_owned(),
+            note: Some(note),
+            action: "Disrupt".to_owned(),
+            secondary: None,
+        };
+        let long = event("é".repeat(700));
+        let cut = within_limit(&long).note.expect("a note");
+        assert!(cut.len() <= NOTE_LIMIT, "{} bytes", cut.len());
+        assert!(cut.ends_with("é…"));
+        let short = event("fits".to_owned());
+        assert_eq!(within_limit(&short).note.as_deref(), Some("fits"));
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// An agent that decides every 2 s and re-checks after 2 s (upstream: 10 s and 15 s), so the
 /// tests wait for behaviour, not for timers.
-async fn quick_agent() -> Agent {
+pub(super) async fn quick_agent() -> Agent {
     Agent::start_with(Settings {
         garbage_collection_interval: Duration::from_secs(2),
         garbage_collection_grace: Duration::from_secs(2),
@@ -29,7 +29,7 @@ async fn quick_agent() -> Agent {
 
 /// An on-demand pool (see [`kwok_pool`]) named `name` with the given `disruption` block (a YAML
 /// flow map).
-fn pool(name: &str, disruption: &str) -> String {
+pub(super) fn pool(name: &str, disruption: &str) -> String {
     kwok_pool(
         name,
         &format!("  disruption: {disruption}"),
@@ -37,7 +37,7 @@ fn pool(name: &str, disruption: &str) -> String {
     )
 }
 
-fn scale(namespace: &str, name: &str, replicas: u32) {
+pub(super) fn scale(namespace: &str, name: &str, replicas: u32) {
     let out = rig()
         .kubectl()
         .args([
@@ -638,7 +638,7 @@ fn protected_deployment(namespace: &str, pool: &str, protected_for: &str, cpu: &
 
 /// Records every node of `pool` that ever carries `karpenter.sh/disrupted`, from a watch (a
 /// taint can come and go between two polls).
-fn record_disrupted_taints(
+pub(super) fn record_disrupted_taints(
     client: &kube::Client,
     pool: &str,
 ) -> (

@@ -9,6 +9,7 @@
 mod device_plugin;
 mod disruption;
 mod drift;
+mod half_done;
 mod health;
 mod leader_election;
 mod namespaces;

@@ -6,6 +6,7 @@
 //!
 //! One command at a time: the loop does not decide again until the last command's
 //! replacements are initialized (or rolled back) and its candidates' deletion is requested.
+//! Every pass first releases what an interrupted command left (`stranded.rs`).
 //!
 //! Claims that are blocked get a `DisruptionBlocked` Event on the NodeClaim and its Node when
 //! the reason changes (a budget, a `do-not-disrupt` annotation, a PodDisruptionBudget,
@@ -16,6 +17,7 @@
 mod queue;
 #[cfg(test)]
 mod reconcile_tests;
+mod stranded;
 
 use super::{Context, Error};
 use crate::apis::{DisruptionReason, NodePool};
@@ -82,6 +84,11 @@ struct Memory {
 /// Runs the disruption loop until the task is dropped.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut memory = Memory::default();
+    // What a predecessor (or this agent before a restart) left half-done is released at once,
+    // not a poll later.
+    if let Err(e) = stranded::release(&ctx).await {
+        warn!(error = %e, "could not release what an interrupted disruption left; retrying next pass");
+    }
     loop {
         tokio::time::sleep(ctx.settings.disruption_poll).await;
         // A pass waits, on purpose, for its validation and for replacements to initialize.
@@ -96,6 +103,8 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
 }
 
 async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result<(), Error> {
+    // As upstream, no new command while a stranded taint cannot be taken off.
+    stranded::release(ctx).await?;
     let parts = Parts::read(ctx).await;
     let input = parts.input(ctx);
     let started = Instant::now();

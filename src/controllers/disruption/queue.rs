@@ -8,7 +8,9 @@
 //! deletion; the taint only keeps new pods off nodes about to go). If a replacement is deleted
 //! (its launch failed) or is not Initialized within `disruption_replacement_timeout`, the
 //! command is rolled back: the taint comes off, the replacements that did not come up are
-//! deleted, and the candidates get an Event saying why.
+//! deleted, and the candidates get an Event saying why. A failure part-way (a taint, a create)
+//! rolls back what was done; a command interrupted outright (the agent killed, its Lease lost)
+//! is released by the next pass (`stranded.rs`).
 
 use super::titled;
 use crate::apis::nodeclaim::conditions as cond;
@@ -28,21 +30,23 @@ use tracing::{info, warn};
 /// Carries out `command`.
 pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<(), Error> {
     for candidate in &command.candidates {
-        set_disrupted_taint(ctx, &candidate.node, true).await?;
-    }
-    let replacements = match launch(ctx, command).await {
-        Ok(names) => names,
-        Err(e) => {
-            rollback(
-                ctx,
-                command,
-                &[],
-                &format!("launching a replacement failed: {e}"),
-            )
-            .await;
+        if let Err(e) = set_disrupted_taint(ctx, &candidate.node, true).await {
+            rollback(ctx, command, &[], &format!("tainting a node failed: {e}")).await;
             return Err(e);
         }
-    };
+    }
+    let mut replacements = Vec::new();
+    if let Err(e) = launch(ctx, command, &mut replacements).await {
+        // The replacements created before the failure go too, or they would run empty.
+        rollback(
+            ctx,
+            command,
+            &replacements,
+            &format!("launching a replacement failed: {e}"),
+        )
+        .await;
+        return Err(e);
+    }
     if !replacements.is_empty() {
         announce(
             ctx,
@@ -86,7 +90,17 @@ pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<()
                 }
             }
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(Error::kube("deleting a disrupted nodeclaim")(e)),
+            Err(e) => {
+                // The candidates keep their taint until the next pass releases it
+                // (`stranded.rs`); the user hears why the node stays.
+                let note = format!(
+                    "Disruption did not finish: deleting NodeClaim {} failed: {}",
+                    candidate.claim,
+                    refusal(&e)
+                );
+                warn_candidates(ctx, command, note).await;
+                return Err(Error::kube("deleting a disrupted nodeclaim")(e));
+            }
         }
     }
     info!(command = %command.describe(), "disruption carried out");
@@ -126,11 +140,15 @@ async fn mark_disrupted<P>(ctx: &Context<P>, name: &str, command: &Command) {
     }
 }
 
-/// Creates the replacements' NodeClaims; returns their names.
-async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, Error> {
+/// Creates the replacements' NodeClaims, adding each one's name to `names` as it is created
+/// (so a failure part-way still says which exist).
+async fn launch<P>(
+    ctx: &Context<P>,
+    command: &Command,
+    names: &mut Vec<String>,
+) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let pools = ctx.cluster.pools.state();
-    let mut names = Vec::new();
     for replacement in &command.replacements {
         let Some(pool) = pools
             .iter()
@@ -165,7 +183,7 @@ async fn launch<P>(ctx: &Context<P>, command: &Command) -> Result<Vec<String>, E
         )
         .await;
     }
-    Ok(names)
+    Ok(())
 }
 
 /// Waits until every replacement is Initialized; says why not otherwise.
@@ -230,22 +248,39 @@ async fn rollback<P>(ctx: &Context<P>, command: &Command, replacements: &[String
             warn!(nodeclaim = %name, error = %e, "could not delete a replacement after a rollback");
         }
     }
+    warn_candidates(ctx, command, format!("Disruption rolled back: {why}")).await;
+}
+
+/// A Warning (`DisruptionBlocked`) on every candidate's NodeClaim: why the command stopped.
+async fn warn_candidates<P>(ctx: &Context<P>, command: &Command, note: String) {
     let event = Event {
         type_: EventType::Warning,
         reason: "DisruptionBlocked".to_owned(),
-        note: Some(format!("Disruption rolled back: {why}")),
+        note: Some(note),
         action: "Disrupt".to_owned(),
         secondary: None,
     };
+    let claims = ctx.cluster.claims.state();
     for claim in claims.iter().filter(|c| {
         command
             .candidates
             .iter()
             .any(|d| c.metadata.name.as_deref() == Some(&d.claim))
     }) {
-        if let Err(e) = ctx.recorder.publish(&event, &claim.object_ref(&())).await {
-            warn!(error = %e, "could not publish event");
-        }
+        // Through `notices`, which `announce_blocked` shares: the Recorder would fold this
+        // into an earlier `DisruptionBlocked` of the claim and keep that one's note.
+        let state = event.note.clone().unwrap_or_default();
+        ctx.notices
+            .publish(&event, &claim.object_ref(&()), &state)
+            .await;
+    }
+}
+
+/// What the API server said, without the client's wrapping: the note a user reads.
+fn refusal(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -278,7 +313,11 @@ async fn announce<P>(ctx: &Context<P>, command: &Command, reason: &str, note: St
 }
 
 /// Adds or removes `karpenter.sh/disrupted:NoSchedule` on a node.
-async fn set_disrupted_taint<P>(ctx: &Context<P>, node: &str, on: bool) -> Result<(), Error> {
+pub(super) async fn set_disrupted_taint<P>(
+    ctx: &Context<P>,
+    node: &str,
+    on: bool,
+) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let current = match nodes.get(node).await {
         Ok(n) => n,
