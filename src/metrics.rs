@@ -215,6 +215,8 @@ pub struct Metrics {
     pub nodes_created: Family<NodeLabels, Counter>,
     pub nodes_terminated: Family<NodeLabels, Counter>,
     pub instances_garbage_collected: Counter,
+    /// NodeClaims the agent cannot decode: garbage collection keeps their instances.
+    pub nodeclaims_unreadable: Gauge,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub pods_unschedulable: Gauge,
     pub launch_seconds: Histogram,
@@ -282,6 +284,7 @@ impl Metrics {
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             instances_garbage_collected: Counter::default(),
+            nodeclaims_unreadable: Gauge::default(),
             reconcile_errors: Family::default(),
             pods_unschedulable: Gauge::default(),
             launch_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
@@ -407,6 +410,11 @@ impl Metrics {
             "instances_garbage_collected",
             "Instances deleted because no NodeClaim owned them",
             metrics.instances_garbage_collected.clone(),
+        );
+        registry.register(
+            "nodeclaims_unreadable",
+            "NodeClaims the agent cannot decode; garbage collection keeps the instances they name",
+            metrics.nodeclaims_unreadable.clone(),
         );
         registry.register(
             "reconcile_errors",
@@ -537,6 +545,7 @@ mod tests {
         "karpenter_nodeclaims_initialized_total",
         "karpenter_nodeclaims_launch_duration_seconds",
         "karpenter_instances_garbage_collected_total",
+        "karpenter_nodeclaims_unreadable",
         "karpenter_reconcile_errors_total",
         "karpenter_pods_unschedulable",
         "karpenter_pods_unschedulable_to_nodeclaim_seconds",

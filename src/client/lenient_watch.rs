@@ -23,17 +23,18 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-/// The names of the objects of one kind that do not decode, as the watch last saw them: what
-/// the API server lists but the store will not hold (the provisioner's "is the store synced"
-/// check counts them as seen, or it would wait for them forever).
+/// The objects of one kind that do not decode, as the watch last saw them: what the API server
+/// lists but the store will not hold. The provisioner's "is the store synced" check counts them
+/// as seen (or it would wait for them forever), and garbage collection keeps the instances they
+/// name: for each, its `status.providerID` read from the raw object, if it has one.
 #[derive(Clone, Debug, Default)]
-pub struct Unreadable(Arc<Mutex<BTreeSet<String>>>);
+pub struct Unreadable(Arc<Mutex<BTreeMap<String, Option<String>>>>);
 
 impl Unreadable {
-    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Option<String>>> {
         // Only names are behind the lock; a panic elsewhere leaves them usable.
         self.0
             .lock()
@@ -42,16 +43,46 @@ impl Unreadable {
 
     /// Whether the object `name` does not decode.
     pub fn contains(&self, name: &str) -> bool {
-        self.names().contains(name)
+        self.entries().contains_key(name)
     }
 
-    fn set(&self, name: Option<&str>, unreadable: bool) {
-        let Some(name) = name else { return };
-        let mut names = self.names();
+    /// The names of the objects that do not decode.
+    pub fn names(&self) -> Vec<String> {
+        self.entries().keys().cloned().collect()
+    }
+
+    /// The object that does not decode and records `provider_id`, if one does.
+    pub fn owner_of(&self, provider_id: &str) -> Option<String> {
+        self.entries()
+            .iter()
+            .find(|(_, id)| id.as_deref() == Some(provider_id))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// The provider IDs the objects that do not decode record.
+    pub fn provider_ids(&self) -> Vec<String> {
+        self.entries().values().flatten().cloned().collect()
+    }
+
+    /// Records `name` as unreadable, as the watch would on an object it cannot decode.
+    #[cfg(test)]
+    pub(crate) fn insert_for_test(&self, name: &str, provider_id: Option<&str>) {
+        self.entries()
+            .insert(name.to_owned(), provider_id.map(str::to_owned));
+    }
+
+    fn set(&self, object: &DynamicObject, unreadable: bool) {
+        let Some(name) = object.metadata.name.as_deref() else {
+            return;
+        };
+        let mut entries = self.entries();
         if unreadable {
-            names.insert(name.to_owned());
+            let provider_id = object.data["status"]["providerID"]
+                .as_str()
+                .map(str::to_owned);
+            entries.insert(name.to_owned(), provider_id);
         } else {
-            names.remove(name);
+            entries.remove(name);
         }
     }
 }
@@ -84,7 +115,7 @@ where
         let unreadable = unreadable.clone();
         let typed = |object: DynamicObject| {
             let decoded = decode::<K>(&object);
-            unreadable.set(object.metadata.name.as_deref(), decoded.is_err());
+            unreadable.set(&object, decoded.is_err());
             match decoded {
                 Ok(typed) => Some(typed),
                 Err(error) => {
@@ -97,14 +128,14 @@ where
             Err(e) => Some(Err(e)),
             Ok(Event::Init) => {
                 // A re-list names every object again.
-                unreadable.names().clear();
+                unreadable.entries().clear();
                 Some(Ok(Event::Init))
             }
             Ok(Event::InitDone) => Some(Ok(Event::InitDone)),
             Ok(Event::InitApply(object)) => typed(object).map(|k| Ok(Event::InitApply(k))),
             Ok(Event::Apply(object)) => typed(object).map(|k| Ok(Event::Apply(k))),
             Ok(Event::Delete(object)) => {
-                unreadable.set(object.metadata.name.as_deref(), false);
+                unreadable.set(&object, false);
                 let name = object.metadata.name.clone().unwrap_or_default();
                 let mut reference = ObjectRef::<K>::new(&name);
                 if let Some(namespace) = &object.metadata.namespace {
@@ -265,5 +296,35 @@ mod tests {
             writer.apply_watcher_event(event.as_ref().expect("no watch error"));
         }
         assert!(store.state().is_empty(), "the delete removes what was read");
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_claim_is_remembered_with_the_provider_id_its_raw_object_records() {
+        let (store, _writer) = reflector::store::<crate::apis::NodeClaim>();
+        let claim = object(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "resourceVersion": "1"},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}},
+            "status": {"providerID": "aws:///us-west-2a/i-0abc", "lastPodEventTime": "last tuesday"},
+        }));
+        let raw = futures::stream::iter(vec![Ok(Event::Apply(claim.clone()))]);
+        let unreadable = Unreadable::default();
+        let events: Vec<_> = decoded(raw, store, unreadable.clone(), |_, _| {})
+            .collect()
+            .await;
+        assert!(events.is_empty());
+        assert_eq!(unreadable.names(), ["c"]);
+        assert_eq!(unreadable.provider_ids(), ["aws:///us-west-2a/i-0abc"]);
+        assert_eq!(
+            unreadable.owner_of("aws:///us-west-2a/i-0abc").as_deref(),
+            Some("c")
+        );
+        // Its delete forgets it.
+        let raw = futures::stream::iter(vec![Ok(Event::Delete(claim))]);
+        let (store, _writer) = reflector::store::<crate::apis::NodeClaim>();
+        let _: Vec<_> = decoded(raw, store, unreadable.clone(), |_, _| {})
+            .collect()
+            .await;
+        assert!(unreadable.provider_ids().is_empty());
     }
 }

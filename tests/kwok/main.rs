@@ -19,6 +19,7 @@ mod refused_claims;
 mod repair;
 mod static_capacity;
 mod termination;
+mod unreadable_claims;
 mod volumes;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};

@@ -16,6 +16,8 @@ mod liveness;
 mod registration;
 mod termination;
 
+pub(crate) use termination::release_finalizer;
+
 pub use launch::launch_candidates;
 
 use super::{Context, Error, FIELD_MANAGER, conditions};

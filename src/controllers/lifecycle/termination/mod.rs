@@ -94,7 +94,7 @@ async fn release_stranded_pods<P>(node_name: &str, ctx: &Context<P>) -> Result<(
 
 /// Takes the termination finalizer off `object` (the Node or the NodeClaim); one already gone
 /// is fine.
-async fn release_finalizer<K>(
+pub(crate) async fn release_finalizer<K>(
     api: &Api<K>,
     name: &str,
     finalizers: &[String],
