@@ -43,25 +43,30 @@ pub(crate) fn predecessor_may_be_writing(elector: Option<&LeaderElector>) -> boo
     elector.is_some_and(LeaderElector::took_over)
 }
 
-/// Runs the loops until SIGTERM/SIGINT, or, with leader election, until the Lease is lost;
-/// dropping `running` stops every loop either way.
+/// Renews the Lease until a renewal round fails, then says why; never ends without leader
+/// election.
+pub(crate) async fn renewal(elector: Option<&LeaderElector>) -> String {
+    match elector {
+        Some(elector) => elector.renew().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the loops until SIGTERM/SIGINT, or until `renewal` (begun when the Lease was
+/// acquired) fails; dropping `running` stops every loop either way.
 pub(crate) async fn lead<P>(
     running: Running<P>,
-    elector: Option<&LeaderElector>,
+    renewal: impl std::future::Future<Output = String>,
 ) -> anyhow::Result<()> {
     let stopped = async {
         shutdown_signal().await;
         tracing::info!("shutting down");
     };
-    let Some(elector) = elector else {
-        running.run_until(stopped).await;
-        return Ok(());
-    };
     tokio::select! {
         () = running.run_until(stopped) => Ok(()),
         // Upstream's controller-runtime exits here too: the kubelet restarts the process as a
         // fresh candidate, and no loop acts on a cluster another leader now owns.
-        why = elector.renew() => anyhow::bail!("leader election lost: {why}"),
+        why = renewal => anyhow::bail!("leader election lost: {why}"),
     }
 }
 

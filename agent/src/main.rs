@@ -12,6 +12,7 @@ mod telemetry;
 use anyhow::Context;
 use clap::Parser;
 use config::{Cli, Command, ProviderKind, RunArgs};
+use karpenter_core::client::Fence;
 use karpenter_core::cloud::kwok::KwokProvider;
 use karpenter_core::controllers::leader_election::{ElectionConfig, LeaderElector};
 use karpenter_core::controllers::{self, Health, ProviderLoops, Settings};
@@ -38,7 +39,11 @@ use std::sync::Arc;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+/// The agent's client; with leader election its writes go through `fence`.
+async fn client(
+    kubeconfig: Option<&PathBuf>,
+    fence: Option<&Fence>,
+) -> anyhow::Result<kube::Client> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -56,7 +61,11 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     };
     // HTTPS_PROXY and NO_PROXY as client-go (upstream's agent) reads them.
     karpenter_core::client::proxy::apply_environment(&mut config, |name| std::env::var(name).ok());
-    karpenter_core::client::agent_client(config).context("creating the Kubernetes client")
+    match fence {
+        Some(fence) => karpenter_core::client::fenced_agent_client(config, fence),
+        None => karpenter_core::client::agent_client(config),
+    }
+    .context("creating the Kubernetes client")
 }
 
 /// What every start-up needs, whichever the provider.
@@ -81,15 +90,30 @@ impl Agent {
         }
         let settings = Settings {
             predecessor_may_be_writing: leader::predecessor_may_be_writing(elector),
+            write_fence: elector.map(LeaderElector::fence),
             ..self.settings
         };
-        let mut running =
-            controllers::start_with(self.client, provider, settings, self.metrics, self.health)
-                .await;
-        P::start_loops(&mut running)
-            .await
-            .context("starting the provider's own loops")?;
-        let outcome = leader::lead(running, elector).await;
+        // Renewal runs from the moment the Lease is acquired, beside start-up (listing a large
+        // cluster can outlast the lease) and then beside the loops, until it fails.
+        let renewal = leader::renewal(elector);
+        tokio::pin!(renewal);
+        let starting = async {
+            let mut running =
+                controllers::start_with(self.client, provider, settings, self.metrics, self.health)
+                    .await;
+            P::start_loops(&mut running)
+                .await
+                .context("starting the provider's own loops")?;
+            anyhow::Ok(running)
+        };
+        let started = tokio::select! {
+            started = starting => started,
+            why = &mut renewal => Err(anyhow::anyhow!("leader election lost during start-up: {why}")),
+        };
+        let outcome = match started {
+            Ok(running) => leader::lead(running, renewal).await,
+            Err(e) => Err(e),
+        };
         // Every loop has stopped (the running loops were dropped): give the Lease to a
         // successor at once instead of after the lease duration. Launches cut short are safe
         // to abandon: a successor relaunches a claim without a provider ID with the same
@@ -112,7 +136,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         provider = ?args.provider,
         "karpenter-agent starting"
     );
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let fence = args.leader.leader_elect.then(Fence::default);
+    let client = client(args.kubeconfig.as_ref(), fence.as_ref()).await?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let http = tokio::spawn(http::serve_http(
@@ -120,7 +145,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.clone(),
         health.clone(),
     ));
-    let elector = args.leader.leader_elect.then(|| {
+    let elector = fence.map(|fence| {
         let namespace = args
             .leader
             .leader_election_namespace
@@ -129,6 +154,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         LeaderElector::new(
             client.clone(),
             ElectionConfig::new(namespace, leader::identity()),
+            fence,
         )
     });
     let leading = metrics

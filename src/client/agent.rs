@@ -14,6 +14,7 @@
 //! reconcile, and the provisioning round waiting on it, for five minutes. A watch is left
 //! unbounded: it is meant to stay open, and the server ends it itself (`timeoutSeconds`).
 
+use super::fence::Fence;
 use http::{Request, Response};
 use kube::client::ClientBuilder;
 use kube::{Client, Config};
@@ -35,6 +36,17 @@ pub fn agent_client(mut config: Config) -> Result<Client, kube::Error> {
     identify(&mut config, "karpenter-agent");
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&Bounded(REQUEST_TIMEOUT))
+        .build())
+}
+
+/// [`agent_client`] whose writes stop once `fence` shuts: the client of a replica that leads
+/// through leader election (see [`super::fence`]).
+pub fn fenced_agent_client(mut config: Config, fence: &Fence) -> Result<Client, kube::Error> {
+    config.default_retry = false;
+    identify(&mut config, "karpenter-agent");
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&Bounded(REQUEST_TIMEOUT))
+        .with_layer(&fence.layer())
         .build())
 }
 

@@ -10,6 +10,7 @@
 
 use super::{CloudError, CloudProvider, DeleteOutcome, Instance, ListedInstance, ProviderId};
 use crate::apis::{NodeClaim, NodeClassReference, labels};
+use crate::client::Fence;
 use crate::metrics::{CloudCallLabels, CloudErrorLabels, Metrics};
 use crate::scheduling::InstanceType;
 use std::sync::Arc;
@@ -24,11 +25,35 @@ tokio::task_local! {
 pub struct Metered<P> {
     inner: Arc<P>,
     metrics: Arc<Metrics>,
+    fence: Option<Fence>,
 }
 
 impl<P> Metered<P> {
     pub fn new(inner: Arc<P>, metrics: Arc<Metrics>) -> Self {
-        Self { inner, metrics }
+        Self {
+            inner,
+            metrics,
+            fence: None,
+        }
+    }
+
+    /// Refuses creates and deletes while `fence` is shut (see `client::fence`): the cloud's
+    /// writes stop with the Kubernetes ones when this replica's leadership lapses.
+    pub fn fenced(mut self, fence: Option<Fence>) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    fn check_fence(&self, action: &str) -> Result<(), CloudError> {
+        match &self.fence {
+            Some(fence) if !fence.is_open() => Err(CloudError::api(
+                action,
+                NotLeadingCloud {
+                    action: action.to_owned(),
+                },
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The provider inside.
@@ -43,6 +68,15 @@ impl<P> std::ops::Deref for Metered<P> {
     fn deref(&self) -> &P {
         &self.inner
     }
+}
+
+/// A cloud write refused because this replica's leadership may have lapsed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "not {action}: this replica's leadership may have lapsed (no Lease renewal within the renew deadline)"
+)]
+struct NotLeadingCloud {
+    action: String,
 }
 
 /// Upstream's error categories.
@@ -115,6 +149,7 @@ impl<P: CloudProvider> CloudProvider for Metered<P> {
         claim: &NodeClaim,
         candidates: &[InstanceType],
     ) -> Result<Instance, CloudError> {
+        self.check_fence("launching an instance")?;
         self.measure(
             "Create",
             || nodepool_of(claim),
@@ -124,6 +159,7 @@ impl<P: CloudProvider> CloudProvider for Metered<P> {
     }
 
     async fn delete(&self, id: &ProviderId) -> Result<DeleteOutcome, CloudError> {
+        self.check_fence("deleting an instance")?;
         self.measure("Delete", String::new, self.inner.delete(id))
             .await
     }

@@ -12,6 +12,9 @@
 //! - The leader renews every retry period; a renewal round that has not succeeded within the
 //!   renew deadline loses leadership. The renew deadline is shorter than the lease, so the old
 //!   leader has given up (the agent exits) before any other replica may take the Lease.
+//! - Each successful renewal opens the loops' [`Fence`] until the renew deadline counted from
+//!   when the renewal began, so a leader that was frozen past its lease writes nothing once it
+//!   runs again, even before its renewal notices (`client::fence`).
 //!
 //! Why not a crate: `kube-lease-manager`, the maintained crate for this kube version, renews
 //! only shortly before the lease expires and, while renewals fail, keeps reporting leadership
@@ -20,6 +23,7 @@
 //! requires kube 4.
 
 use super::Error;
+use crate::client::Fence;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -67,6 +71,9 @@ impl ElectionConfig {
 pub struct LeaderElector {
     api: Api<Lease>,
     config: ElectionConfig,
+    /// Open while this replica holds the Lease within its renew deadline; the loops' client
+    /// writes only through it (see `client::fence`).
+    fence: Fence,
     /// The last record read or written, and when this process first saw it.
     observed: Mutex<Option<(LeaseSpec, Instant)>>,
     /// Whether this replica's last acquisition took the Lease from another holder whose lease
@@ -75,10 +82,12 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    pub fn new(client: Client, config: ElectionConfig) -> Self {
+    /// An elector that keeps `fence` open while this replica leads.
+    pub fn new(client: Client, config: ElectionConfig, fence: Fence) -> Self {
         Self {
             api: Api::namespaced(client, &config.namespace),
             config,
+            fence,
             observed: Mutex::new(None),
             took_over: AtomicBool::new(false),
         }
@@ -90,6 +99,11 @@ impl LeaderElector {
     /// first and then releases the Lease, so after a release nothing of it is still on the way.
     pub fn took_over(&self) -> bool {
         self.took_over.load(Ordering::Relaxed)
+    }
+
+    /// The fence this elector keeps open while this replica leads.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
     }
 
     pub fn config(&self) -> &ElectionConfig {
@@ -118,6 +132,18 @@ impl LeaderElector {
     /// One attempt (client-go's `tryAcquireOrRenew`): `Ok(true)` when this replica holds the
     /// Lease afterwards, `Ok(false)` when another does or won the race to write it.
     pub async fn try_acquire_or_renew(&self) -> Result<bool, Error> {
+        // The fence counts from before the request: the renewal may land at once or only at
+        // the end of the request's time.
+        let started = Instant::now();
+        let held = self.acquire_or_renew_once().await?;
+        if held {
+            self.fence
+                .open_until((started + self.config.renew_deadline).into_std());
+        }
+        Ok(held)
+    }
+
+    async fn acquire_or_renew_once(&self) -> Result<bool, Error> {
         let now = MicroTime(Timestamp::now());
         let mut desired = LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
@@ -262,6 +288,7 @@ impl LeaderElector {
                 tokio::time::sleep(self.config.retry_period).await;
             };
             if !renewed {
+                self.fence.shut();
                 return format!(
                     "no renewal within {}s: {last}",
                     self.config.renew_deadline.as_secs()
@@ -274,6 +301,8 @@ impl LeaderElector {
     /// Gives the Lease up, if this replica holds it, so a successor need not wait out the
     /// lease (client-go's `release`: no holder, a 1 s duration, the transitions kept).
     pub async fn release(&self) -> Result<(), Error> {
+        // Every loop has stopped by now; nothing of this replica writes any more.
+        self.fence.shut();
         if !self.is_leader() {
             return Ok(());
         }

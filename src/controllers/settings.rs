@@ -50,6 +50,10 @@ pub struct Settings {
     /// list of the API server's claims for a while (`provisioning::round::CONFIRM_WINDOW`);
     /// otherwise only the first round does. On by default: a caller that cannot tell is safe.
     pub predecessor_may_be_writing: bool,
+    /// With leader election, the fence this replica's Kubernetes writes go through
+    /// (`client::fence`): the cloud's creates and deletes go through it too, so a leader that
+    /// was frozen past its lease neither launches nor deletes an instance once it runs again.
+    pub write_fence: Option<crate::client::Fence>,
 }
 
 impl Default for Settings {
@@ -71,6 +75,7 @@ impl Default for Settings {
             static_capacity_poll: Duration::from_secs(5),
             stuck_pass_after: Duration::from_secs(5 * 60),
             predecessor_may_be_writing: true,
+            write_fence: None,
         }
     }
 }

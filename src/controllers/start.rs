@@ -57,7 +57,8 @@ pub async fn start_with<P: CloudProvider + 'static>(
 ) -> Running<Metered<P>> {
     health.set_unready("listing the cluster");
     // Every cloud call the loops make is timed and its errors counted, as upstream's decorator.
-    let provider = Arc::new(Metered::new(provider, metrics.clone()));
+    let provider =
+        Arc::new(Metered::new(provider, metrics.clone()).fenced(settings.write_fence.clone()));
     let (cluster, writers) = Stores::new();
     let (pending, wake) = provisioning::PendingPods::new();
     let recent = Arc::new(provisioning::RecentClaims::default());

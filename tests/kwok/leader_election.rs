@@ -23,7 +23,11 @@ async fn candidate(identity: &str) -> LeaderElector {
     config.lease_duration = Duration::from_secs(4);
     config.renew_deadline = Duration::from_secs(2);
     config.retry_period = Duration::from_millis(250);
-    LeaderElector::new(rig().agent_client().await, config)
+    LeaderElector::new(
+        rig().agent_client().await,
+        config,
+        karpenter_core::client::Fence::default(),
+    )
 }
 
 async fn lease() -> Lease {

@@ -107,6 +107,17 @@ pub(crate) fn service_account_kubeconfig(
     namespace: &str,
     service_account: &str,
 ) -> PathBuf {
+    marked_service_account_kubeconfig(dir, namespace, service_account, None)
+}
+
+/// [`service_account_kubeconfig`] that also impersonates the group `mark` (which grants
+/// nothing), so the rig's audit log tells this agent's writes from another's.
+pub(crate) fn marked_service_account_kubeconfig(
+    dir: &Path,
+    namespace: &str,
+    service_account: &str,
+    mark: Option<&str>,
+) -> PathBuf {
     let mut kubeconfig =
         kube::config::Kubeconfig::read_from(&rig().kubeconfig).expect("the rig's kubeconfig");
     for user in &mut kubeconfig.auth_infos {
@@ -114,14 +125,20 @@ pub(crate) fn service_account_kubeconfig(
             auth.impersonate = Some(format!(
                 "system:serviceaccount:{namespace}:{service_account}"
             ));
-            auth.impersonate_groups = Some(vec![
+            let mut groups = vec![
                 "system:serviceaccounts".to_owned(),
                 format!("system:serviceaccounts:{namespace}"),
                 "system:authenticated".to_owned(),
-            ]);
+            ];
+            groups.extend(mark.map(str::to_owned));
+            auth.impersonate_groups = Some(groups);
         }
     }
-    let path = dir.join(format!("kubeconfig-{namespace}-{service_account}"));
+    let path = dir.join(format!(
+        "kubeconfig-{namespace}-{service_account}{}",
+        mark.map(|m| format!("-{}", m.replace(':', "-")))
+            .unwrap_or_default()
+    ));
     std::fs::write(
         &path,
         serde_json::to_string(&kubeconfig).expect("kubeconfig as JSON"),

@@ -141,6 +141,38 @@ impl Rig {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// The writes the rig's audit log holds (see `tests/rig/README.md`): creates, updates,
+    /// patches and deletes of NodeClaims, Nodes, pods and evictions made with the admin
+    /// credentials, an agent's through impersonation included, oldest first.
+    pub fn audited_writes(&self) -> Vec<AuditedWrite> {
+        let dir = self.kubeconfig.parent().expect("the rig's directory");
+        let text = std::fs::read_to_string(dir.join("run/audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| event["stage"] == "ResponseComplete")
+            .map(|event| {
+                let text =
+                    |value: &serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+                let object = &event["objectRef"];
+                AuditedWrite {
+                    verb: text(&event["verb"]),
+                    resource: text(&object["resource"]),
+                    subresource: text(&object["subresource"]),
+                    namespace: text(&object["namespace"]),
+                    name: text(&object["name"]),
+                    groups: event["impersonatedUser"]["groups"]
+                        .as_array()
+                        .map(|gs| gs.iter().map(text).collect())
+                        .unwrap_or_default(),
+                    received: text(&event["requestReceivedTimestamp"])
+                        .parse()
+                        .expect("an RFC 3339 timestamp"),
+                    code: event["responseStatus"]["code"].as_u64().unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
     /// A kube client for the rig (one per test: clients belong to the runtime that made them).
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
@@ -288,4 +320,21 @@ impl Rig {
 pub fn read_repo_file(path: impl AsRef<Path>) -> String {
     let path = repo_root().join(path);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// One write the rig's audit log recorded.
+#[derive(Clone, Debug)]
+pub struct AuditedWrite {
+    /// `create`, `update`, `patch`, `delete`...
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    /// The groups the request impersonated (an agent's kubeconfig may add one naming it).
+    pub groups: Vec<String>,
+    /// When the API server received it.
+    pub received: k8s_openapi::jiff::Timestamp,
+    /// The response's status code.
+    pub code: u64,
 }
