@@ -383,3 +383,149 @@ async fn a_node_whose_instance_vanished_is_removed_and_its_pods_run_again_elsewh
     .await;
     clean_up(&client, "vanish-test", "vanish-pool").await;
 }
+
+/// A Deployment of one pod on `pool` whose volume is the PersistentVolume `volume`, through a
+/// claim bound to it.
+fn stateful_workload(namespace: &str, pool: &str, volume: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {volume}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: detach-test-manual
+  claimRef: {{namespace: {namespace}, name: data}}
+  csi: {{driver: csi.example.com, volumeHandle: {volume}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: {namespace}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: detach-test-manual
+  volumeName: {volume}
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: db, namespace: {namespace}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: db}}}}
+  template:
+    metadata: {{labels: {{app: db}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      nodeSelector: {{test-pool: {pool}}}
+      containers:
+        - name: pause
+          image: registry.k8s.io/pause:3.10
+          resources: {{requests: {{cpu: "1"}}}}
+          volumeMounts: [{{name: data, mountPath: /data}}]
+      volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
+"#
+    )
+}
+
+/// The volume attachment the attach-detach controller and a CSI attacher would keep for
+/// `volume` on `node`; the rig runs no CSI driver, so the test plays their part.
+fn attachment(name: &str, volume: &str, node: &str) -> String {
+    format!(
+        r#"
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {{name: {name}}}
+spec:
+  attacher: csi.example.com
+  nodeName: {node}
+  source: {{persistentVolumeName: {volume}}}
+"#
+    )
+}
+
+/// Upstream's order: the drained pod's volume must be detached before the instance goes, or
+/// the pod's replacement stalls on a multi-attach error. The Node and its claim stay, saying
+/// why, while the attachment does; once it is gone, both go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_pods_volume_attachment_holds_the_instance_until_it_is_gone() {
+    const NS: &str = "detach-test";
+    const POOL: &str = "detach-pool";
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = Agent::start().await;
+    apply(&pool(POOL, ""));
+    apply(&stateful_workload(NS, POOL, "detach-test-pv"));
+    let (claim, node) = running_claim(&client, POOL, NS, 1).await;
+    apply(&attachment("detach-test-va", "detach-test-pv", &node));
+
+    rig().kubectl_ok(&["delete", "nodeclaim", &claim.name_any(), "--wait=false"]);
+    // The pod is evicted and runs again elsewhere; the old node waits for the attachment.
+    wait_for(
+        "the pod to run on another node",
+        Duration::from_secs(120),
+        || async {
+            let running = running_pods(&client, NS).await;
+            (running.len() == 1
+                && running[0].spec.as_ref()?.node_name.as_deref() != Some(node.as_str()))
+            .then_some(())
+        },
+    )
+    .await;
+    let awaiting = wait_for(
+        "an AwaitingVolumeDetachment Event on the node",
+        Duration::from_secs(60),
+        || async {
+            notes(&client, &node, "AwaitingVolumeDetachment")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    assert_eq!(
+        awaiting,
+        "Awaiting deletion of bound volumeattachments (detach-test-va)"
+    );
+    // Held for a few more passes while the attachment stands.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let claims: Api<NodeClaim> = Api::all(client.clone());
+    assert!(nodes.get_opt(&node).await.expect("node").is_some());
+    assert!(
+        claims
+            .get_opt(&claim.name_any())
+            .await
+            .expect("claim")
+            .is_some()
+    );
+
+    rig().kubectl_ok(&[
+        "delete",
+        "volumeattachment",
+        "detach-test-va",
+        "--wait=true",
+    ]);
+    wait_for(
+        "the node and its claim to go once the volume is detached",
+        Duration::from_secs(60),
+        || async {
+            both_gone(&client, &node, &claim.name_any())
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    clean_up(&client, NS, POOL).await;
+    rig().kubectl_ok(&[
+        "delete",
+        "persistentvolume",
+        "detach-test-pv",
+        "--ignore-not-found",
+    ]);
+}

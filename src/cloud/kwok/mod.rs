@@ -406,6 +406,21 @@ impl CloudProvider for KwokProvider {
         let ProviderId::Kwok { name } = id else {
             return Ok(DeleteOutcome::Gone);
         };
+        // A simulated machine stops when its Node is deleted; what stays is the Node object,
+        // held by the termination finalizer. So a Node already being deleted is a machine that
+        // is gone (as EC2 answers `terminated` to a second TerminateInstances).
+        let existing = self
+            .nodes
+            .get_opt(name)
+            .await
+            .map_err(|e| CloudError::api("reading the simulated node", e))?;
+        match existing {
+            None => return Ok(DeleteOutcome::Gone),
+            Some(node) if node.metadata.deletion_timestamp.is_some() => {
+                return Ok(DeleteOutcome::Gone);
+            }
+            Some(_) => {}
+        }
         match self.nodes.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(DeleteOutcome::Terminating),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(DeleteOutcome::Gone),

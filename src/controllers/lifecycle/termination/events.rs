@@ -1,6 +1,7 @@
 //! The Events termination publishes, with upstream's reasons and wording
 //! (`pkg/controllers/node/termination/terminator/events/events.go`): `FailedDraining` and
-//! `TerminationGracePeriodExpiring` on the Node, `Evicted` and `Disrupted` on each pod.
+//! `TerminationGracePeriodExpiring` and `AwaitingVolumeDetachment` on the Node, `Evicted` and
+//! `Disrupted` on each pod.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
@@ -37,6 +38,22 @@ pub(super) fn refused_by_budget(pods: &[String]) -> Event {
         "FailedDraining",
         "Evict",
         format!("Failed to drain node, evicting pod violates a PDB (Pod={first}{more})"),
+    )
+}
+
+/// The instance waits until the drained pods' volumes are detached (`names`: the
+/// VolumeAttachments, not empty; five named at most, as upstream's `pretty.Slice`).
+pub(super) fn awaiting_volume_detachment(names: &[String]) -> Event {
+    let shown = if names.len() > 5 {
+        format!("{} and {} other(s)", names[..5].join(", "), names.len() - 5)
+    } else {
+        names.join(", ")
+    };
+    event(
+        EventType::Normal,
+        "AwaitingVolumeDetachment",
+        "Terminate",
+        format!("Awaiting deletion of bound volumeattachments ({shown})"),
     )
 }
 

@@ -1,13 +1,15 @@
 //! Termination, for every deletion of a claim (disruption, expiry, interruption, a user's
 //! `kubectl delete nodeclaim|node`): record the claim's termination deadline, drain its Node
 //! (taint, evictions in upstream's order under PodDisruptionBudgets, `do-not-disrupt` pods
-//! waited for until the deadline), delete the instance, release and delete the Node, delete the
-//! pods left bound to it, and release the claim's finalizer.
+//! waited for until the deadline), wait until the drained pods' volumes are detached (until the
+//! deadline), delete the instance and wait until the cloud says it is gone, release and delete
+//! the Node, delete the pods left bound to it, and release the claim's finalizer.
 //!
 //! Follows upstream's `pkg/controllers/node/termination` (the controller and its `terminator`),
 //! run here from the claim's reconcile instead of a separate Node controller. The parts:
 //! `deadline` (the `terminationGracePeriod` deadline), `drain_plan` (what to do with each pod,
-//! pure), `drain` (one pass of it against the API), `events` (upstream's wording).
+//! pure), `drain` (one pass of it against the API), `volumes` (the attachments the instance
+//! waits for), `events` (upstream's wording).
 //!
 //! A node whose instance is already gone is not drained (upstream's check in `finalize`): its
 //! kubelet is gone too, so evicted pods would hang terminating for ever; its pods are deleted
@@ -19,6 +21,7 @@ mod drain_plan;
 mod events;
 #[cfg(test)]
 mod tests;
+mod volumes;
 
 use crate::apis::{NodeClaim, labels};
 use crate::cloud::{CloudProvider, DeleteOutcome, ProviderId};
@@ -27,6 +30,7 @@ use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use drain::Drain;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -36,6 +40,13 @@ use tracing::info;
 
 /// How soon a drain that is still waiting looks again.
 const DRAIN_REQUEUE: Duration = Duration::from_secs(2);
+
+/// How soon termination looks again for volumes still attached (upstream: 1 s).
+const VOLUME_REQUEUE: Duration = Duration::from_secs(1);
+
+/// How soon termination asks the cloud again about an instance still shutting down (upstream:
+/// 5 s).
+const INSTANCE_REQUEUE: Duration = Duration::from_secs(5);
 
 /// Whether the node's instance is gone: its kubelet stopped reporting Ready and the cloud has
 /// no such instance. While the Node is Ready its kubelet runs, whatever a lagging cloud API
@@ -139,21 +150,39 @@ pub(super) async fn terminate<P: CloudProvider>(
     if let Some(node) = &node {
         if instance_is_gone(node, provider_id.as_deref(), ctx).await? {
             info!(nodeclaim = %claim.name_any(), node = %node.name, "instance is gone; deleting the node and its pods without a drain");
-        } else if let Drain::Waiting = drain::pass(claim, node, deadline, ctx).await? {
-            return Ok(Action::requeue(DRAIN_REQUEUE));
+        } else {
+            if let Drain::Waiting = drain::pass(claim, node, deadline, ctx).await? {
+                return Ok(Action::requeue(DRAIN_REQUEUE));
+            }
+            let past_deadline = deadline.is_some_and(|d| Timestamp::now() > d);
+            let attached = if past_deadline {
+                Vec::new()
+            } else {
+                volumes::pending(ctx, node).await?
+            };
+            if !attached.is_empty() {
+                let event = events::awaiting_volume_detachment(&attached);
+                ctx.notices
+                    .publish(&event, &node.object_ref(), &attached.join(","))
+                    .await;
+                return Ok(Action::requeue(VOLUME_REQUEUE));
+            }
         }
     }
     if let Some(id) = provider_id
         .as_deref()
         .and_then(|id| id.parse::<ProviderId>().ok())
     {
+        // Upstream's `awaitInstanceTermination`: asked again until the cloud says it is gone;
+        // only then do the Node and the claim let go, and the pods left on it are deleted.
         let outcome = ctx
             .provider
             .delete(&id)
             .await
             .map_err(Error::cloud("deleting the instance"))?;
         if outcome == DeleteOutcome::Terminating {
-            info!(nodeclaim = %claim.name_any(), provider_id = %id, "instance terminating");
+            info!(nodeclaim = %claim.name_any(), provider_id = %id, "instance terminating; waiting until it is gone");
+            return Ok(Action::requeue(INSTANCE_REQUEUE));
         }
     }
     if let Some(node) = &node {

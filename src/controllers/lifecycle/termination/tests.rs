@@ -71,6 +71,38 @@ fn pod_list(items: Vec<Value>) -> Value {
     json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items})
 }
 
+/// Answers a pass over a drained node: its taint, the list of its pods (none left), and the
+/// list of volume attachments (`attachments`).
+async fn answer_drained(server: &mut ApiServer, attachments: Vec<Value>) {
+    let taint = server.next().await;
+    assert!(taint.is(&Method::PATCH, NODE), "{taint:?}");
+    taint.answer(
+        200,
+        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}),
+    );
+    let list = server.next().await;
+    assert!(list.is(&Method::GET, "/api/v1/pods?"), "{list:?}");
+    list.answer(200, &pod_list(Vec::new()));
+    let volumes = server.next().await;
+    assert!(
+        volumes.is(&Method::GET, "/apis/storage.k8s.io/v1/volumeattachments"),
+        "{volumes:?}"
+    );
+    volumes.answer(
+        200,
+        &json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachmentList",
+            "metadata": {"resourceVersion": "1"}, "items": attachments}),
+    );
+}
+
+/// A VolumeAttachment of `volume` on node-a.
+fn attachment(name: &str, volume: &str) -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"attacher": "csi.example.com", "nodeName": "node-a",
+                 "source": {"persistentVolumeName": volume}}})
+}
+
 /// Answers the patch that releases the claim's finalizer, checking it does.
 async fn expect_claim_released(server: &mut ApiServer, claim: &NodeClaim) {
     let release = server.next().await;
@@ -80,23 +112,27 @@ async fn expect_claim_released(server: &mut ApiServer, claim: &NodeClaim) {
 }
 
 #[tokio::test]
-async fn a_claim_whose_node_never_registered_has_its_instance_deleted_before_its_finalizer_goes() {
+async fn a_claim_whose_node_never_registered_keeps_its_finalizer_until_its_instance_is_gone() {
     let provider = Arc::new(FakeProvider::default());
     let claim = launched_and_deleted(&provider).await;
     let (ctx, mut server) = context(provider.clone(), Objects::default(), Settings::default());
+    // First pass: the instance is asked to terminate and is shutting down; nothing is released.
+    let action = terminate(&claim, &ctx).await.expect("the pass succeeds");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(5))
+    );
+    assert!(
+        provider.instances().is_empty(),
+        "the instance was asked to go"
+    );
+    server.expect_quiet(Duration::from_millis(100)).await;
+    // Next pass: the cloud says it is gone, so the claim lets go.
     let pass = tokio::spawn({
         let (claim, ctx) = (claim.clone(), ctx.clone());
         async move { terminate(&claim, &ctx).await }
     });
-    // The pass's one write releases the claim's finalizer: by then the instance must be gone.
-    let release = server.next().await;
-    assert!(
-        provider.instances().is_empty(),
-        "the instance is deleted before the claim's finalizer is released"
-    );
-    assert!(release.is(&Method::PATCH, CLAIMS), "{release:?}");
-    assert_eq!(release.body["metadata"]["finalizers"], json!([]));
-    release.answer(200, &serde_json::to_value(&claim).expect("a claim"));
+    expect_claim_released(&mut server, &claim).await;
     pass.await
         .expect("the pass ends")
         .expect("the pass succeeds");
@@ -162,26 +198,34 @@ async fn a_ready_node_is_tainted_and_drained_before_its_instance_is_deleted() {
     );
     server.expect_quiet(Duration::from_millis(100)).await;
 
-    // Second pass: nothing left on the node, so the instance goes, then the Node, then the claim.
+    // Second pass: nothing left on the node and no volume attached, so the instance is asked
+    // to go; it is shutting down, so nothing is released yet.
     let pass = tokio::spawn({
         let (claim, ctx) = (claim.clone(), ctx.clone());
         async move { terminate(&claim, &ctx).await }
     });
-    let taint = server.next().await;
-    assert!(taint.is(&Method::PATCH, NODE), "{taint:?}");
-    taint.answer(
-        200,
-        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}),
+    answer_drained(&mut server, Vec::new()).await;
+    let action = pass
+        .await
+        .expect("the pass ends")
+        .expect("the pass succeeds");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(5))
     );
-    let list = server.next().await;
-    assert!(list.is(&Method::GET, "/api/v1/pods?"), "{list:?}");
-    list.answer(200, &pod_list(Vec::new()));
-    // The next write releases the Node: by then the instance must be gone.
-    let release = server.next().await;
     assert!(
         provider.instances().is_empty(),
-        "the instance is deleted once the drain is done, before the Node is released"
+        "the instance was asked to go"
     );
+    server.expect_quiet(Duration::from_millis(100)).await;
+
+    // Third pass: the cloud says it is gone: the Node, then the claim, let go.
+    let pass = tokio::spawn({
+        let (claim, ctx) = (claim.clone(), ctx.clone());
+        async move { terminate(&claim, &ctx).await }
+    });
+    answer_drained(&mut server, Vec::new()).await;
+    let release = server.next().await;
     assert!(release.is(&Method::PATCH, NODE), "{release:?}");
     release.answer(
         200,
@@ -202,4 +246,43 @@ async fn a_ready_node_is_tainted_and_drained_before_its_instance_is_deleted() {
         .expect("the pass ends")
         .expect("the pass succeeds");
     assert_eq!(action, kube::runtime::controller::Action::await_change());
+}
+
+#[tokio::test]
+async fn a_drained_pods_attached_volume_holds_the_instance_and_the_node_says_so() {
+    let provider = Arc::new(FakeProvider::default());
+    let claim = launched_and_deleted(&provider).await;
+    let objects = Objects {
+        claims: vec![claim.clone()],
+        nodes: vec![ready_node(&claim)],
+        ..Objects::default()
+    };
+    let (ctx, mut server) = context(provider.clone(), objects, Settings::default());
+    let pass = tokio::spawn({
+        let (claim, ctx) = (claim.clone(), ctx.clone());
+        async move { terminate(&claim, &ctx).await }
+    });
+    answer_drained(&mut server, vec![attachment("csi-1", "pv-1")]).await;
+    let action = pass
+        .await
+        .expect("the pass ends")
+        .expect("the pass succeeds");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(1))
+    );
+    assert_eq!(
+        provider.instances().len(),
+        1,
+        "the instance waits for the detach"
+    );
+    server.expect_quiet(Duration::from_millis(100)).await;
+    assert!(
+        server.events().contains(&(
+            "AwaitingVolumeDetachment".to_owned(),
+            "Awaiting deletion of bound volumeattachments (csi-1)".to_owned()
+        )),
+        "{:?}",
+        server.events()
+    );
 }
