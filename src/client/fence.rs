@@ -12,6 +12,12 @@
 //! delete (except of the Lease itself, which is how a leader renews) is refused without being
 //! sent once that moment has passed. The clock is monotonic and keeps counting while the
 //! process is stopped, so a frozen leader resumes with its fence already shut.
+//!
+//! What a fence in the client cannot do: recall a request it let through just before the
+//! process froze and that the connection had not sent yet; it reaches the API server when the
+//! process runs again. Only a check on the server (a token the API server compares with the
+//! Lease) could refuse it, and Kubernetes has none; client-go's leader election has the same
+//! window, and every write that waits longer than an instant is made after a fresh check.
 
 use http::{Method, Request, Response};
 use std::future::Future;

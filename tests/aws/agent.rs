@@ -325,15 +325,21 @@ async fn a_spot_interruption_on_the_queue_replaces_the_node() {
         || async { (env.state(&first_id).await == "terminated").then_some(()) },
     )
     .await;
+    // The claim lets go once EC2 says the instance is gone (asked again every 5 s).
     let claims: Api<NodeClaim> = Api::all(client.clone());
-    assert!(
-        claims
-            .get_opt(&first.name_any())
-            .await
-            .expect("get")
-            .is_none(),
-        "the interrupted claim is gone"
-    );
+    wait_for(
+        "the interrupted claim to be gone",
+        Duration::from_secs(60),
+        || async {
+            claims
+                .get_opt(&first.name_any())
+                .await
+                .expect("get")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
     // The spot offering of the interrupted type and zone is avoided for a while.
     let zone = first
         .labels()
