@@ -217,6 +217,38 @@ pub fn disruptability(
         .copied()
         .filter(|p| is_reschedulable(p))
         .collect();
+    // Upstream evicts a pod without a controller like any other; nothing recreates it, so
+    // `explain` says so before it happens.
+    let uncontrolled: Vec<String> = workload
+        .iter()
+        .filter(|p| !p.has_controller())
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.pod_namespace().unwrap_or_default(),
+                p.pod_name().unwrap_or_default()
+            )
+        })
+        .collect();
+    if !uncontrolled.is_empty() {
+        d.notes.push(format!(
+            "{} no controller: disrupting this node deletes {} and nothing recreates {}",
+            match uncontrolled.as_slice() {
+                [one] => format!("pod {one} has"),
+                many => format!("pods {} have", many.join(", ")),
+            },
+            if uncontrolled.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+            if uncontrolled.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+        ));
+    }
     // Every pod on the node counts here, DaemonSet and static pods too (upstream's
     // `ValidatePodsDisruptable`): the drain waits on the same pods.
     let pod_blockers = protection::pod_blockers(view.pods, pdbs, now);

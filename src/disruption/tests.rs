@@ -828,3 +828,21 @@ fn a_drifted_node_with_a_protected_pod_is_replaced_only_when_its_claim_bounds_th
     assert_eq!(command.method, Method::Drift);
     assert_eq!(names(&command), ["old"]);
 }
+
+#[test]
+fn a_pod_without_a_controller_is_named_as_lost_with_its_node() {
+    let world = World::new(on_demand_pool(consolidating())).with_node(
+        "big",
+        16,
+        "on-demand",
+        &[("bare", "500m")],
+    );
+    let input = world.input(&[]);
+    let decision = decide(&input);
+    let notes = &decision.candidates[0].disruptability.notes;
+    assert!(
+        notes.iter().any(|n| n
+            == "pod default/bare has no controller: disrupting this node deletes it and nothing recreates it"),
+        "{notes:?}"
+    );
+}

@@ -65,6 +65,12 @@ pub trait PodView {
             .any(|o| o.api_version == "apps/v1" && o.kind == "DaemonSet")
     }
 
+    /// Whether an owner controls the pod (a ReplicaSet, a StatefulSet, a Job...): something
+    /// recreates it when it is evicted. A pod without one is gone for good.
+    fn has_controller(&self) -> bool {
+        self.pod_owners().iter().any(|o| o.controller == Some(true))
+    }
+
     /// Whether the pod is a static pod's mirror: the kubelet owns it and the API server cannot
     /// remove it (upstream's `pod.IsOwnedByNode`; the kubelet also marks a mirror with
     /// [`labels::MIRROR_POD`]).

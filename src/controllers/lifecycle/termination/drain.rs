@@ -9,6 +9,7 @@ use super::events;
 use crate::apis::nodeclaim::conditions as cond;
 use crate::apis::{NodeClaim, labels};
 use crate::controllers::{Context, Error};
+use crate::scheduling::PodView;
 use crate::state::CachedNode;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
@@ -67,7 +68,7 @@ pub(super) async fn pass<P>(
         match step {
             Step::Evict => match evict(pod, ctx).await? {
                 Eviction::Evicted => {
-                    let event = events::evicted(&disruption_reason(claim));
+                    let event = events::evicted(&disruption_reason(claim), pod.has_controller());
                     ctx.notices.publish(&event, &pod.object_ref(&()), "").await;
                 }
                 Eviction::Refused => refused.push(describe(pod)),

@@ -67,14 +67,24 @@ pub(super) fn grace_period_expiring(deadline: &str) -> Event {
     )
 }
 
-/// A pod was evicted; `reason` is why its node goes.
-pub(super) fn evicted(reason: &str) -> Event {
-    event(
-        EventType::Normal,
-        "Evicted",
-        "Evict",
-        format!("Evicted pod: {reason}"),
-    )
+/// A pod was evicted; `reason` is why its node goes. A pod no controller owns is not
+/// recreated: its Event is a Warning that says so.
+pub(super) fn evicted(reason: &str, has_controller: bool) -> Event {
+    if has_controller {
+        event(
+            EventType::Normal,
+            "Evicted",
+            "Evict",
+            format!("Evicted pod: {reason}"),
+        )
+    } else {
+        event(
+            EventType::Warning,
+            "Evicted",
+            "Evict",
+            format!("Evicted pod: {reason}; it has no controller, so nothing recreates it"),
+        )
+    }
 }
 
 /// A pod was deleted directly because its node's deadline is near.
