@@ -312,16 +312,16 @@ async fn announce<P>(ctx: &Context<P>, command: &Command, reason: &str, note: St
     }
 }
 
-/// Adds or removes `karpenter.sh/disrupted:NoSchedule` on a node.
+/// Adds or removes `karpenter.sh/disrupted:NoSchedule` on a node; whether the node changed.
 pub(super) async fn set_disrupted_taint<P>(
     ctx: &Context<P>,
     node: &str,
     on: bool,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let current = match nodes.get(node).await {
         Ok(n) => n,
-        Err(e) if is_not_found(&e) => return Ok(()),
+        Err(e) if is_not_found(&e) => return Ok(false),
         Err(e) => return Err(Error::kube("reading a node to taint")(e)),
     };
     let mut taints = current
@@ -331,7 +331,7 @@ pub(super) async fn set_disrupted_taint<P>(
         .unwrap_or_default();
     let has = taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY);
     if has == on {
-        return Ok(());
+        return Ok(false);
     }
     if on {
         taints.push(Taint {
@@ -352,5 +352,5 @@ pub(super) async fn set_disrupted_taint<P>(
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube("tainting a node for disruption"))?;
-    Ok(())
+    Ok(true)
 }

@@ -39,8 +39,10 @@ pub(super) async fn release<P>(ctx: &Context<P>) -> Result<(), Error> {
         if claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some()) {
             continue;
         }
-        set_disrupted_taint(ctx, &node.name, false).await?;
-        info!(node = %node.name, "removed the karpenter.sh/disrupted taint no disruption holds (an interrupted disruption left it)");
+        // The store may still show a taint this pass already took off: the live Node decides.
+        if set_disrupted_taint(ctx, &node.name, false).await? {
+            info!(node = %node.name, "removed the karpenter.sh/disrupted taint no disruption holds (an interrupted disruption left it)");
+        }
     }
     for claim in claims.iter().filter(|c| is_stranded_mark(c)) {
         let conditions = claim
