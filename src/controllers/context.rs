@@ -26,6 +26,8 @@ pub struct Context<P> {
     pub claim_failures: super::backoff::FailureBackoff,
     /// What the probes answer; the loops report their passes here.
     pub health: Arc<Health>,
+    /// Each NodePool's recent launch outcomes (`NodeRegistrationHealthy`).
+    pub pool_health: super::pool_health::PoolHealth,
 }
 
 impl<P> Context<P> {
@@ -54,6 +56,7 @@ impl<P> Context<P> {
             notices,
             claim_failures: super::backoff::FailureBackoff::lifecycle(),
             health,
+            pool_health: super::pool_health::PoolHealth::default(),
         }
     }
 }

@@ -42,6 +42,7 @@ pub mod nodeclass_status;
 pub(crate) mod nodepool_status;
 pub(crate) mod pod_events;
 pub(crate) mod pod_metrics;
+pub(crate) mod pool_health;
 pub mod provisioning;
 pub mod static_capacity;
 

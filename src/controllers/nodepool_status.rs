@@ -4,6 +4,8 @@
 //! node class exists and is ready (as its provider resolves it), `ValidationSucceeded` is the
 //! API server's (the CRD's rules already refused what upstream's webhook-era validation did),
 //! and `Ready` is both. Provisioning launches only from pools that are not un-Ready.
+//! `NodeRegistrationHealthy` is what [`super::pool_health`] asks for, as upstream's
+//! `nodepool/registrationhealth` controller and lifecycle write it.
 
 use super::{Context, Error, FIELD_MANAGER, conditions};
 use crate::apis::NodePool;
@@ -11,6 +13,8 @@ use crate::cloud::{CloudError, CloudProvider};
 
 /// Upstream's condition for a pool whose node class exists and is ready.
 const NODE_CLASS_READY: &str = "NodeClassReady";
+/// Upstream's condition for whether the pool's recent nodes launched and registered.
+pub(crate) const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 use crate::state::usage_by_pool;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -120,6 +124,7 @@ pub(crate) async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Er
                 generation,
             ),
         }
+        registration_health(ctx, &pool, &mut status.conditions);
         if status == before {
             continue;
         }
@@ -135,4 +140,65 @@ pub(crate) async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Er
         )))?;
     }
     Ok(())
+}
+
+/// Sets `NodeRegistrationHealthy` as upstream does: Unknown when the pool is new or its spec
+/// changed since the condition was written (the outcomes are forgotten: they were the old
+/// spec's), else what the recent outcomes asked for. After a restart the outcomes start from the
+/// condition. Upstream also resets when the node class's generation changes; this agent keeps no
+/// node class objects, so a fix made in the node class shows when the next launch succeeds.
+fn registration_health<P>(
+    ctx: &Context<P>,
+    pool: &NodePool,
+    conditions_: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) {
+    use super::pool_health::{Health, Verdict};
+    let Some(uid) = pool.metadata.uid.as_deref() else {
+        return;
+    };
+    let generation = pool.metadata.generation;
+    let current = conditions_
+        .iter()
+        .find(|c| c.type_ == NODE_REGISTRATION_HEALTHY)
+        .cloned();
+    let Some(current) = current.filter(|c| c.observed_generation == generation) else {
+        ctx.pool_health.reset(uid);
+        conditions::set_unknown(
+            conditions_,
+            NODE_REGISTRATION_HEALTHY,
+            "AwaitingReconciliation",
+            "no node of this spec has launched yet",
+            generation,
+        );
+        return;
+    };
+    if ctx.pool_health.health(uid) == Health::Unknown && current.status != "Unknown" {
+        ctx.pool_health.resume(
+            uid,
+            current.status == "True",
+            current.last_transition_time.0,
+        );
+    }
+    match ctx.pool_health.verdict(uid) {
+        Some(Verdict::Healthy) => conditions::set(
+            conditions_,
+            NODE_REGISTRATION_HEALTHY,
+            true,
+            NODE_REGISTRATION_HEALTHY,
+            "",
+            generation,
+        ),
+        // Upstream leaves a False condition as it was: its reason is the first failure's.
+        Some(Verdict::Unhealthy { reason, message }) if current.status != "False" => {
+            conditions::set(
+                conditions_,
+                NODE_REGISTRATION_HEALTHY,
+                false,
+                &reason,
+                &message,
+                generation,
+            );
+        }
+        _ => {}
+    }
 }

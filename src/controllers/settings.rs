@@ -16,7 +16,11 @@ pub struct Settings {
     /// Close a batch before the idle window once the controllers behind its pods have created
     /// all of them and the kube-scheduler has judged each (see `provisioning::BurstComplete`).
     pub batch_close_when_complete: bool,
-    /// A launched instance that has not registered a Node by then is deleted.
+    /// A claim whose instance has not launched by then (its launch keeps failing for a reason
+    /// other than capacity) is deleted and its pods planned again (upstream: 5 minutes).
+    pub launch_ttl: Duration,
+    /// A launched instance that has not registered a Node by then is deleted (upstream: 15
+    /// minutes).
     pub registration_ttl: Duration,
     /// How often orphaned instances are looked for.
     pub garbage_collection_interval: Duration,
@@ -63,6 +67,7 @@ impl Default for Settings {
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
             batch_close_when_complete: true,
+            launch_ttl: Duration::from_secs(5 * 60),
             registration_ttl: Duration::from_secs(15 * 60),
             garbage_collection_interval: Duration::from_secs(30),
             garbage_collection_grace: Duration::from_secs(30),

@@ -184,6 +184,9 @@ pub struct PoolInput<'a> {
     /// is missing or not ready), if so: it gets no new claims, and pods it could otherwise
     /// hold are told why.
     pub not_ready: Option<String>,
+    /// Whether the pool's recent launches failed (its `NodeRegistrationHealthy` is False and
+    /// failed lately): it is tried after every other pool, whatever its weight.
+    pub deprioritized: bool,
 }
 
 impl<'a> PoolInput<'a> {
@@ -194,6 +197,7 @@ impl<'a> PoolInput<'a> {
             instance_types,
             usage: ResourceList::new(),
             not_ready: None,
+            deprioritized: false,
         }
     }
 }
@@ -536,9 +540,15 @@ fn better(candidate: &Plan, incumbent: &Plan) -> bool {
 /// opens each pod's first node in the first pool that accepts it, which can make every pod pay
 /// for a small node in one pool (15 × t3.medium) when another pool of the same weight holds all
 /// of them on one cheaper node (1 × e2-standard-16). [`schedule`] keeps the cheapest plan.
+/// A deprioritized pool comes after every other, as if it weighed less than any.
 fn pool_orders<P>(input: &Input<'_, P>) -> Vec<Vec<usize>> {
     let pools = &input.node_pools;
-    let weight = |i: usize| pools[i].node_pool.spec.weight.unwrap_or(0);
+    let weight = |i: usize| {
+        (
+            !pools[i].deprioritized,
+            pools[i].node_pool.spec.weight.unwrap_or(0),
+        )
+    };
     let name = |i: usize| {
         pools[i]
             .node_pool

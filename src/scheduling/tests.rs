@@ -377,6 +377,30 @@ fn weights_pick_the_heavier_pool() {
 }
 
 #[test]
+fn a_pool_whose_launches_keep_failing_is_tried_after_a_lighter_fallback_but_still_used_alone() {
+    let primary = node_pool("primary", json!({"weight": 90}));
+    let fallback = node_pool("fallback", json!({"weight": 10}));
+    let catalogue = general_catalogue();
+    let p = pod("web", "1", "1Gi", json!({}));
+    let failing = || PoolInput {
+        deprioritized: true,
+        ..PoolInput::new(&primary, &catalogue)
+    };
+    let input = Input {
+        pods: vec![&p],
+        node_pools: vec![failing(), PoolInput::new(&fallback, &catalogue)],
+        ..Input::default()
+    };
+    assert_eq!(schedule(&input).new_claims[0].node_pool, "fallback");
+    let alone = Input {
+        pods: vec![&p],
+        node_pools: vec![failing()],
+        ..Input::default()
+    };
+    assert_eq!(schedule(&alone).new_claims[0].node_pool, "primary");
+}
+
+#[test]
 fn taints_without_tolerations_skip_a_pool_with_a_reason_but_startup_taints_never_block() {
     let tainted = node_pool(
         "gpu",

@@ -746,3 +746,185 @@ async fn start_metered(env: &Env, metrics: Arc<Metrics>) -> Agent {
         _running: running,
     }
 }
+
+/// A NodePool of `weight` whose nodes carry `test-pool: fallback-demo`, on the one node class.
+fn weighted_pool(name: &str, weight: u32) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  weight: {weight}
+  template:
+    metadata:
+      labels: {{test-pool: fallback-demo}}
+    spec:
+      requirements:
+        - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: fallback-demo}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_launches_are_always_refused_gives_up_says_it_is_unhealthy_and_a_lighter_pool_takes_its_pods()
+ {
+    let _guard = exclusive();
+    let env = Env::new("fallback-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    // The controller's policy lets it launch only for the fallback pool, as a condition on the
+    // request's `karpenter.sh/nodepool` tag would.
+    env.proxy
+        .deny_tagged("CreateFleet", labels::NODE_POOL, "fallback-demo-primary");
+    let agent = start_with(
+        &env,
+        None,
+        Settings {
+            launch_ttl: Duration::from_secs(20),
+            garbage_collection_interval: Duration::from_secs(2),
+            garbage_collection_grace: Duration::from_secs(2),
+            ..Settings::default()
+        },
+    )
+    .await;
+    apply(&node_class("fallback-demo", &env.cluster, &role));
+    apply(&weighted_pool("fallback-demo-primary", 50));
+    apply(&weighted_pool("fallback-demo", 10));
+    apply(&workload("fallback-demo-app", "fallback-demo", 1));
+
+    let pods = wait_for(
+        "the pod to run on a node of the fallback pool",
+        Duration::from_secs(240),
+        || async {
+            let pods = running(&client, "fallback-demo-app").await;
+            (pods.len() == 1).then_some(pods)
+        },
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .get(
+            pods[0]
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .expect("bound"),
+        )
+        .await
+        .expect("the pod's node");
+    assert_eq!(
+        node.labels().get(labels::NODE_POOL).map(String::as_str),
+        Some("fallback-demo"),
+        "the heavier pool could not launch, so the lighter one did"
+    );
+
+    let pools: Api<karpenter_core::apis::NodePool> = Api::all(client.clone());
+    let condition = wait_for(
+        "the failing pool's NodeRegistrationHealthy to go False",
+        Duration::from_secs(30),
+        || async {
+            let pool = pools.get("fallback-demo-primary").await.ok()?;
+            pool.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "NodeRegistrationHealthy" && c.status == "False")
+        },
+    )
+    .await;
+    assert_eq!(condition.reason, "LaunchFailed", "{condition:?}");
+    assert!(
+        condition.message.contains("UnauthorizedOperation"),
+        "the condition says what refused the launch: {condition:?}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let timeouts = events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("LaunchTimeout")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("UnauthorizedOperation"))
+        })
+        .count();
+    assert!(
+        timeouts >= 2,
+        "each claim given up on says why ({timeouts} LaunchTimeout Events)"
+    );
+    assert!(
+        claims_of(&client, "fallback-demo-primary").await.is_empty(),
+        "no claim of the failing pool is left waiting"
+    );
+    let primary_instances = env
+        .instances()
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.tags().iter().any(|t| {
+                t.key() == Some(labels::NODE_POOL) && t.value() == Some("fallback-demo-primary")
+            })
+        })
+        .count();
+    assert_eq!(
+        primary_instances, 0,
+        "nothing was launched for the refused pool"
+    );
+
+    rig().kubectl_ok(&["delete", "nodepool", "fallback-demo-primary"]);
+    clean_up(
+        &client,
+        "fallback-demo-app",
+        "fallback-demo",
+        "ec2nodeclass",
+    )
+    .await;
+    drop(agent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_that_launched_nothing_is_tried_again_under_a_new_client_token_not_replayed_for_ever()
+ {
+    let _guard = exclusive();
+    let env = Env::new("token-demo", true).await;
+    let role = env.node_role().await;
+    let client = rig().client().await;
+    // EC2 answers the first fleet with no instance; the proxy, as EC2, replays that answer to
+    // any request repeating its client token.
+    env.proxy.fail_next_fleet(
+        "InvalidParameterValue",
+        "The launch template's network interface is invalid.",
+    );
+    let agent = start(&env, None).await;
+    apply(&node_class("token-demo", &env.cluster, &role));
+    apply(&pool("token-demo", &["m5.large"]));
+    apply(&workload("token-demo-app", "token-demo", 1));
+    wait_for(
+        "the pod to run once a fresh request launches",
+        Duration::from_secs(120),
+        || async { (running(&client, "token-demo-app").await.len() == 1).then_some(()) },
+    )
+    .await;
+
+    let claims = claims_of(&client, "token-demo").await;
+    assert_eq!(
+        claims.len(),
+        1,
+        "the same claim launched, not a replacement"
+    );
+    let uid = claims[0].metadata.uid.clone().expect("a uid");
+    let tokens = env.proxy.fleet_tokens();
+    assert_eq!(
+        tokens,
+        vec![uid.clone(), format!("{uid}-1")],
+        "the claim's UID first, then a new token after the answer that launched nothing"
+    );
+    clean_up(&client, "token-demo-app", "token-demo", "ec2nodeclass").await;
+    drop(agent);
+}

@@ -6,7 +6,15 @@
 //!   it. If no override is left, the proxy answers itself with no instances. (moto always
 //!   launches the first override, so this is also how "the next type" gets picked.)
 //! * **Permission errors.** Actions marked with [`Proxy::deny`] answer AccessDenied in the
-//!   protocol's own error format.
+//!   protocol's own error format; [`Proxy::deny_tagged`] refuses only the requests that would
+//!   create a resource with a given tag, as a policy condition on `aws:RequestTag` does.
+//! * **CreateFleet's client token**, which moto ignores, as EC2 documents it ("Ensuring
+//!   idempotency"): a token seen before with the same parameters gets the first answer again
+//!   (launching nothing more); with other parameters, `IdempotentParameterMismatch`. Only
+//!   answered requests are remembered: one refused before EC2 took it (a denied permission, a
+//!   throttle) leaves the token unused.
+//! * **A fleet that launches nothing** for another reason than capacity:
+//!   [`Proxy::fail_next_fleet`] answers the next CreateFleet with no instance and that error.
 //! * **Throttling.** The next N requests of an action marked with [`Proxy::throttle`] answer
 //!   the protocol's rate-limit error without reaching moto: EC2's `RequestLimitExceeded` (HTTP
 //!   503), the JSON services' `ThrottlingException`, IAM's and SQS's `Throttling`.
@@ -31,6 +39,9 @@ use tokio::net::{TcpListener, TcpStream};
 struct Faults {
     insufficient: HashSet<String>,
     denied: HashSet<String>,
+    denied_tagged: Vec<(String, String, String)>,
+    fleet_tokens: HashMap<String, (String, Vec<u8>)>,
+    next_fleet_error: Option<(String, String)>,
     throttled: HashMap<String, u32>,
     parameters: HashMap<String, String>,
     slow: HashMap<String, std::time::Duration>,
@@ -102,6 +113,35 @@ impl Proxy {
     /// `action` (e.g. `PutRolePolicy`, `CreateQueue`) answers AccessDenied.
     pub(crate) fn deny(&self, action: &str) {
         self.faults().denied.insert(action.to_owned());
+    }
+
+    /// `action` answers as [`Proxy::deny`] does when the request tags what it creates with
+    /// `key` = `value` (a `TagSpecification`), as IAM refuses a call whose `aws:RequestTag`
+    /// condition fails.
+    pub(crate) fn deny_tagged(&self, action: &str, key: &str, value: &str) {
+        self.faults()
+            .denied_tagged
+            .push((action.to_owned(), key.to_owned(), value.to_owned()));
+    }
+
+    /// The next CreateFleet launches nothing and reports `code` with `message` in its
+    /// `errorSet`, as EC2 answers a fleet whose every override failed for that reason.
+    pub(crate) fn fail_next_fleet(&self, code: &str, message: &str) {
+        self.faults().next_fleet_error = Some((code.to_owned(), message.to_owned()));
+    }
+
+    /// The client tokens of the CreateFleet requests, in order (empty for a request without).
+    pub(crate) fn fleet_tokens(&self) -> Vec<String> {
+        self.faults()
+            .sent
+            .iter()
+            .filter(|s| s.action == "CreateFleet")
+            .map(|s| {
+                field(&s.fields, "ClientToken")
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
     }
 
     /// The next `times` requests of `action` are refused as throttled.
@@ -403,6 +443,41 @@ fn get_products(
     ("200 OK", answer)
 }
 
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Whether a query-protocol request tags what it creates with `key` = `value`.
+fn tags_with(fields: &[(String, String)], key: &str, value: &str) -> bool {
+    fields.iter().any(|(k, v)| {
+        v == key
+            && k.starts_with("TagSpecification.")
+            && k.ends_with(".Key")
+            && field(fields, &format!("{}.Value", k.trim_end_matches(".Key"))) == Some(value)
+    })
+}
+
+/// What EC2 compares a repeated client token's request on: every parameter but the token.
+fn fingerprint(fields: &[(String, String)]) -> String {
+    let mut kept: Vec<&(String, String)> =
+        fields.iter().filter(|(k, _)| k != "ClientToken").collect();
+    kept.sort();
+    kept.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn ec2_error(status: &str, code: &str, message: &str) -> Vec<u8> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>proxy</RequestID></Response>"
+    );
+    response(status, "text/xml", body.as_bytes())
+}
+
 fn denied(request: &Request, action: &str, form_fields: &[(String, String)]) -> Vec<u8> {
     let message =
         format!("User: arn:aws:iam::123456789012:user/test is not authorized to perform: {action}");
@@ -675,7 +750,11 @@ async fn serve(
         json: serde_json::from_slice(&request.body).ok(),
     });
 
-    if lock().denied.contains(&action) {
+    let denied_by_tag = lock()
+        .denied_tagged
+        .iter()
+        .any(|(a, k, v)| *a == action && tags_with(&fields, k, v));
+    if lock().denied.contains(&action) || denied_by_tag {
         return stream.write_all(&denied(&request, &action, &fields)).await;
     }
     let throttle = match lock().throttled.get_mut(&action) {
@@ -724,39 +803,36 @@ async fn serve(
         lock()
             .fleet_requests
             .push(String::from_utf8_lossy(&request.body).into_owned());
-        let failing = lock().insufficient.clone();
-        let (kept, removed) = strip_overrides(&fields, &failing);
-        if !removed.is_empty() {
-            let lifecycle = fields
-                .iter()
-                .find(|(k, _)| k == "TargetCapacitySpecification.DefaultTargetCapacityType")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| "on-demand".to_owned());
-            let items = error_items(&removed, &lifecycle);
-            if kept.is_empty() {
-                let body = format!(
-                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><fleetId>fleet-proxy00000000000</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
-                );
-                return stream
-                    .write_all(&response("200 OK", "text/xml", body.as_bytes()))
-                    .await;
+        let token = field(&fields, "ClientToken").map(str::to_owned);
+        let print = fingerprint(&fields);
+        if let Some(token) = &token {
+            let seen = lock().fleet_tokens.get(token).cloned();
+            if let Some((first, reply)) = seen {
+                let reply = if first == print {
+                    reply
+                } else {
+                    ec2_error(
+                        "400 Bad Request",
+                        "IdempotentParameterMismatch",
+                        "The client token you have provided is associated with a resource that is already deleted or has different parameters. Please use a different client token.",
+                    )
+                };
+                return stream.write_all(&reply).await;
             }
-            let (status, headers, body) = forward(upstream, &request, &encode_form(&kept)).await?;
-            let mut text = String::from_utf8_lossy(&body).into_owned();
-            if let Some(start) = text.find("<errorSet>") {
-                text.insert_str(start + "<errorSet>".len(), &items);
-            } else if let Some(start) = text.find("<errorSet/>") {
-                text.replace_range(
-                    start..start + "<errorSet/>".len(),
-                    &format!("<errorSet>{items}</errorSet>"),
-                );
-            } else if let Some(end) = text.find("</CreateFleetResponse>") {
-                text.insert_str(end, &format!("<errorSet>{items}</errorSet>"));
-            }
-            return stream
-                .write_all(&reply_from(&status, &headers, text.as_bytes()))
-                .await;
         }
+        let reply = create_fleet(upstream, &request, &fields, faults).await?;
+        if let Some(token) = token
+            && reply.starts_with(b"HTTP/1.1 200")
+        {
+            lock().fleet_tokens.insert(token, (print, reply.clone()));
+        }
+        // Done and remembered at once, answered late: a client that gives up meanwhile
+        // finds the fleet under its token when it asks again.
+        let delay = lock().slow.get(&action).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        return stream.write_all(&reply).await;
     }
     let (status, headers, body) = forward(upstream, &request, &request.body).await?;
     let delay = lock().slow.get(&action).copied();
@@ -766,4 +842,60 @@ async fn serve(
     stream
         .write_all(&reply_from(&status, &headers, &body))
         .await
+}
+
+/// CreateFleet as EC2 would answer it, with the injected capacity and fleet errors.
+async fn create_fleet(
+    upstream: &str,
+    request: &Request,
+    fields: &[(String, String)],
+    faults: &Mutex<Faults>,
+) -> std::io::Result<Vec<u8>> {
+    let lock = || {
+        faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let lifecycle = field(
+        fields,
+        "TargetCapacitySpecification.DefaultTargetCapacityType",
+    )
+    .unwrap_or("on-demand")
+    .to_owned();
+    let nothing_launched = |items: &str| {
+        let body = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId><fleetId>fleet-proxy00000000000</fleetId><errorSet>{items}</errorSet><fleetInstanceSet/></CreateFleetResponse>"
+        );
+        response("200 OK", "text/xml", body.as_bytes())
+    };
+    let injected = lock().next_fleet_error.take();
+    if let Some((code, message)) = injected {
+        let item = format!(
+            "<item><lifecycle>{lifecycle}</lifecycle><errorCode>{code}</errorCode><errorMessage>{message}</errorMessage></item>"
+        );
+        return Ok(nothing_launched(&item));
+    }
+    let failing = lock().insufficient.clone();
+    let (kept, removed) = strip_overrides(fields, &failing);
+    if removed.is_empty() {
+        let (status, headers, body) = forward(upstream, request, &request.body).await?;
+        return Ok(reply_from(&status, &headers, &body));
+    }
+    let items = error_items(&removed, &lifecycle);
+    if kept.is_empty() {
+        return Ok(nothing_launched(&items));
+    }
+    let (status, headers, body) = forward(upstream, request, &encode_form(&kept)).await?;
+    let mut text = String::from_utf8_lossy(&body).into_owned();
+    if let Some(start) = text.find("<errorSet>") {
+        text.insert_str(start + "<errorSet>".len(), &items);
+    } else if let Some(start) = text.find("<errorSet/>") {
+        text.replace_range(
+            start..start + "<errorSet/>".len(),
+            &format!("<errorSet>{items}</errorSet>"),
+        );
+    } else if let Some(end) = text.find("</CreateFleetResponse>") {
+        text.insert_str(end, &format!("<errorSet>{items}</errorSet>"));
+    }
+    Ok(reply_from(&status, &headers, text.as_bytes()))
 }

@@ -68,7 +68,9 @@ pub(super) async fn launch(
         .cloned()
         .unwrap_or_default();
     let tags = instance_tags(&provider.config.cluster_name, resolved, &claim_name, &pool);
-    let request = fleet_request(provider, claim, resolved, capacity_type, configs, &tags);
+    let uid = claim.uid().unwrap_or_default();
+    let token = provider.client_tokens.token(&uid);
+    let request = fleet_request(provider, resolved, capacity_type, configs, &tags, token);
     tracing::debug!(nodeclaim = %claim_name, %capacity_type, overrides = overrides.len(), first = %overrides[0].instance_type, "CreateFleet");
     let out = match request.send().await {
         Ok(out) => out,
@@ -85,7 +87,16 @@ pub(super) async fn launch(
         Err(e) => return Err(cloud_error("launching with CreateFleet", e)),
     };
     let errors = record_fleet_errors(provider, &out, capacity_type, resolved, &claim_name);
-    let (fleet_instance, instance_id) = launched_one(&out, errors)?;
+    let (fleet_instance, instance_id) = match launched_one(&out, errors) {
+        Ok(launched) => {
+            provider.client_tokens.launched(&uid);
+            launched
+        }
+        Err(e) => {
+            provider.client_tokens.launched_nothing(&uid);
+            return Err(e);
+        }
+    };
     let launched = placement(
         fleet_instance,
         instance_id,
@@ -155,11 +166,11 @@ fn instance_tags(
 /// An `instant` CreateFleet for one instance of `capacity_type`.
 fn fleet_request(
     provider: &AwsProvider,
-    claim: &NodeClaim,
     resolved: &ResolvedNodeClass,
     capacity_type: CapacityType,
     configs: Vec<FleetLaunchTemplateConfigRequest>,
     tags: &BTreeMap<String, String>,
+    client_token: String,
 ) -> CreateFleetFluentBuilder {
     let default_type = if capacity_type == CapacityType::Spot {
         DefaultTargetCapacityType::Spot
@@ -194,9 +205,8 @@ fn fleet_request(
         .tag_specifications(tag_specification(ResourceType::Volume, tags))
         .tag_specifications(tag_specification(ResourceType::Fleet, tags))
         .set_context(resolved.spec.context.clone())
-        // The claim's UID makes a retried launch (after a timeout, or a restart before the
-        // launch was recorded) return the instance already launched instead of a second one.
-        .set_client_token(claim.uid())
+        // See `client_token`: a retried launch returns the instance already launched.
+        .set_client_token(Some(client_token).filter(|t| !t.is_empty()))
 }
 
 /// The instance an earlier attempt with the same client token launched, if it is running.

@@ -27,6 +27,7 @@
 pub mod catalogue;
 mod catalogue_snapshot;
 mod cleanup;
+mod client_token;
 mod clients;
 mod cluster;
 mod config;
@@ -73,6 +74,7 @@ pub struct AwsProvider {
     node_classes: NodeClassResolutions,
     classes: NodeClasses<EC2NodeClass>,
     launch_templates: Mutex<HashSet<String>>,
+    client_tokens: client_token::ClientTokens,
     k8s_version: tokio::sync::OnceCell<String>,
     bootstrap: tokio::sync::OnceCell<ClusterBootstrap>,
     price_feed: price_feed::PriceFeed,
@@ -106,6 +108,7 @@ impl AwsProvider {
             config,
             catalogue: tokio::sync::Mutex::new(Arc::new(CatalogueSnapshot::default())),
             launch_templates: Mutex::new(HashSet::new()),
+            client_tokens: client_token::ClientTokens::default(),
             k8s_version: tokio::sync::OnceCell::new(),
             bootstrap: tokio::sync::OnceCell::new(),
             price_feed: price_feed::PriceFeed::default(),

@@ -158,6 +158,9 @@ pub async fn reconcile<P: CloudProvider>(
     }
     let status = claim.status.clone().unwrap_or_default();
     if !conditions::is_true(&status.conditions, cond::LAUNCHED) {
+        if liveness::launch_time_left(&claim, &ctx).is_none() {
+            return liveness::launch_timed_out(&claim, &status, &ctx).await;
+        }
         return launch(&claim, status, &ctx).await;
     }
     let Some(provider_id) = status.provider_id.clone() else {
@@ -211,6 +214,17 @@ pub async fn reconcile<P: CloudProvider>(
         return initialize(&claim, status, &node, &ctx).await;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The UID of the NodePool that made the claim, from its owner reference: outcomes are
+/// recorded for that pool, not for a later pool of the same name (as upstream checks).
+fn pool_uid(claim: &NodeClaim) -> Option<&str> {
+    let pool = claim.labels().get(labels::NODE_POOL)?;
+    claim
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "NodePool" && &o.name == pool)
+        .map(|o| o.uid.as_str())
 }
 
 fn describe(claim: &NodeClaim) -> String {

@@ -80,6 +80,9 @@ pub(super) async fn register<P>(
         claim.metadata.generation,
     );
     write_status(claim, &status, ctx).await?;
+    if let Some(uid) = super::pool_uid(claim) {
+        ctx.pool_health.registered(uid);
+    }
     ctx.count_node_created(&CachedNode::from(registered));
     info!(nodeclaim = %claim.name_any(), node = %node_name, "registered");
     Ok(Action::requeue(Duration::from_secs(2)))

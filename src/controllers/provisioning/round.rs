@@ -178,7 +178,8 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
     fetch_catalogues(ctx, &mut cluster).await;
     timings.gather = started.elapsed();
     let started = Instant::now();
-    let input = compute(|| state::scheduling_input(&cluster.snapshot()));
+    let mut input = compute(|| state::scheduling_input(&cluster.snapshot()));
+    deprioritize_failing_pools(ctx, &mut input);
     timings.input = started.elapsed();
     let started = Instant::now();
     let plan = compute(|| simulate(ctx, &input));
@@ -198,6 +199,20 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
         .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
     warn_unschedulable(ctx, &mut memory.warned, &plan, &input.pods).await;
     Ok(Some(round))
+}
+
+/// Marks the pools whose recent launches failed, so a fallback pool takes their pods
+/// (`controllers::pool_health`).
+fn deprioritize_failing_pools<P>(ctx: &Context<P>, input: &mut Input<'_, CachedPod>) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    for pool in &mut input.node_pools {
+        if let Some(uid) = pool.node_pool.metadata.uid.as_deref()
+            && ctx.pool_health.deprioritized(uid, now)
+        {
+            debug!(nodepool = %kube::ResourceExt::name_any(pool.node_pool), "recent launches failed; trying this pool last");
+            pool.deprioritized = true;
+        }
+    }
 }
 
 /// Waits up to [`SYNC_PATIENCE`] for [`claims_synced`].
