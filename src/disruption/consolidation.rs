@@ -13,9 +13,14 @@
 //!
 //! Pending pods join the simulation first, so the candidates' pods never take the room that
 //! in-flight claims hold for them; a new node that holds only pending pods is provisioning's
-//! business and does not count against the consolidation.
+//! business and does not count against the consolidation. The pods still on nodes another
+//! disruption holds (tainted `karpenter.sh/disrupted`) or that are being deleted come next, as
+//! upstream's `deletingNodePods`: they are about to move, so the room they will take (often the
+//! replacement launched for them, empty until they arrive) is not free for the candidates.
+//! Unlike the candidates' pods, they may fail to fit without blocking the candidates.
 
 use super::candidate::Candidate;
+use super::disruptability::{is_disrupting, is_reschedulable};
 use crate::apis::CapacityType;
 use crate::apis::labels;
 use crate::scheduling::{self, NewClaim, Requirement};
@@ -68,6 +73,21 @@ pub fn simulate(snapshot: &Snapshot<'_>, candidates: &[&Candidate<'_>]) -> Outco
         ..*snapshot
     };
     let mut input = state::scheduling_input(&without);
+    let leaving: HashSet<&str> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| !gone_nodes.contains(n.name.as_str()))
+        .filter(|n| is_disrupting(n) || n.deletion_timestamp.is_some())
+        .map(|n| n.name.as_str())
+        .collect();
+    input.pods.extend(
+        snapshot
+            .pods
+            .iter()
+            .filter(|p| p.node_name.as_deref().is_some_and(|n| leaving.contains(n)))
+            .filter(|p| is_reschedulable(p))
+            .map(AsRef::as_ref),
+    );
     let pending = input.pods.len();
     for candidate in candidates {
         input.pods.extend(candidate.pods.iter().copied());

@@ -760,3 +760,93 @@ async fn a_pod_protected_for_an_hour_keeps_its_node_untainted_while_empty_nodes_
     );
     clean_up(&client, "protect-test", "protect-pool").await;
 }
+
+/// Drift under a budget of three: the three drifted nodes are replaced side by side, each
+/// command waiting for its own replacement (upstream's orchestration queue), not one after the
+/// other. Launches take 8 s (the node class's registration delay), so commands run one at a
+/// time would never have two nodes tainted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drifted_nodes_are_replaced_side_by_side_as_far_as_the_budget_allows() {
+    let _guard = exclusive().await;
+    let client = rig().client().await;
+    let _agent = quick_agent().await;
+    apply(
+        &pool(
+            "parallel-pool",
+            r#"{consolidateAfter: Never, budgets: [{nodes: "3"}]}"#,
+        )
+        .replacen("spec: {}", "spec: {nodeRegistrationDelay: 8s}", 1),
+    );
+    apply(&spread("parallel-test", "parallel-pool"));
+    wait_for("3 running pods", Duration::from_secs(120), || async {
+        (running_pods(&client, "parallel-test").await.len() == 3).then_some(())
+    })
+    .await;
+    let first: BTreeSet<String> = live_claims(&client, "parallel-pool")
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    // A watch on the pool's nodes counts how many carry the disruption taint at once.
+    let most_at_once = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = tokio::spawn({
+        let most = most_at_once.clone();
+        let nodes: Api<Node> = Api::all(client.clone());
+        async move {
+            let config = watcher::Config::default().labels("test-pool=parallel-pool");
+            let mut events = watcher(nodes, config).boxed();
+            let mut tainted: BTreeSet<String> = BTreeSet::new();
+            while let Some(Ok(event)) = events.next().await {
+                match event {
+                    watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
+                        let on = n
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|ts| ts.iter().any(|t| t.key == "karpenter.sh/disrupted"));
+                        if on {
+                            tainted.insert(n.name_any());
+                        } else {
+                            tainted.remove(&n.name_any());
+                        }
+                    }
+                    watcher::Event::Delete(n) => {
+                        tainted.remove(&n.name_any());
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => {}
+                }
+                most.fetch_max(tainted.len(), Ordering::SeqCst);
+            }
+        }
+    });
+    super::set_template_label("parallel-pool", "release", "two");
+    wait_for(
+        "every node replaced by one with the new label, pods running",
+        Duration::from_secs(240),
+        || {
+            let client = client.clone();
+            let first = first.clone();
+            async move {
+                let claims = pool_claims(&client, "parallel-pool").await;
+                let all_new = claims.iter().all(|c| !first.contains(&c.name_any()));
+                let nodes: Api<Node> = Api::all(client.clone());
+                let relabelled = nodes
+                    .list(&ListParams::default().labels("test-pool=parallel-pool,release=two"))
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+                let running = running_pods(&client, "parallel-test").await.len();
+                (all_new && claims.len() == 3 && relabelled == 3 && running == 3).then_some(())
+            }
+        },
+    )
+    .await;
+    counter.abort();
+    let most = most_at_once.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&most),
+        "the budget of three lets the drifted nodes go side by side, never more than three: {most} at once"
+    );
+    clean_up(&client, "parallel-test", "parallel-pool").await;
+}

@@ -4,9 +4,11 @@
 //! command again on a fresh read, and carries it out (`queue.rs`): replacements first, then the
 //! candidates are deleted and the termination finalizer drains them.
 //!
-//! One command at a time: the loop does not decide again until the last command's
-//! replacements are initialized (or rolled back) and its candidates' deletion is requested.
-//! Every pass first releases what an interrupted command left (`stranded.rs`).
+//! Several commands at once, as upstream: a pass starts one command (`queue.rs` waits for its
+//! replacements in a task), and the next pass follows at once, until the budgets allow no more
+//! (the nodes of commands in flight count against them) or nothing is left to do; then the
+//! loop waits `disruption_poll`. Every pass first releases what an interrupted command left
+//! (`stranded.rs`), except the nodes the queue holds.
 //!
 //! Claims that are blocked get a `DisruptionBlocked` Event on the NodeClaim and its Node when
 //! the reason changes (a budget, a `do-not-disrupt` annotation, a PodDisruptionBudget,
@@ -22,6 +24,7 @@ mod stranded;
 use super::{Context, Error};
 use crate::apis::{DisruptionReason, NodePool};
 use crate::cloud::{CloudProvider, RepairPolicy};
+use crate::disruption::disruptability::is_disrupting;
 use crate::disruption::{
     self, BlockerKind, Command, Decision, Method, budgets::REASONS, reason_name,
 };
@@ -31,7 +34,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{info, warn};
@@ -45,10 +48,24 @@ struct Parts {
 }
 
 impl Parts {
-    async fn read<P: CloudProvider>(ctx: &Context<P>) -> Parts {
+    /// Reads the cluster; the nodes in `held` carry the disruption taint in what is read even
+    /// when the watch has not delivered it yet, so a command in flight is never decided again
+    /// and always counts against its pool's budget.
+    async fn read<P: CloudProvider>(ctx: &Context<P>, held: &HashSet<String>) -> Parts {
         let mut cluster = ctx
             .cluster
             .gather(ctx.cluster.pods.state(), ctx.cluster.claims.state());
+        for node in &mut cluster.nodes {
+            if held.contains(&node.name) && !is_disrupting(node) {
+                let mut tainted = (**node).clone();
+                tainted.taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: crate::apis::labels::DISRUPTED_TAINT_KEY.to_owned(),
+                    effect: "NoSchedule".to_owned(),
+                    ..Default::default()
+                });
+                *node = Arc::new(tainted);
+            }
+        }
         super::provisioning::fetch_catalogues(ctx, &mut cluster).await;
         Self {
             cluster,
@@ -75,10 +92,12 @@ impl Parts {
     }
 }
 
-/// What the loop remembers between passes: the last blocker announced per claim.
+/// What the loop remembers between passes: the last blocker announced per claim, and the
+/// commands in flight.
 #[derive(Default)]
 struct Memory {
     announced: HashMap<String, String>,
+    queue: queue::Queue,
 }
 
 /// Runs the disruption loop until the task is dropped.
@@ -86,26 +105,39 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>) {
     let mut memory = Memory::default();
     // What a predecessor (or this agent before a restart) left half-done is released at once,
     // not a poll later.
-    if let Err(e) = stranded::release(&ctx).await {
+    if let Err(e) = stranded::release(&ctx, &HashSet::new()).await {
         warn!(error = %e, "could not release what an interrupted disruption left; retrying next pass");
     }
+    let mut started = false;
     loop {
-        tokio::time::sleep(ctx.settings.disruption_poll).await;
-        // A pass waits, on purpose, for its validation and for replacements to initialize.
-        let bound = ctx.settings.stuck_pass_after
-            + ctx.settings.disruption_validation
-            + ctx.settings.disruption_replacement_timeout;
-        let _pass = ctx.health.pass(super::names::DISRUPTION, bound);
-        if let Err(e) = pass(&ctx, &mut memory).await {
-            warn!(error = %e, cause = ?std::error::Error::source(&e), "disruption pass failed; retrying");
+        // As upstream's singleton requeues at once after starting a command: the budgets may
+        // allow another now.
+        if !started {
+            tokio::time::sleep(ctx.settings.disruption_poll).await;
         }
+        // A pass waits, on purpose, for its validation.
+        let bound = ctx.settings.stuck_pass_after + ctx.settings.disruption_validation;
+        let _pass = ctx.health.pass(super::names::DISRUPTION, bound);
+        started = match pass(&ctx, &mut memory).await {
+            Ok(started) => started,
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e), "disruption pass failed; retrying");
+                false
+            }
+        };
     }
 }
 
-async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result<(), Error> {
+/// One pass: whether it started a command.
+async fn pass<P: CloudProvider + 'static>(
+    ctx: &Arc<Context<P>>,
+    memory: &mut Memory,
+) -> Result<bool, Error> {
+    let in_flight = memory.queue.in_flight();
+    let held = memory.queue.held();
     // As upstream, no new command while a stranded taint cannot be taken off.
-    stranded::release(ctx).await?;
-    let parts = Parts::read(ctx).await;
+    stranded::release(ctx, &held).await?;
+    let parts = Parts::read(ctx, &held).await;
     let input = parts.input(ctx);
     let started = Instant::now();
     let decision = disruption::decide(&input);
@@ -119,20 +151,20 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
     announce_invalid_budgets(ctx, &parts.cluster.pools, &decision).await;
     announce_blocked(ctx, memory, &decision).await;
     let Some(command) = decision.command else {
-        return Ok(());
+        return Ok(false);
     };
-    info!(command = %command.describe(), "disruption decided");
+    info!(command = %command.describe(), in_flight, "disruption decided");
     let command = match command.method {
         // Upstream validates consolidation (emptiness included) after 15 s: pods the
         // kube-scheduler was about to bind, or a burst of new pods, may change the answer.
         Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             tokio::time::sleep(ctx.settings.disruption_validation).await;
-            let parts = Parts::read(ctx).await;
+            let parts = Parts::read(ctx, &memory.queue.held()).await;
             match disruption::validate(&parts.input(ctx), &command) {
                 Ok(command) => command,
                 Err(why) => {
                     info!(command = %command.describe(), why, "disruption no longer holds; not carried out");
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
@@ -152,7 +184,8 @@ async fn pass<P: CloudProvider>(ctx: &Context<P>, memory: &mut Memory) -> Result
             consolidation_type: command.method.consolidation_type().to_owned(),
         })
         .inc();
-    queue::execute(ctx, &command).await
+    queue::execute(ctx, &mut memory.queue, command).await?;
+    Ok(true)
 }
 
 /// Upstream's Balanced bookkeeping for a consolidation about to be carried out: a move counted

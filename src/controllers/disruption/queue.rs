@@ -1,8 +1,16 @@
-//! Carrying out one disruption command (upstream's `pkg/controllers/disruption/queue.go` and
+//! Carrying out disruption commands (upstream's `pkg/controllers/disruption/queue.go` and
 //! `orchestration`): taint the candidates' nodes `karpenter.sh/disrupted:NoSchedule` so nothing
 //! new lands on them, launch the replacements, wait until every replacement is Initialized,
 //! then delete the candidates' NodeClaims; termination drains them under their PodDisruption
 //! Budgets. Nothing is evicted before the replacements are up.
+//!
+//! As upstream's orchestration queue, the pass that decides a command only starts it (taint,
+//! launch); the wait for its replacements and the deletion run in a task of the [`Queue`], so
+//! the next pass can start another command while this one waits, as many as the pools'
+//! budgets allow (the held nodes carry the taint, which the budgets count and candidate
+//! selection skips). A command without replacements is finished by its pass. The queue lives
+//! in the disruption loop: when the loop stops (its Lease lost), the waiting commands stop with
+//! it, and the next leader's first pass releases their taints (`stranded.rs`).
 //!
 //! Upstream taints before it launches (the candidates' pods stay where they are until the
 //! deletion; the taint only keeps new pods off nodes about to go). If a replacement is deleted
@@ -24,42 +32,123 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
-/// Carries out `command`.
-pub(super) async fn execute<P>(ctx: &Context<P>, command: &Command) -> Result<(), Error> {
+/// The commands waiting for their replacements: the nodes they hold, and their tasks.
+#[derive(Default)]
+pub(super) struct Queue {
+    held: Arc<Mutex<HashSet<String>>>,
+    tasks: tokio::task::JoinSet<()>,
+}
+
+impl Queue {
+    /// The nodes the commands in flight hold.
+    pub(super) fn held(&self) -> HashSet<String> {
+        lock(&self.held).clone()
+    }
+
+    /// How many commands are waiting for their replacements.
+    pub(super) fn in_flight(&mut self) -> usize {
+        while let Some(done) = self.tasks.try_join_next() {
+            if let Err(e) = done
+                && e.is_panic()
+            {
+                warn!(error = %e, "a disruption command's task panicked; its nodes are released next pass");
+            }
+        }
+        self.tasks.len()
+    }
+}
+
+fn lock(held: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    // A panic while holding the lock left a set of names behind, which stays usable.
+    held.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A command's hold on its candidates' nodes, let go when its task ends however it ends.
+struct Hold {
+    held: Arc<Mutex<HashSet<String>>>,
+    nodes: Vec<String>,
+}
+
+impl Hold {
+    fn new(held: &Arc<Mutex<HashSet<String>>>, command: &Command) -> Self {
+        let nodes: Vec<String> = command.candidates.iter().map(|c| c.node.clone()).collect();
+        lock(held).extend(nodes.iter().cloned());
+        Self {
+            held: held.clone(),
+            nodes,
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut held = lock(&self.held);
+        for node in &self.nodes {
+            held.remove(node);
+        }
+    }
+}
+
+/// Starts `command`: taints its candidates and launches its replacements, then leaves the wait
+/// for them and the deletion to a task of `queue` (a command without replacements is finished
+/// here).
+pub(super) async fn execute<P: crate::cloud::CloudProvider + 'static>(
+    ctx: &Arc<Context<P>>,
+    queue: &mut Queue,
+    command: Command,
+) -> Result<(), Error> {
+    let hold = Hold::new(&queue.held, &command);
     for candidate in &command.candidates {
         if let Err(e) = set_disrupted_taint(ctx, &candidate.node, true).await {
-            rollback(ctx, command, &[], &format!("tainting a node failed: {e}")).await;
+            rollback(ctx, &command, &[], &format!("tainting a node failed: {e}")).await;
             return Err(e);
         }
     }
     let mut replacements = Vec::new();
-    if let Err(e) = launch(ctx, command, &mut replacements).await {
+    if let Err(e) = launch(ctx, &command, &mut replacements).await {
         // The replacements created before the failure go too, or they would run empty.
         rollback(
             ctx,
-            command,
+            &command,
             &replacements,
             &format!("launching a replacement failed: {e}"),
         )
         .await;
         return Err(e);
     }
-    if !replacements.is_empty() {
-        announce(
-            ctx,
-            command,
-            "DisruptionWaitingReadiness",
-            "Waiting on readiness to continue disruption".to_owned(),
-        )
-        .await;
-        if let Err(why) = wait_initialized(ctx, &replacements).await {
-            rollback(ctx, command, &replacements, &why).await;
-            return Ok(());
-        }
+    if replacements.is_empty() {
+        return finish(ctx, &command).await;
     }
+    announce(
+        ctx,
+        &command,
+        "DisruptionWaitingReadiness",
+        "Waiting on readiness to continue disruption".to_owned(),
+    )
+    .await;
+    let ctx = ctx.clone();
+    queue.tasks.spawn(async move {
+        let _hold = hold;
+        match wait_initialized(&ctx, &replacements).await {
+            Err(why) => rollback(&ctx, &command, &replacements, &why).await,
+            Ok(()) => {
+                if let Err(e) = finish(&ctx, &command).await {
+                    warn!(command = %command.describe(), error = %e, "disruption did not finish");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Deletes the candidates of a command whose replacements are up (or that needs none).
+async fn finish<P>(ctx: &Context<P>, command: &Command) -> Result<(), Error> {
     announce(
         ctx,
         command,

@@ -262,7 +262,7 @@ async fn a_create_refused_half_way_through_a_command_undoes_the_taint_and_the_fi
     let command = two_replacements_for("old");
     let executing = tokio::spawn({
         let ctx = ctx.clone();
-        async move { super::queue::execute(&ctx, &command).await }
+        async move { super::queue::execute(&ctx, &mut Default::default(), command).await }
     });
     let node = json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "old", "resourceVersion": "7"}, "spec": {}});

@@ -7,8 +7,8 @@
 //!
 //! So every pass (the first one right after start-up) takes the taint off every node, and the
 //! condition off every claim, that no command in memory holds and that is not being deleted
-//! (termination taints the nodes it drains). Commands run one at a time inside a pass, so when
-//! a pass starts none is in memory. Replacements an interrupted command launched are ordinary
+//! (termination taints the nodes it drains). The nodes of the commands in flight (`queue.rs`)
+//! are passed in and kept. Replacements an interrupted command launched are ordinary
 //! claims of their pool: the pods of a candidate move to one if consolidation runs again, and
 //! an empty one is consolidated as any empty node is.
 
@@ -21,7 +21,10 @@ use kube::ResourceExt;
 use tracing::info;
 
 /// Takes the disruption taint and `DisruptionReason` off what no command holds.
-pub(super) async fn release<P>(ctx: &Context<P>) -> Result<(), Error> {
+pub(super) async fn release<P>(
+    ctx: &Context<P>,
+    held: &std::collections::HashSet<String>,
+) -> Result<(), Error> {
     let claims = ctx.cluster.claims.state();
     let claim_of = |node: &str, provider_id: Option<&str>| {
         claims.iter().find(|c| {
@@ -32,7 +35,7 @@ pub(super) async fn release<P>(ctx: &Context<P>) -> Result<(), Error> {
         })
     };
     for node in ctx.cluster.nodes.state() {
-        if !is_disrupting(&node) || node.deletion_timestamp.is_some() {
+        if !is_disrupting(&node) || node.deletion_timestamp.is_some() || held.contains(&node.name) {
             continue;
         }
         let claim = claim_of(&node.name, node.provider_id.as_deref());
@@ -44,7 +47,16 @@ pub(super) async fn release<P>(ctx: &Context<P>) -> Result<(), Error> {
             info!(node = %node.name, "removed the karpenter.sh/disrupted taint no disruption holds (an interrupted disruption left it)");
         }
     }
-    for claim in claims.iter().filter(|c| is_stranded_mark(c)) {
+    let held_claim = |c: &NodeClaim| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| held.contains(n))
+    };
+    for claim in claims
+        .iter()
+        .filter(|c| is_stranded_mark(c) && !held_claim(c))
+    {
         let conditions = claim
             .status
             .as_ref()
