@@ -3,8 +3,12 @@
 //! the node class `init` makes (YAML on stdout, or files in `--output-dir`), and says on stderr
 //! what it found, what it guessed, what the nodes cost today against what the NodePools would
 //! launch for the same pods (`karpenter_core::simulate` with the shipped catalogue), and the
-//! steps to finish. `--yes` also does the steps that are safe to automate: apply the objects,
-//! scale Cluster Autoscaler to zero, cordon the groups' nodes. Draining stays the user's.
+//! steps to finish. It names the pods Cluster Autoscaler was told never to evict
+//! (`safe-to-evict: "false"`), which Karpenter would, with the commands that carry that over as
+//! `karpenter.sh/do-not-disrupt: "true"`. `--yes` also does the steps that are safe to
+//! automate: apply the objects, annotate those running pods, scale Cluster Autoscaler to zero,
+//! cordon the groups' nodes. Draining, and changing workloads' templates (which rolls them),
+//! stay the user's.
 
 use crate::cluster::Cluster;
 use crate::init;
@@ -13,6 +17,7 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_core::cloud::kwok::catalogue;
+use karpenter_core::migrate::safe_to_evict::{self, Unprotected};
 use karpenter_core::migrate::{self, Cloud, NodeGroup};
 use karpenter_core::scheduling::InstanceType;
 use karpenter_core::setup::manifests::Manifest;
@@ -69,7 +74,9 @@ pub(crate) struct CasArgs {
     /// Write the NodePools and node class here (one file each) instead of stdout.
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
-    /// Also apply them, scale Cluster Autoscaler to zero and cordon the groups' nodes.
+    /// Also apply them, annotate the running pods Cluster Autoscaler would not evict
+    /// `karpenter.sh/do-not-disrupt: "true"`, scale Cluster Autoscaler to zero and cordon the
+    /// groups' nodes.
     #[arg(short = 'y', long)]
     pub yes: bool,
 }
@@ -230,6 +237,10 @@ pub(crate) async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result
     for note in migrate::pods_selecting_groups(&pods) {
         eprintln!("note: {note}");
     }
+    let unprotected = safe_to_evict::unprotected_pods(&pods);
+    if !unprotected.is_empty() {
+        eprintln!("{}", unprotected_report(&unprotected));
+    }
     eprintln!("{}", prices(&groups, &nodes, &pods, &pools, &catalogue)?);
 
     let mut objects = Vec::new();
@@ -240,9 +251,9 @@ pub(crate) async fn run(cluster: &Cluster, args: &MigrateArgs) -> anyhow::Result
     objects.extend(pools);
     init::write_objects(&objects, args.output_dir.as_deref())?;
     if args.yes {
-        automate(&client, &objects, &groups).await?;
+        automate(&client, &objects, &groups, &unprotected).await?;
     }
-    for line in steps(cloud, args, &groups) {
+    for line in steps(cloud, args, &groups, &unprotected) {
         eprintln!("{line}");
     }
     Ok(())
@@ -395,11 +406,30 @@ fn plural(count: usize, noun: &str) -> String {
     }
 }
 
-/// The steps `--yes` may take: apply the objects, scale Cluster Autoscaler to zero, cordon.
+/// What Karpenter would do to the pods Cluster Autoscaler was told never to evict.
+fn unprotected_report(pods: &[Unprotected]) -> String {
+    let mut out = format!(
+        "warning: {} {} cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\", which kept Cluster Autoscaler from removing their nodes; Karpenter does not read it and may evict them to consolidate or replace a drifted node. Its annotation is karpenter.sh/do-not-disrupt: \"true\" (--yes adds it to the running pods; the steps below say how for their workloads):",
+        plural(pods.len(), "pod"),
+        if pods.len() == 1 { "says" } else { "say" }
+    );
+    for pod in pods {
+        let owner = pod.owner.as_ref().map_or_else(
+            || "no controller".to_owned(),
+            |o| format!("{} {}", o.kind, o.name),
+        );
+        out.push_str(&format!("\n  {}/{} ({owner})", pod.namespace, pod.name));
+    }
+    out
+}
+
+/// The steps `--yes` may take: apply the objects, protect the pods Cluster Autoscaler would
+/// not evict, scale Cluster Autoscaler to zero, cordon.
 async fn automate(
     client: &kube::Client,
     objects: &[Manifest],
     groups: &[NodeGroup],
+    unprotected: &[Unprotected],
 ) -> anyhow::Result<()> {
     for object in objects {
         object
@@ -407,6 +437,26 @@ async fn automate(
             .await
             .map_err(|e| init::setup_error(e, 0))?;
         eprintln!("+ applied {}", object.id());
+    }
+    // Before anything can disrupt them: the NodePools exist from here on.
+    for pod in unprotected {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+        let patch = json!({"metadata": {"annotations": {karpenter_core::apis::labels::DO_NOT_DISRUPT: "true"}}});
+        match pods
+            .patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => eprintln!(
+                "+ annotated pod {}/{} karpenter.sh/do-not-disrupt=true",
+                pod.namespace, pod.name
+            ),
+            // Gone since it was listed: its replacement is the template's business (step 2).
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("annotating pod {}/{}", pod.namespace, pod.name));
+            }
+        }
     }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kube-system");
     let all = deployments
@@ -461,7 +511,12 @@ async fn automate(
 }
 
 /// What is left to do, in order.
-fn steps(cloud: Cloud, args: &CasArgs, groups: &[NodeGroup]) -> Vec<String> {
+fn steps(
+    cloud: Cloud,
+    args: &CasArgs,
+    groups: &[NodeGroup],
+    unprotected: &[Unprotected],
+) -> Vec<String> {
     let cluster = &args.cluster;
     let mut out = vec!["\nTo finish the migration:".to_owned()];
     let init = match cloud {
@@ -501,6 +556,14 @@ fn steps(cloud: Cloud, args: &CasArgs, groups: &[NodeGroup]) -> Vec<String> {
             None => "kubectl apply -f FILE (the YAML printed above)".to_owned(),
         };
         out.push(format!("  2. {written}"));
+        if !unprotected.is_empty() {
+            out.push("     and protect the pods Cluster Autoscaler would not evict:".to_owned());
+            out.extend(
+                unprotected
+                    .iter()
+                    .map(|p| format!("     {}", p.annotate_command())),
+            );
+        }
         match cloud {
             Cloud::Aws => out.push(
                 "  3. kubectl -n kube-system scale deployment cluster-autoscaler --replicas 0"
@@ -512,6 +575,19 @@ fn steps(cloud: Cloud, args: &CasArgs, groups: &[NodeGroup]) -> Vec<String> {
         for g in groups {
             out.push(format!("     kubectl cordon -l {}", g.selector));
         }
+    }
+    let mut templates: Vec<String> = unprotected
+        .iter()
+        .filter_map(Unprotected::template_command)
+        .collect();
+    templates.sort();
+    templates.dedup();
+    if !templates.is_empty() {
+        out.push(
+            "     so their workloads' next pods are protected too, when a rollout suits you:"
+                .to_owned(),
+        );
+        out.extend(templates.iter().map(|t| format!("     {t}")));
     }
     out.push("  4. drain the old nodes one at a time, so Karpenter launches for their pods as they move (PodDisruptionBudgets are honoured):".to_owned());
     for g in groups {

@@ -187,7 +187,9 @@ spec:
   replicas: 1
   selector: {{matchLabels: {{app: batch}}}}
   template:
-    metadata: {{labels: {{app: batch}}}}
+    metadata:
+      labels: {{app: batch}}
+      annotations: {{cluster-autoscaler.kubernetes.io/safe-to-evict: "false"}}
     spec:
       nodeSelector: {{eks.amazonaws.com/nodegroup: batch}}
       tolerations: [{{key: workload, value: batch, effect: NoSchedule}}]
@@ -273,6 +275,35 @@ spec:
             .contains("aws eks update-nodegroup-config --cluster-name demo --nodegroup-name batch"),
         "{stderr}"
     );
+    // The batch pod Cluster Autoscaler would not evict is named, with how to protect it.
+    assert!(
+        stderr.contains("1 pod says cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\""),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("  {NAMESPACE}/batch-")) && stderr.contains("(Deployment batch)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("kubectl -n {NAMESPACE} annotate pod batch-"))
+            && stderr.contains(&format!(
+                "kubectl -n {NAMESPACE} patch deployment batch --type merge"
+            )),
+        "{stderr}"
+    );
+    let batch_protection = || {
+        rig().kubectl_ok(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app=batch",
+            "-o",
+            r#"jsonpath={.items[*].metadata.annotations.karpenter\.sh/do-not-disrupt}"#,
+        ])
+    };
+    assert_eq!(batch_protection(), "", "nothing is annotated without --yes");
     let objects: Vec<Value> = serde_saphyr::from_multiple(&stdout).expect("YAML on stdout");
     let find = |kind: &str, name: &str| {
         objects
@@ -349,6 +380,15 @@ spec:
         "0"
     );
     rig().kubectl_ok(&["get", "nodepool", "general", "-o", "name"]);
+    assert!(
+        stderr.contains(&format!("+ annotated pod {NAMESPACE}/batch-")),
+        "{stderr}"
+    );
+    assert_eq!(
+        batch_protection(),
+        "true",
+        "the running batch pod is protected as Cluster Autoscaler protected it"
+    );
     for node in NODES {
         assert_eq!(
             rig().kubectl_ok(&["get", "node", node, "-o", "jsonpath={.spec.unschedulable}"]),

@@ -12,6 +12,7 @@
 //! EC2NodeClass. Nodes Karpenter made, and control-plane nodes, are not in any group.
 
 pub mod launch_template;
+pub mod safe_to_evict;
 
 pub(crate) use launch_template::LaunchTemplate;
 
