@@ -1,10 +1,18 @@
-//! Chaos with the EC2 provider (issue 18's first check, on moto): a 200-pod scale-out arrives
-//! in 20 steps while `karpenter-agent run --provider aws` is SIGKILLed at a random moment of
-//! each step and started again at once. CreateFleet answers only after 2 s (the proxy holds the
+//! Chaos with the EC2 provider, on moto, as it runs in a cluster: two replicas of
+//! `karpenter-agent run --provider aws` with leader election, and a pool that consolidates. A
+//! 200-pod scale-out arrives in 20 steps while the leader (whoever holds the Lease) is SIGKILLed
+//! at a random moment of each step and started again as a standby; then the workload shrinks to
+//! half and the leader is killed again each time a node carries the disruption taint (in the
+//! middle of a consolidation), 5 times. CreateFleet answers only after 2 s (the proxy holds the
 //! answer, as a real EC2 takes seconds), so many kills land between an instance's creation and
-//! its claim's update. At the end every pod runs and, once garbage collection has run, every
-//! live instance belongs to exactly one NodeClaim, every claim has its instance, and no claim
-//! is without pods. It prints the figures.
+//! its claim's update; the proxy honours CreateFleet's client token as EC2 does (a repeated
+//! token replays the first answer), so a launch repeated by the next leader finds the first
+//! one's instance.
+//!
+//! At the end every pod runs and, once garbage collection and consolidation have settled,
+//! every live instance belongs to exactly one NodeClaim, every claim has its instance, no claim
+//! is without pods, no node keeps the `karpenter.sh/disrupted` taint, and no claim ever had a
+//! second instance launched for it (counting terminated instances too). It prints the figures.
 //!
 //! Not part of `tests/run` (it takes minutes); run it with:
 //!
@@ -50,8 +58,9 @@ apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {{name: {CLUSTER}}}
 spec:
-  # Never consolidated, so an instance launched twice would stay to be seen.
-  disruption: {{consolidationPolicy: WhenEmpty, consolidateAfter: Never}}
+  # Consolidation on, so kills land in its commands too; an instance launched twice is seen in
+  # EC2's history even after consolidation removed it.
+  disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 10s}}
   limits: {{cpu: "1000"}}
   template:
     metadata:
@@ -79,6 +88,103 @@ async fn live_instances(env: &env::Env) -> BTreeSet<String> {
         .collect()
 }
 
+/// How many instances were ever launched for each NodeClaim, terminated ones included.
+async fn launches_per_claim(env: &env::Env) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = BTreeMap::new();
+    for instance in env.instances().await {
+        if let Some(claim) = instance
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some("karpenter.sh/nodeclaim"))
+            .and_then(|t| t.value())
+        {
+            *out.entry(claim.to_owned()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// The `POD_NAME` of the Lease's holder, if any (its identity is `<POD_NAME>_<suffix>`).
+async fn leader(client: &kube::Client) -> Option<String> {
+    let identity =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), NAMESPACE)
+            .get_opt(karpenter_core::apis::labels::LEADER_ELECTION_LEASE)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)?;
+    identity.split('_').next().map(str::to_owned)
+}
+
+/// Nodes carrying the disruption taint whose claim is not being deleted.
+async fn stranded_taints(client: &kube::Client) -> Vec<String> {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items;
+    let claims = claims_of(client, CLUSTER).await;
+    nodes
+        .into_iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.key == karpenter_core::apis::labels::DISRUPTED_TAINT_KEY)
+                })
+        })
+        .filter(|n| {
+            !claims.iter().any(|c| {
+                c.status.as_ref().and_then(|s| s.node_name.as_deref()) == n.metadata.name.as_deref()
+                    && c.metadata.deletion_timestamp.is_some()
+            })
+        })
+        .filter_map(|n| n.metadata.name)
+        .collect()
+}
+
+/// The claims whose node runs none of the workload's pods.
+async fn without_pods(client: &kube::Client, claims: &[NodeClaim]) -> Vec<String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), WORKLOAD_NAMESPACE)
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items;
+    let used: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    claims
+        .iter()
+        .filter(|c| {
+            let node = c.status.as_ref().and_then(|s| s.node_name.clone());
+            node.is_none_or(|n| !used.contains(&n))
+        })
+        .filter_map(|c| c.metadata.name.clone())
+        .collect()
+}
+
+/// Whether any Karpenter node carries the disruption taint now.
+async fn disrupting(client: &kube::Client) -> bool {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .map(|l| {
+            l.items.iter().any(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| {
+                        t.iter()
+                            .any(|t| t.key == karpenter_core::apis::labels::DISRUPTED_TAINT_KEY)
+                    })
+            })
+        })
+        .unwrap_or(false)
+}
+
 fn instance_of(claim: &NodeClaim) -> Option<String> {
     match claim
         .status
@@ -102,9 +208,70 @@ fn kill_after(step: u32) -> Duration {
     Duration::from_millis(300 + u64::from((nanos ^ step.wrapping_mul(2_654_435_761)) % 3_700))
 }
 
+/// Two replicas: the one holding the Lease and the standby, each known by its `POD_NAME`.
+struct Replicas {
+    agents: Vec<(String, AgentProcess)>,
+    started: u32,
+    start: Box<dyn Fn(&str) -> AgentProcess>,
+}
+
+impl Replicas {
+    fn new(start: Box<dyn Fn(&str) -> AgentProcess>) -> Self {
+        let mut replicas = Self {
+            agents: Vec::new(),
+            started: 0,
+            start,
+        };
+        replicas.add();
+        replicas.add();
+        replicas
+    }
+
+    fn add(&mut self) {
+        self.started += 1;
+        let name = format!("chaos-{}", self.started);
+        let agent = (self.start)(&name);
+        self.agents.push((name, agent));
+    }
+
+    fn all(&self) -> Vec<&AgentProcess> {
+        self.agents.iter().map(|(_, a)| a).collect()
+    }
+
+    /// SIGKILLs the replica holding the Lease and starts another in its place; whether one did.
+    async fn kill_leader(&mut self, client: &kube::Client) -> bool {
+        let Some(holder) = leader(client).await else {
+            return false;
+        };
+        let Some(i) = self.agents.iter().position(|(n, _)| *n == holder) else {
+            return false;
+        };
+        let (_, mut agent) = self.agents.remove(i);
+        agent.child.kill().expect("SIGKILL the leader");
+        agent.child.wait().expect("the leader exited");
+        self.add();
+        true
+    }
+
+    /// Waits until a live replica holds the Lease and is ready.
+    async fn led(&self, client: &kube::Client) {
+        wait_for(
+            "a live replica to lead",
+            Duration::from_secs(120),
+            &self.all(),
+            || async {
+                let holder = leader(client).await?;
+                let (_, agent) = self.agents.iter().find(|(n, _)| *n == holder)?;
+                (agent.probe("/readyz").await == Some(200)).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes long; run by hand (see the module doc)"]
-async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_instance_per_claim_and_every_pod_running()
+async fn on_ec2_two_replicas_whose_leader_is_killed_during_a_scale_out_and_consolidation_leave_one_instance_per_claim_and_every_pod_running()
  {
     let _rig = crate::common::exclusive().await;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -123,24 +290,24 @@ async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_insta
     ]
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .to_vec();
-    // Without leader election a restarted agent acts at once instead of waiting out the dead
-    // one's Lease, so more of the kills land in the middle of launches.
-    let start = |n: u32| {
+    let log_dir = dir.path().to_owned();
+    let mut replicas = Replicas::new(Box::new(move |name: &str| {
         AgentProcess::start_with(
-            &format!("chaos-{n}"),
+            name,
             &kubeconfig,
-            dir.path(),
+            &log_dir,
             &[
                 "run",
                 "--provider",
                 "aws",
                 "--log-format",
                 "json",
-                "--leader-elect=false",
+                "--leader-election-namespace",
+                NAMESPACE,
             ],
             &aws_env,
         )
-    };
+    }));
     let kubelet = tokio::spawn(kubelet::ec2_kubelet(
         client.clone(),
         CLUSTER.to_owned(),
@@ -150,31 +317,24 @@ async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_insta
     apply(&pool_and_class(&role));
 
     let started = Instant::now();
-    let mut agent = start(0);
     let step = PODS.div_ceil(KILLS);
     let mut in_flight_at_kills = 0;
+    let mut kills = 0;
     for n in 1..=KILLS {
-        // Killed while it works, not while it starts: the kill comes once it is ready (its
-        // stores listed), 0.3 to 4 s after the step's pods arrive.
-        wait_for(
-            "the agent to be ready",
-            Duration::from_secs(120),
-            &[&agent],
-            || async { (agent.probe("/readyz").await == Some(200)).then_some(()) },
-        )
-        .await;
+        // Killed while it leads, not while it starts: 0.3 to 4 s after the step's pods arrive.
+        replicas.led(&client).await;
         apply(&workload(WORKLOAD_NAMESPACE, CLUSTER, (n * step).min(PODS)));
         tokio::time::sleep(kill_after(n)).await;
-        agent.child.kill().expect("SIGKILL the agent");
-        agent.child.wait().expect("the agent exited");
+        if replicas.kill_leader(&client).await {
+            kills += 1;
+        }
         let claims = claims_of(&client, CLUSTER).await;
         in_flight_at_kills += claims.iter().filter(|c| instance_of(c).is_none()).count();
-        agent = start(n);
     }
     wait_for(
         "every pod Running",
         Duration::from_secs(600),
-        &[&agent],
+        &replicas.all(),
         || async {
             (running(&client, WORKLOAD_NAMESPACE).await.len() == PODS as usize).then_some(())
         },
@@ -182,17 +342,38 @@ async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_insta
     .await;
     let all_running = started.elapsed();
 
+    // Half the pods go: consolidation removes and replaces nodes, and the leader is killed
+    // each time a node carries the disruption taint.
+    let kept = PODS / 2;
+    apply(&workload(WORKLOAD_NAMESPACE, CLUSTER, kept));
+    let mut mid_disruption_kills = 0;
+    let consolidating_until = Instant::now() + Duration::from_secs(300);
+    while mid_disruption_kills < 5 && Instant::now() < consolidating_until {
+        replicas.led(&client).await;
+        if disrupting(&client).await && replicas.kill_leader(&client).await {
+            mid_disruption_kills += 1;
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // Garbage collection (every 30 s, for instances older than 30 s) leaves only instances a
-    // claim owns.
+    // claim owns; consolidation leaves no claim without pods; nothing stays tainted.
     let (claims, instances) = wait_for(
-        "every instance to belong to a NodeClaim",
-        Duration::from_secs(300),
-        &[&agent],
+        "the fleet to settle",
+        Duration::from_secs(600),
+        &replicas.all(),
         || async {
+            if running(&client, WORKLOAD_NAMESPACE).await.len() != kept as usize
+                || !stranded_taints(&client).await.is_empty()
+            {
+                return None;
+            }
             let claims = claims_of(&client, CLUSTER).await;
             let instances = live_instances(&env).await;
             let claimed: BTreeSet<String> = claims.iter().filter_map(instance_of).collect();
-            (instances == claimed).then_some((claims, instances))
+            (instances == claimed && without_pods(&client, &claims).await.is_empty())
+                .then_some((claims, instances))
         },
     )
     .await;
@@ -204,31 +385,25 @@ async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_insta
         claimed.len(),
         "no two claims share an instance"
     );
-    let pods = Api::<Pod>::namespaced(client.clone(), WORKLOAD_NAMESPACE)
-        .list(&Default::default())
-        .await
-        .expect("list pods")
-        .items;
-    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
-    for pod in &pods {
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-            *per_node.entry(node).or_default() += 1;
-        }
-    }
-    let empty: Vec<String> = claims
-        .iter()
-        .filter(|c| {
-            let node = c.status.as_ref().and_then(|s| s.node_name.clone());
-            node.is_none_or(|n| !per_node.contains_key(&n))
-        })
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
+    let launches = launches_per_claim(&env).await;
+    let twice: Vec<(&String, &usize)> = launches.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "claims with a second instance launched for them: {twice:?}"
+    );
+    let empty = without_pods(&client, &claims).await;
+    // CreateFleet calls that repeated a token already sent: launches a new leader (or a
+    // retry) repeated, which EC2 answers with the first call's instance.
+    let tokens = env.proxy.fleet_tokens();
+    let replayed = tokens.len() - tokens.iter().collect::<BTreeSet<_>>().len();
     eprintln!(
-        "chaos on EC2: {PODS} pods in {KILLS} steps, the agent SIGKILLed {KILLS} times ({in_flight_at_kills} claims without an instance yet, summed over the kills); all pods Running after {:.1}s; every instance one claim's after {:.1}s: {} claims, {} instances, {} claims without pods",
+        "chaos on EC2: {PODS} pods in {KILLS} steps with two replicas, the leader SIGKILLed {kills} times during the scale-out ({in_flight_at_kills} claims without an instance yet, summed over the kills) and {mid_disruption_kills} times mid-consolidation after scaling to {kept}; all pods Running after {:.1}s; settled after {:.1}s: {} claims, {} live instances, {} instances ever launched for {} claims (none twice), {replayed} CreateFleet calls repeating a client token, {} claims without pods, no stranded taint",
         all_running.as_secs_f64(),
         settled.as_secs_f64(),
         claims.len(),
         instances.len(),
+        launches.values().sum::<usize>(),
+        launches.len(),
         empty.len(),
     );
     assert!(empty.is_empty(), "claims without pods: {empty:?}");
@@ -237,7 +412,7 @@ async fn on_ec2_an_agent_killed_twenty_times_during_a_scale_out_leaves_one_insta
     wait_for(
         "the pool's instances to be terminated",
         Duration::from_secs(120),
-        &[&agent],
+        &replicas.all(),
         || async { live_instances(&env).await.is_empty().then_some(()) },
     )
     .await;
