@@ -204,6 +204,13 @@ impl<P: CloudProvider> CloudProvider for Metered<P> {
         self.measure("IsDrifted", || nodepool_of(claim), self.inner.drift(claim))
             .await
     }
+
+    async fn node_class_generation(
+        &self,
+        node_class: &crate::apis::NodeClassReference,
+    ) -> Option<i64> {
+        self.inner.node_class_generation(node_class).await
+    }
 }
 
 #[cfg(test)]

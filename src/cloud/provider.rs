@@ -302,6 +302,16 @@ pub trait CloudProvider: Send + Sync {
         async { Ok(None) }
     }
 
+    /// The `metadata.generation` of the node class `node_class` names, from the provider's view
+    /// of its classes (`None`: unknown, or no such class). A NodePool's
+    /// `NodeRegistrationHealthy` starts over when it changes, as upstream's.
+    fn node_class_generation(
+        &self,
+        _node_class: &NodeClassReference,
+    ) -> impl Future<Output = Option<i64>> + Send {
+        async { None }
+    }
+
     /// Why a claim's machine no longer matches its node class, if it does not.
     fn drift(
         &self,

@@ -124,7 +124,13 @@ pub(crate) async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Er
                 generation,
             ),
         }
-        registration_health(ctx, &pool, &mut status.conditions);
+        let class_generation = ctx.provider.node_class_generation(class).await;
+        let class_changed =
+            class_generation.is_some() && status.node_class_observed_generation != class_generation;
+        if class_generation.is_some() {
+            status.node_class_observed_generation = class_generation;
+        }
+        registration_health(ctx, &pool, class_changed, &mut status.conditions);
         if status == before {
             continue;
         }
@@ -142,14 +148,15 @@ pub(crate) async fn refresh<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Er
     Ok(())
 }
 
-/// Sets `NodeRegistrationHealthy` as upstream does: Unknown when the pool is new or its spec
-/// changed since the condition was written (the outcomes are forgotten: they were the old
-/// spec's), else what the recent outcomes asked for. After a restart the outcomes start from the
-/// condition. Upstream also resets when the node class's generation changes; this agent keeps no
-/// node class objects, so a fix made in the node class shows when the next launch succeeds.
+/// Sets `NodeRegistrationHealthy` as upstream does: Unknown when the pool is new, or its spec
+/// or its node class's changed since the condition was written (`class_changed`: the class's
+/// generation differs from `nodeClassObservedGeneration`; the outcomes are forgotten, they were
+/// the old spec's), else what the recent outcomes asked for. After a restart the outcomes start
+/// from the condition.
 fn registration_health<P>(
     ctx: &Context<P>,
     pool: &NodePool,
+    class_changed: bool,
     conditions_: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 ) {
     use super::pool_health::{Health, Verdict};
@@ -161,7 +168,8 @@ fn registration_health<P>(
         .iter()
         .find(|c| c.type_ == NODE_REGISTRATION_HEALTHY)
         .cloned();
-    let Some(current) = current.filter(|c| c.observed_generation == generation) else {
+    let Some(current) = current.filter(|c| c.observed_generation == generation && !class_changed)
+    else {
         ctx.pool_health.reset(uid);
         conditions::set_unknown(
             conditions_,

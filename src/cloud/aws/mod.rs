@@ -195,6 +195,14 @@ impl CloudProvider for AwsProvider {
         self.cluster_instances().await
     }
 
+    async fn node_class_generation(&self, node_class: &NodeClassReference) -> Option<i64> {
+        if !(is_ec2_node_class(node_class)) {
+            return None;
+        }
+        let class = self.classes.get(&node_class.name).await.ok()??;
+        class.metadata.generation
+    }
+
     async fn instance_types(
         &self,
         node_class: &NodeClassReference,

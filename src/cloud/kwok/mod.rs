@@ -473,6 +473,14 @@ impl CloudProvider for KwokProvider {
 
     /// The catalogue, for a KWOKNodeClass that exists (as upstream's kwok provider resolves
     /// the class before it answers).
+    async fn node_class_generation(&self, node_class: &NodeClassReference) -> Option<i64> {
+        if !(node_class.group == labels::KWOK_GROUP && node_class.kind == "KWOKNodeClass") {
+            return None;
+        }
+        let class = self.node_classes.get(&node_class.name).await.ok()??;
+        class.metadata.generation
+    }
+
     async fn instance_types(
         &self,
         node_class: &NodeClassReference,
