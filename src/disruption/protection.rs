@@ -79,6 +79,16 @@ pub fn tolerates_disrupted_taint(pod: &impl PodView) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| tolerates(t, &taint)))
 }
 
+/// A pod terminating for longer than this past its deletion timestamp is no longer waited for
+/// (upstream's `IsStuckTerminating`): its kubelet is gone or wedged, and the node goes anyway.
+pub const STUCK_TERMINATING: SignedDuration = SignedDuration::from_mins(1);
+
+/// Whether the pod has been terminating past [`STUCK_TERMINATING`].
+pub fn is_stuck_terminating(pod: &impl PodView, now: Timestamp) -> bool {
+    pod.pod_deleted_at()
+        .is_some_and(|at| now.duration_since(at) > STUCK_TERMINATING)
+}
+
 /// Whether the drain would ask the Eviction API for the pod (upstream's `IsEvictable`).
 pub fn is_evictable(pod: &impl PodView, now: Timestamp) -> bool {
     pod.is_active()

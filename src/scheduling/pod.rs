@@ -40,8 +40,12 @@ pub trait PodView {
     fn pod_annotation(&self, key: &str) -> Option<&str>;
     /// `status.startTime`: when the kubelet started the pod.
     fn pod_started_at(&self) -> Option<Timestamp>;
+    /// `metadata.deletionTimestamp`: when the pod was asked to stop.
+    fn pod_deleted_at(&self) -> Option<Timestamp>;
     /// Whether `metadata.deletionTimestamp` is set.
-    fn is_terminating(&self) -> bool;
+    fn is_terminating(&self) -> bool {
+        self.pod_deleted_at().is_some()
+    }
     /// Whether the `Ready` condition is True.
     fn is_ready(&self) -> bool;
 
@@ -126,8 +130,8 @@ impl PodView for Pod {
         Some(self.status.as_ref()?.start_time.as_ref()?.0)
     }
 
-    fn is_terminating(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
+    fn pod_deleted_at(&self) -> Option<Timestamp> {
+        self.metadata.deletion_timestamp.as_ref().map(|t| t.0)
     }
 
     fn is_ready(&self) -> bool {

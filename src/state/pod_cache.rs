@@ -304,8 +304,8 @@ impl PodView for CachedPod {
         self.status.start_time.as_ref().map(|t| t.0)
     }
 
-    fn is_terminating(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
+    fn pod_deleted_at(&self) -> Option<Timestamp> {
+        self.metadata.deletion_timestamp.as_ref().map(|t| t.0)
     }
 
     fn is_ready(&self) -> bool {

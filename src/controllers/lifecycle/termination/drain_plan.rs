@@ -11,14 +11,12 @@
 //! outlast the node's `terminationGracePeriod` deadline is deleted directly, in any tier,
 //! bypassing PodDisruptionBudgets and `do-not-disrupt`.
 
-use crate::disruption::protection::{pod_do_not_disrupt, tolerates_disrupted_taint};
+use crate::disruption::protection::{
+    is_stuck_terminating, pod_do_not_disrupt, tolerates_disrupted_taint,
+};
 use crate::scheduling::PodView;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-
-/// A pod terminating for longer than this past its deletion timestamp is no longer waited for
-/// (upstream's `IsStuckTerminating`): its kubelet is gone or wedged, and the node goes anyway.
-const STUCK_TERMINATING: SignedDuration = SignedDuration::from_mins(1);
 
 /// The priority classes of pods the cluster needs to run (upstream's critical pods).
 const CRITICAL_PRIORITY_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
@@ -155,13 +153,6 @@ fn forced_delete(pod: &Pod, deadline: Timestamp, now: Timestamp) -> Option<Step>
 
 fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
-}
-
-fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
-    pod.metadata
-        .deletion_timestamp
-        .as_ref()
-        .is_some_and(|t| now.duration_since(t.0) > STUCK_TERMINATING)
 }
 
 fn is_critical(pod: &Pod) -> bool {

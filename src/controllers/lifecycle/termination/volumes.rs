@@ -10,29 +10,20 @@
 //! `terminationGracePeriod` deadline, as upstream's.
 
 use crate::controllers::{Context, Error};
-use crate::disruption::protection::tolerates_disrupted_taint;
+use crate::disruption::protection::{is_stuck_terminating, tolerates_disrupted_taint};
 use crate::scheduling::PodView;
 use crate::scheduling::volume_topology::claim_names;
 use crate::state::{CachedNode, CachedPod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
 use std::collections::HashSet;
 
-/// A pod terminating for longer than this is not waited for (upstream's `IsStuckTerminating`,
-/// as the drain plan counts it).
-const STUCK_TERMINATING: SignedDuration = SignedDuration::from_mins(1);
-
 /// Whether the drain moves the pod off the node (upstream's `IsDrainable`).
 fn is_drainable(pod: &CachedPod, now: Timestamp) -> bool {
-    let stuck = pod
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .is_some_and(|t| now.duration_since(t.0) > STUCK_TERMINATING);
-    !tolerates_disrupted_taint(pod) && !stuck && !pod.is_mirror()
+    !tolerates_disrupted_taint(pod) && !is_stuck_terminating(pod, now) && !pod.is_mirror()
 }
 
 /// The names of the VolumeAttachments on `node` that termination waits for, sorted.
