@@ -5,6 +5,7 @@
 
 mod config;
 mod http;
+mod json_log;
 mod leader;
 mod signals;
 mod telemetry;
@@ -208,10 +209,19 @@ fn main() -> anyhow::Result<()> {
                 .context("writing to stdout")?;
             Ok(())
         }
-        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?
-            .block_on(run(args)),
+        Command::Run(args) => {
+            let stopped = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?
+                .block_on(run(args));
+            if let Err(e) = stopped {
+                // One log record, as upstream's fatal line, not Rust's multi-line report: a log
+                // pipeline reading JSON lines keeps it whole.
+                tracing::error!(error = %format!("{e:#}"), "karpenter-agent stopped");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }

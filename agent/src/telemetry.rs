@@ -1,5 +1,6 @@
-//! Logs: `tracing` to stderr, as JSON lines (what the Deployment uses, for log pipelines) or
-//! text for a terminal. The metrics registry and the probes are served by `http.rs`.
+//! Logs: `tracing` to stderr, as JSON lines shaped as upstream's (`json_log.rs`; what the
+//! Deployment uses, for log pipelines) or text for a terminal. The metrics registry and the
+//! probes are served by `http.rs`.
 
 use crate::config::LogFormat;
 
@@ -11,7 +12,10 @@ pub(crate) fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => builder
+            .with_ansi(false)
+            .event_format(crate::json_log::UpstreamJson)
+            .init(),
         LogFormat::Text => {
             // Escape codes belong on a terminal, not in a file or a log collector.
             let colour = std::io::stderr().is_terminal()

@@ -50,10 +50,29 @@ fn text_logs_written_to_a_file_carry_no_colour_codes() {
 }
 
 #[test]
-fn json_logs_are_one_object_per_line() {
+fn json_logs_are_upstreams_lines_one_object_each_the_fatal_error_included() {
     let stderr = run_logging("json");
-    let first = stderr.lines().next().expect("a log line");
-    let line: serde_json::Value = serde_json::from_str(first).expect("JSON");
-    assert_eq!(line["fields"]["message"], "karpenter-agent starting");
-    assert_eq!(line["level"], "INFO");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}")))
+        .collect();
+    for line in &lines {
+        for key in ["level", "time", "logger", "message", "caller", "commit"] {
+            assert!(line[key].is_string(), "no {key} in {line}");
+        }
+        assert!(line.get("fields").is_none(), "fields nested: {line}");
+    }
+    assert_eq!(lines[0]["message"], "karpenter-agent starting");
+    assert_eq!(lines[0]["level"], "INFO");
+    assert_eq!(lines[0]["logger"], "controller");
+    let last = lines.last().expect("a line");
+    assert_eq!(
+        last["level"], "ERROR",
+        "the fatal error is the last record: {last}"
+    );
+    assert_eq!(last["message"], "karpenter-agent stopped");
+    assert!(
+        last["error"].as_str().is_some_and(|e| e.contains("GCP")),
+        "it says why, causes on the same line: {last}"
+    );
 }

@@ -243,6 +243,20 @@ async fn the_standby_takes_over_a_killed_leaders_scale_out_without_launching_twi
         );
     }
 
+    // Everything both replicas logged reads as upstream's JSON lines, the objects keyed by kind.
+    let lines: Vec<serde_json::Value> = [&a, &b].iter().flat_map(|p| p.json_log()).collect();
+    assert!(
+        lines.iter().any(|l| l["controller"] == "provisioner"
+            && l["message"] == "created nodeclaim"
+            && l["NodeClaim"]["name"].is_string()
+            && l["NodePool"]["name"] == POOL),
+        "a provisioning line names its NodeClaim and NodePool as upstream does"
+    );
+    assert!(
+        lines.iter().any(|l| l["controller"] == "nodeclaim.lifecycle" && l["NodeClaim"]["name"].is_string()),
+        "the lifecycle's lines name their NodeClaim"
+    );
+
     // SIGTERM: the standby-turned-leader stops and gives the Lease up for the next one.
     let status = Command::new("kill")
         .args(["-TERM", &b.child.id().to_string()])

@@ -83,6 +83,22 @@ impl AgentProcess {
         answer.split_whitespace().nth(1)?.parse().ok()
     }
 
+    /// Every line the agent wrote, each parsed as upstream's JSON log line (`level`, `time`,
+    /// `logger`, `message`, `caller`, `commit` at the top level); panics on one that is not.
+    pub(crate) fn json_log(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.log).expect("the agent's log");
+        text.lines()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
+                for key in ["level", "time", "logger", "message", "caller", "commit"] {
+                    assert!(value[key].is_string(), "no {key} in {line}");
+                }
+                value
+            })
+            .collect()
+    }
+
     pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
