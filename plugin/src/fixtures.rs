@@ -132,8 +132,8 @@ pub(crate) fn cluster() -> ClusterObjects {
         events: vec![object::<Event>(json!({
             "metadata": {"name": "huge-0.1", "namespace": "batch"},
             "involvedObject": {"kind": "Pod", "name": "huge-0", "namespace": "batch"},
-            "reason": "FailedProvisioning", "type": "Warning", "lastTimestamp": "2026-03-02T09:55:00Z",
-            "message": "no NodePool can launch a node for batch/huge-0: default: requests cpu=200 but the largest allowed type has 96",
+            "reason": "FailedScheduling", "type": "Warning", "lastTimestamp": "2026-03-02T09:55:00Z",
+            "message": "Failed to schedule pod, no NodePool can launch a node for batch/huge-0: default: requests cpu=200 but the largest allowed type has 96",
         }))],
         pod_disruption_budgets: Vec::new(),
         list_prices: Default::default(),

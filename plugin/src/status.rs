@@ -101,7 +101,7 @@ pub(crate) async fn fetch(
         let events = cluster
             .list(
                 cluster.namespaced::<Event>(scope),
-                any().fields("reason=FailedProvisioning"),
+                any().fields(&format!("reason={}", explain::FAILED_SCHEDULING)),
             )
             .await?;
         Ok((node_claims, pods, events))

@@ -193,7 +193,7 @@ async fn status_watch_status_and_explain_follow_the_claims_the_agent_makes() {
         .find(|l| l.contains(" huge "))
         .unwrap_or_else(|| panic!("the huge pod is listed as pending:\n{table}"));
     assert!(
-        huge.contains("FailedProvisioning") || huge.contains("Unschedulable"),
+        huge.contains("FailedScheduling") || huge.contains("Unschedulable"),
         "{huge}"
     );
     let row = table

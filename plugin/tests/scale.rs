@@ -226,7 +226,7 @@ async fn status_on_a_thousand_nodes_and_ten_thousand_pods() {
             "/apis/karpenter.sh/v1/nodeclaims?resourceVersion=0",
             "/api/v1/nodes?resourceVersion=0",
             "/api/v1/pods?fieldSelector=spec.nodeName%3D&resourceVersion=0",
-            "/api/v1/namespaces/load/events?fieldSelector=reason%3DFailedProvisioning&resourceVersion=0",
+            "/api/v1/namespaces/load/events?fieldSelector=reason%3DFailedScheduling&resourceVersion=0",
         ];
         let children: Vec<_> = urls
             .iter()

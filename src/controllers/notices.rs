@@ -89,6 +89,19 @@ impl Notices {
     /// the note itself; empty for "once per object"). Failures are logged, not returned: an
     /// Event is never worth failing a reconcile for.
     pub(crate) async fn publish(&self, event: &Event, regarding: &ObjectReference, state: &str) {
+        self.publish_if(event, regarding, state, || true).await;
+    }
+
+    /// [`Notices::publish`], but a notice that would go out goes out only if `allowed()` says
+    /// so (a rate limit, asked only for what passed the dedupe); one it refuses is not
+    /// remembered, so it may go out on the next try.
+    pub(crate) async fn publish_if(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+        state: &str,
+        allowed: impl FnOnce() -> bool,
+    ) {
         let key = Key {
             object: regarding
                 .uid
@@ -98,7 +111,7 @@ impl Notices {
             reason: event.reason.clone(),
             state: state.to_owned(),
         };
-        let Some(recorder) = self.admit(key, Instant::now()) else {
+        let Some(recorder) = self.admit(key, Instant::now(), allowed) else {
             return;
         };
         if let Err(e) = recorder.publish(&within_limit(event), regarding).await {
@@ -121,19 +134,22 @@ impl Notices {
     }
 
     /// The recorder to publish the notice `key` with at `now`, or `None` if it was published
-    /// less than [`REPEAT_AFTER`] ago.
-    fn admit(&self, key: Key, now: Instant) -> Option<Recorder> {
+    /// less than [`REPEAT_AFTER`] ago or `allowed()` refuses it.
+    fn admit(&self, key: Key, now: Instant, allowed: impl FnOnce() -> bool) -> Option<Recorder> {
         let mut published = self
             .published
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         published.retain(|_, p| now.saturating_duration_since(p.at) < FORGET_AFTER);
         if let Some(p) = published.get_mut(&key) {
-            if now.saturating_duration_since(p.at) < REPEAT_AFTER {
+            if now.saturating_duration_since(p.at) < REPEAT_AFTER || !allowed() {
                 return None;
             }
             p.at = now;
             return Some(p.recorder.clone());
+        }
+        if !allowed() {
+            return None;
         }
         // A recorder of its own, so this state's Event is not folded into another state's.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
@@ -195,25 +211,37 @@ mod tests {
     async fn the_same_notice_is_published_once_per_two_minutes_and_a_new_state_at_once() {
         let notices = notices();
         let start = Instant::now();
-        assert!(notices.admit(key("3 pods"), start).is_some());
+        assert!(notices.admit(key("3 pods"), start, || true).is_some());
         assert!(
             notices
-                .admit(key("3 pods"), start + Duration::from_secs(2))
+                .admit(key("3 pods"), start + Duration::from_secs(2), || true)
                 .is_none()
         );
         assert!(
             notices
-                .admit(key("2 pods"), start + Duration::from_secs(4))
+                .admit(key("2 pods"), start + Duration::from_secs(4), || true)
                 .is_some()
         );
         assert!(
             notices
-                .admit(key("3 pods"), start + Duration::from_secs(119))
+                .admit(key("3 pods"), start + Duration::from_secs(119), || true)
                 .is_none()
         );
         assert!(
             notices
-                .admit(key("3 pods"), start + Duration::from_secs(121))
+                .admit(key("3 pods"), start + Duration::from_secs(121), || true)
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_notice_the_rate_limit_refused_goes_out_on_the_next_try() {
+        let notices = notices();
+        let start = Instant::now();
+        assert!(notices.admit(key("a"), start, || false).is_none());
+        assert!(
+            notices
+                .admit(key("a"), start + Duration::from_secs(1), || true)
                 .is_some()
         );
     }
@@ -222,10 +250,10 @@ mod tests {
     async fn a_notice_not_seen_for_five_minutes_is_forgotten() {
         let notices = notices();
         let start = Instant::now();
-        assert!(notices.admit(key("a"), start).is_some());
+        assert!(notices.admit(key("a"), start, || true).is_some());
         assert!(
             notices
-                .admit(key("b"), start + Duration::from_secs(301))
+                .admit(key("b"), start + Duration::from_secs(301), || true)
                 .is_some()
         );
         let remembered = notices

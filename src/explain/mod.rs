@@ -53,8 +53,8 @@ pub(crate) use claim_state::{claim_state, claim_state_at};
 
 pub use nodeclaim::WhyItExists;
 pub use nodeclaim::{ClaimExplanation, NotFound, explain_node_claim};
-pub(crate) use pending::PendingPod;
-pub use pending::{is_pending, namespaces_an_event_could_explain, pending_pods};
+pub use pending::{FAILED_SCHEDULING, is_pending, namespaces_an_event_could_explain, pending_pods};
+pub(crate) use pending::{FAILED_TO_SCHEDULE, PendingPod};
 pub use price::{HOURS_PER_MONTH, ListPrices, Price, PriceSource};
 pub(crate) use price::{claim_price, node_price_or_list};
 pub use status::{

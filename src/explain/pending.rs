@@ -1,5 +1,9 @@
 //! Pods that wait for a node, and why each waits: scheduling gates, a NodeClaim being launched for
-//! it, a FailedProvisioning Event, or the scheduler's own PodScheduled condition.
+//! it, Karpenter's `FailedScheduling` Event, or the scheduler's own PodScheduled condition.
+//!
+//! Karpenter's `FailedScheduling` is told from the kube-scheduler's by upstream's wording
+//! ("Failed to schedule pod, …"), which this agent's Events share, so a cluster run by upstream
+//! Karpenter reads the same; `FailedProvisioning`, what this agent said before, is read too.
 
 use super::{
     ClaimPhase, ClaimState, ClusterObjects, NodeIndex, claim_state, event_time, label, name_of,
@@ -20,7 +24,7 @@ pub struct PendingPod {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,
-    /// A word: `WaitingForNodeClaim`, `FailedProvisioning`, `Unschedulable`, `SchedulingGated`...
+    /// A word: `WaitingForNodeClaim`, `FailedScheduling`, `Unschedulable`, `SchedulingGated`...
     pub reason: String,
     /// The sentence behind it.
     pub message: String,
@@ -81,7 +85,7 @@ fn scheduling_gates(pod: &Pod) -> Vec<&str> {
         .collect()
 }
 
-/// Whether [`pending_pods`] would take this pod's reason from a FailedProvisioning Event, were
+/// Whether [`pending_pods`] would take this pod's reason from Karpenter's Event, were
 /// there one: it waits, the scheduler has judged it, it is not gated, and no claim is coming up
 /// for it.
 fn event_could_explain(pod: &Pod, nominated: &HashMap<String, (&NodeClaim, ClaimState)>) -> bool {
@@ -91,7 +95,7 @@ fn event_could_explain(pod: &Pod, nominated: &HashMap<String, (&NodeClaim, Claim
         && !nominated.contains_key(&pod_key(pod))
 }
 
-/// The namespaces of the pending pods whose reason a FailedProvisioning Event could give: where
+/// The namespaces of the pending pods whose reason Karpenter's Event could give: where
 /// `status` has to list Events. Often none, even mid scale-out, since pods waiting for a claim
 /// that is coming up get their reason from the claim; Events are the one kind the API server
 /// does not cache, so each list of them reads a whole namespace from etcd.
@@ -106,18 +110,35 @@ pub fn namespaces_an_event_could_explain<'a>(
         .collect()
 }
 
+/// The reason of upstream's Event for a pod Karpenter cannot place
+/// (`pkg/controllers/provisioning/scheduling/events.go`, `PodFailedToScheduleEvent`).
+pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+/// The start of that Event's message, which tells it from the kube-scheduler's.
+pub(crate) const FAILED_TO_SCHEDULE: &str = "Failed to schedule pod, ";
+/// What this agent called that Event before it used upstream's reason.
+const LEGACY_FAILED_PROVISIONING: &str = "FailedProvisioning";
+
+/// Why Karpenter could not place the pod, if the Event is Karpenter's saying so (not the
+/// kube-scheduler's `FailedScheduling`, which has no such prefix).
+fn karpenters_failure(event: &Event) -> Option<&str> {
+    let message = event.message.as_deref().unwrap_or_default();
+    match event.reason.as_deref()? {
+        FAILED_SCHEDULING => message.strip_prefix(FAILED_TO_SCHEDULE),
+        LEGACY_FAILED_PROVISIONING => Some(message),
+        _ => None,
+    }
+}
+
 /// Pods that wait for a node, with the reason each waits, oldest first.
 pub fn pending_pods(cluster: &ClusterObjects) -> Vec<PendingPod> {
     // Claims still coming up, by the pods they were made for.
     let nodes = NodeIndex::new(&cluster.nodes);
     let nominated = nominated(&cluster.node_claims, Some(&nodes));
-    // The newest FailedProvisioning event per pod.
+    // The newest of Karpenter's events per pod.
     let mut failed: HashMap<String, (Option<Timestamp>, &Event)> = HashMap::new();
     for event in &cluster.events {
         let object = &event.involved_object;
-        if event.reason.as_deref() != Some("FailedProvisioning")
-            || object.kind.as_deref() != Some("Pod")
-        {
+        if karpenters_failure(event).is_none() || object.kind.as_deref() != Some("Pod") {
             continue;
         }
         let key = format!(
@@ -159,8 +180,8 @@ pub fn pending_pods(cluster: &ClusterObjects) -> Vec<PendingPod> {
                 event_could_explain(pod, &nominated) && at.is_some_and(|at| Some(at) >= created_at)
             }) {
                 (
-                    "FailedProvisioning".to_owned(),
-                    event.message.clone().unwrap_or_default(),
+                    FAILED_SCHEDULING.to_owned(),
+                    karpenters_failure(event).unwrap_or_default().to_owned(),
                     None,
                 )
             } else if let Some(condition) = scheduled {
@@ -224,13 +245,23 @@ mod tests {
                 ),
                 pod("running", Some("n1"), json!({})),
             ],
-            events: vec![event(
-                "Pod",
-                "huge",
-                "FailedProvisioning",
-                "no NodePool fits: cpu 500 > 64",
-                NOW,
-            )],
+            events: vec![
+                event(
+                    "Pod",
+                    "huge",
+                    "FailedScheduling",
+                    "Failed to schedule pod, no NodePool fits: cpu 500 > 64",
+                    NOW,
+                ),
+                // The kube-scheduler's, which the condition already says.
+                event(
+                    "Pod",
+                    "plain",
+                    "FailedScheduling",
+                    "0/3 nodes are available: 3 Insufficient cpu.",
+                    NOW,
+                ),
+            ],
             ..ClusterObjects::default()
         };
         let reasons: Vec<(String, String)> = pending_pods(&cluster)
@@ -244,7 +275,7 @@ mod tests {
                 .map(|(_, r)| r.as_str())
         };
         assert_eq!(reason("web-1"), Some("WaitingForNodeClaim"));
-        assert_eq!(reason("huge"), Some("FailedProvisioning"));
+        assert_eq!(reason("huge"), Some("FailedScheduling"));
         assert_eq!(reason("plain"), Some("Unschedulable"));
         assert_eq!(reason("gated"), Some("SchedulingGated"));
         assert_eq!(reason("running"), None);

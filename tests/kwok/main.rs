@@ -188,8 +188,9 @@ where
     }
 }
 
-/// The message of a FailedProvisioning Event in `namespace` (on `pod`, if named) that says
-/// `why`, once there is one (an earlier one may give an earlier reason).
+/// The message of the agent's `FailedScheduling` Event (upstream's wording: "Failed to
+/// schedule pod, …", unlike the kube-scheduler's) in `namespace` (on `pod`, if named) that
+/// says `why`, once there is one (an earlier one may give an earlier reason).
 async fn failed_provisioning(
     client: &kube::Client,
     namespace: &str,
@@ -198,7 +199,7 @@ async fn failed_provisioning(
 ) -> String {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     wait_for(
-        &format!("a FailedProvisioning event saying {why}"),
+        &format!("the agent's FailedScheduling event saying {why}"),
         Duration::from_secs(60),
         || async {
             events
@@ -207,8 +208,13 @@ async fn failed_provisioning(
                 .ok()?
                 .items
                 .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedProvisioning"))
+                .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
                 .filter(|e| pod.is_none() || e.involved_object.name.as_deref() == pod)
+                .filter(|e| {
+                    e.message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("Failed to schedule pod, "))
+                })
                 .find_map(|e| e.message.filter(|m| m.contains(why)))
         },
     )
@@ -433,17 +439,45 @@ async fn a_pod_no_pool_can_fit_stays_pending_with_a_reason_and_others_still_run(
     apply(&deployment("fit-test", "huge", "fit-pool", 1, "500"));
     let events: Api<Event> = Api::namespaced(client.clone(), "fit-test");
     let message = wait_for(
-        "a FailedProvisioning event on the huge pod",
+        "the agent's FailedScheduling event on the huge pod",
         Duration::from_secs(60),
         || async {
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items
                 .into_iter()
-                .find(|e| e.reason.as_deref() == Some("FailedProvisioning"))
-                .and_then(|e| e.message)
+                .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+                .find_map(|e| {
+                    e.message
+                        .filter(|m| m.starts_with("Failed to schedule pod, "))
+                })
         },
     )
     .await;
+    // Where a user looks first: `kubectl events --for pod/NAME` lists it beside the
+    // kube-scheduler's, under the same reason.
+    let pod_name = rig().kubectl_ok(&[
+        "-n",
+        "fit-test",
+        "get",
+        "pods",
+        "-l",
+        "app=huge",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let listed = rig().kubectl_ok(&[
+        "-n",
+        "fit-test",
+        "events",
+        "--for",
+        &format!("pod/{pod_name}"),
+    ]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("FailedScheduling") && l.contains("Failed to schedule pod, ")),
+        "kubectl events --for pod/{pod_name} shows the agent's reason:\n{listed}"
+    );
     assert!(
         message.contains("cpu"),
         "the reason does not name the resource: {message}"
@@ -453,6 +487,24 @@ async fn a_pod_no_pool_can_fit_stays_pending_with_a_reason_and_others_still_run(
         (running_pods(&client, "fit-test").await.len() == 2).then_some(())
     })
     .await;
+    // Each small pod was told where it would go, as upstream tells it.
+    let small = rig().kubectl_ok(&[
+        "-n",
+        "fit-test",
+        "get",
+        "pods",
+        "-l",
+        "app=small",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let listed = rig().kubectl_ok(&["-n", "fit-test", "events", "--for", &format!("pod/{small}")]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("Nominated") && l.contains("Pod should schedule on: nodeclaim/")),
+        "kubectl events --for pod/{small} shows the nomination:\n{listed}"
+    );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "fit-test");
     let huge = pods
         .list(&ListParams::default().labels("app=huge"))

@@ -15,7 +15,7 @@
 //! stands must not become a loop of creates). Failures are of two kinds:
 //! - refused: the API server answered 4xx, so it created nothing. One it gave a reason for (an
 //!   admission policy, a ResourceQuota on NodeClaims, a validation rule) is told to each of the
-//!   claim's pods as a FailedProvisioning Event, where a user looking at a pending pod looks. A
+//!   claim's pods as a FailedScheduling Event, where a user looking at a pending pod looks. A
 //!   name another claim already holds (409) is not a failure at all: the claim is created
 //!   again under a new name at once.
 //! - uncertain: no answer, or a server error. The server may have taken the claim, so the
@@ -25,6 +25,7 @@
 
 use super::batcher::PendingPods;
 use super::claims::{ClaimToCreate, claim_name};
+use super::nominated::Nominations;
 use super::recent_claims::RecentClaims;
 use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
@@ -50,6 +51,8 @@ pub(super) struct Creates {
     rounds: JoinSet<()>,
     slots: Arc<Semaphore>,
     uncertain: Arc<AtomicBool>,
+    /// The Nominated Events' rate limit, shared with the rounds ([`Creates::nominations`]).
+    nominations: Arc<Nominations>,
 }
 
 impl Default for Creates {
@@ -58,6 +61,7 @@ impl Default for Creates {
             rounds: JoinSet::new(),
             slots: Arc::new(Semaphore::new(IN_FLIGHT)),
             uncertain: Arc::new(AtomicBool::new(false)),
+            nominations: Arc::default(),
         }
     }
 }
@@ -83,17 +87,18 @@ impl Creates {
         let recent = recent.clone();
         let slots = self.slots.clone();
         let uncertain = self.uncertain.clone();
+        let nominations = self.nominations.clone();
         self.rounds.spawn(async move {
             let started = Instant::now();
             let planned = claims.len();
             let results: Vec<Outcome> = futures::stream::iter(claims)
                 .map(|planned| {
-                    let (ctx, pending, recent, slots, uncertain) =
-                        (&ctx, &pending, &recent, &slots, &uncertain);
+                    let (ctx, pending, recent, slots, uncertain, nominations) =
+                        (&ctx, &pending, &recent, &slots, &uncertain, &nominations);
                     async move {
                         // The semaphore is never closed, so a permit always comes.
                         let _permit = slots.acquire().await.ok();
-                        let outcome = create(ctx, pending, recent, planned).await;
+                        let outcome = create(ctx, pending, recent, nominations, planned).await;
                         // At once, not when the round's last create is answered: the next
                         // round may already be starting.
                         if outcome == Outcome::Uncertain {
@@ -122,6 +127,11 @@ impl Creates {
         self.uncertain.swap(false, Ordering::Relaxed)
     }
 
+    /// The Nominated Events' rate limit, which the rounds share with the creates.
+    pub(super) fn nominations(&self) -> &Nominations {
+        &self.nominations
+    }
+
     /// Waits for every create under way (on shutdown, so none is cut off mid-request).
     pub(super) async fn finish(&mut self) {
         while self.rounds.join_next().await.is_some() {}
@@ -146,6 +156,7 @@ async fn create<P>(
     ctx: &Context<P>,
     pending: &PendingPods,
     recent: &RecentClaims,
+    nominations: &Nominations,
     mut planned: ClaimToCreate,
 ) -> Outcome {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
@@ -176,6 +187,10 @@ async fn create<P>(
             }
             info!(nodeclaim = %claim.name_any(), nodepool = %planned.node_pool, pods = planned.pods.len(),
                 cheapest = ?planned.cheapest, "created nodeclaim");
+            let places = format!("nodeclaim/{}", claim.name_any());
+            for pod in &planned.pods {
+                nominations.nominate(ctx, pod, &places).await;
+            }
             Outcome::Created
         }
         Err(e) => {
@@ -193,13 +208,15 @@ async fn create<P>(
                 && ![408, 409, 429].contains(&status.code)
             {
                 let note = format!(
-                    "the API server refused NodeClaim {name} (NodePool {}): {}; \
+                    "{}the API server refused NodeClaim {name} (NodePool {}): {}; \
                      its pods are planned again",
-                    planned.node_pool, status.message
+                    crate::explain::FAILED_TO_SCHEDULE,
+                    planned.node_pool,
+                    status.message
                 );
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: "FailedProvisioning".to_owned(),
+                    reason: crate::explain::FAILED_SCHEDULING.to_owned(),
                     note: Some(note),
                     action: "Provisioning".to_owned(),
                     secondary: None,

@@ -1,8 +1,9 @@
 //! Provisioning: pending pods → NodeClaims, split as upstream splits
 //! `pkg/controllers/provisioning`: the batcher (`batcher.rs`, upstream's `batcher.go`) gathers
 //! pending pods, a round (`round.rs`, upstream's `provisioner.go`) schedules them,
-//! `claims.rs` turns the plan into NodeClaim objects, and `creates.rs` creates them while the
-//! next batch fills.
+//! `claims.rs` turns the plan into NodeClaim objects, `creates.rs` creates them while the
+//! next batch fills, and `nominated.rs` and `unschedulable.rs` tell each pod, as upstream's
+//! Events do, where it should schedule or why it cannot.
 //!
 //! Pods the kube-scheduler marked unschedulable (`PodScheduled=False`, reason `Unschedulable`)
 //! start a batch; the batch closes once no new one arrived for `batch_idle` (1 s) or at
@@ -31,6 +32,7 @@
 mod batcher;
 mod claims;
 mod creates;
+mod nominated;
 mod recent_claims;
 #[cfg(test)]
 mod reconcile_tests;

@@ -115,6 +115,14 @@ async fn a_pending_pod_gets_one_claim_for_the_cheapest_type_that_holds_it() {
     assert!(!provider.calls_to(Operation::InstanceTypes).is_empty());
     assert!(provider.calls_to(Operation::Create).is_empty());
     server.expect_quiet(Duration::from_millis(200)).await;
+    // The pod hears where it goes, in upstream's words.
+    assert_eq!(
+        server.events(),
+        vec![(
+            "Nominated".to_owned(),
+            format!("Pod should schedule on: nodeclaim/{}", claim.name_any())
+        )]
+    );
 }
 
 #[tokio::test]
@@ -140,7 +148,9 @@ async fn a_pod_no_instance_type_can_hold_gets_no_claim_and_is_told_why() {
     assert!(
         events
             .iter()
-            .any(|(reason, note)| reason == "FailedProvisioning" && note.contains("cpu")),
+            .any(|(reason, note)| reason == "FailedScheduling"
+                && note.starts_with("Failed to schedule pod, ")
+                && note.contains("cpu")),
         "{events:?}"
     );
 }
@@ -171,7 +181,7 @@ async fn a_node_class_the_cloud_cannot_list_launches_nothing_and_the_round_goes_
     let failed: Vec<Value> = server
         .events()
         .into_iter()
-        .filter(|(reason, _)| reason == "FailedProvisioning")
+        .filter(|(reason, _)| reason == "FailedScheduling")
         .map(|(_, note)| Value::String(note))
         .collect();
     assert_eq!(failed.len(), 1, "the pod hears why: {failed:?}");

@@ -4,7 +4,8 @@
 //! [`CONFIRM_WINDOW`]), read what only the API and the provider
 //! know (each node class's catalogue, the DaemonSets), let [`crate::state::scheduling_input`]
 //! turn the stores into the scheduler's input, simulate, and hand the plan's claims to
-//! `creates.rs`, which creates them while the next batch fills.
+//! `creates.rs`, which creates them while the next batch fills; the pods it placed on capacity
+//! that exists or is coming up are told so (`nominated.rs`).
 
 use super::batcher::PendingPods;
 use super::claims::claims_to_create;
@@ -198,6 +199,10 @@ pub(super) async fn provision<P: CloudProvider + 'static>(
         .pods_unschedulable
         .set(i64::try_from(plan.unschedulable.len()).unwrap_or(i64::MAX));
     warn_unschedulable(ctx, &mut memory.warned, &plan, &input.pods).await;
+    creates
+        .nominations()
+        .nominate_existing(ctx, &plan, &input)
+        .await;
     Ok(Some(round))
 }
 

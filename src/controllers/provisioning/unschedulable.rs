@@ -1,8 +1,10 @@
-//! A FailedProvisioning Event for each pod nothing can hold (upstream's
-//! `PodFailedToScheduleEvent`), at most one per pod every [`WARN_AGAIN_AFTER`], and again at
-//! once when the reason changes.
+//! A `FailedScheduling` Event for each pod nothing can hold, as upstream's
+//! `PodFailedToScheduleEvent` words it ("Failed to schedule pod, …", so queries and dashboards
+//! written for upstream find it beside the kube-scheduler's), at most one per pod every
+//! [`WARN_AGAIN_AFTER`], and again at once when the reason changes.
 
 use crate::controllers::Context;
+use crate::explain::{FAILED_SCHEDULING, FAILED_TO_SCHEDULE};
 use crate::scheduling::Plan;
 use crate::state::CachedPod;
 use kube::runtime::events::{Event, EventType};
@@ -10,7 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tracing::info;
 
-/// When each pod last got a FailedProvisioning Event, and what it said, so a pod is not warned
+/// When each pod last got a FailedScheduling Event, and what it said, so a pod is not warned
 /// about every round, yet hears at once when the reason changes (its claim got bound, and now
 /// its volume's zone is the problem).
 #[derive(Default)]
@@ -19,7 +21,7 @@ pub(super) struct Warned(HashMap<String, (Instant, String)>);
 /// How long a pod that was warned about is not warned about again.
 const WARN_AGAIN_AFTER: Duration = Duration::from_secs(300);
 
-/// Publishes a FailedProvisioning Event (and logs why) for each pod of `pods` the plan could
+/// Publishes a FailedScheduling Event (and logs why) for each pod of `pods` the plan could
 /// not place, unless it got the same one less than [`WARN_AGAIN_AFTER`] ago.
 pub(super) async fn warn_unschedulable<P>(
     ctx: &Context<P>,
@@ -48,8 +50,8 @@ pub(super) async fn warn_unschedulable<P>(
         info!(pod = %unschedulable.pod_name, reason = %note, "pod cannot be provisioned for");
         let event = Event {
             type_: EventType::Warning,
-            reason: "FailedProvisioning".to_owned(),
-            note: Some(note.clone()),
+            reason: FAILED_SCHEDULING.to_owned(),
+            note: Some(format!("{FAILED_TO_SCHEDULE}{note}")),
             action: "Provisioning".to_owned(),
             secondary: None,
         };
