@@ -53,6 +53,9 @@ const REPEAT_AFTER: Duration = Duration::from_secs(120);
 /// reminder joins its Event's series; the Recorder itself keeps a series for six minutes).
 const FORGET_AFTER: Duration = Duration::from_secs(300);
 
+/// How often forgotten notices are dropped.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// Which notice: the object it is about, the reason, and what tells one state from another.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -72,6 +75,9 @@ pub struct Notices {
     client: Client,
     reporter: Reporter,
     published: Mutex<HashMap<Key, Published>>,
+    /// When the notices not seen for [`FORGET_AFTER`] were last dropped: at most once a second,
+    /// as a provisioning round asks about thousands of pods at once.
+    swept: Mutex<Option<Instant>>,
 }
 
 impl Notices {
@@ -81,6 +87,7 @@ impl Notices {
             client,
             reporter,
             published: Mutex::default(),
+            swept: Mutex::default(),
         }
     }
 
@@ -140,7 +147,15 @@ impl Notices {
             .published
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        published.retain(|_, p| now.saturating_duration_since(p.at) < FORGET_AFTER);
+        let mut swept = self
+            .swept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if swept.is_none_or(|at| now.saturating_duration_since(at) >= SWEEP_EVERY) {
+            published.retain(|_, p| now.saturating_duration_since(p.at) < FORGET_AFTER);
+            *swept = Some(now);
+        }
+        drop(swept);
         if let Some(p) = published.get_mut(&key) {
             if now.saturating_duration_since(p.at) < REPEAT_AFTER || !allowed() {
                 return None;

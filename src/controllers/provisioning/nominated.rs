@@ -9,76 +9,36 @@
 use crate::controllers::Context;
 use crate::scheduling::{Input, Plan, Target};
 use crate::state::CachedPod;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::num::NonZeroU32;
 
 /// Upstream's reason.
 const NOMINATED: &str = "Nominated";
 
-/// Upstream's `PodNominationRateLimiter`: a token bucket of 10 that refills at 5 a second.
-const PER_SECOND: f64 = 5.0;
-const BURST: f64 = 10.0;
+/// Upstream's `PodNominationRateLimiter`: a token bucket of 10 that refills at 5 a second
+/// (governor's cell rate is the same bucket).
+const PER_SECOND: NonZeroU32 = NonZeroU32::MIN.saturating_add(4);
+const BURST: NonZeroU32 = NonZeroU32::MIN.saturating_add(9);
 
-/// The Nominated Events' token bucket, shared by every round and every create.
-///
-/// Written here rather than taken from a crate: the one well-kept rate limiter (`governor`) is
-/// not in this build's registry, and what is needed is client-go's `TryAccept` on one bucket,
-/// a dozen lines.
+/// The Nominated Events' rate limit, shared by every round and every create.
 pub(super) struct Nominations {
-    bucket: Mutex<Bucket>,
-}
-
-struct Bucket {
-    tokens: f64,
-    at: Instant,
+    limiter: DefaultDirectRateLimiter,
 }
 
 impl Default for Nominations {
     fn default() -> Self {
         Self {
-            bucket: Mutex::new(Bucket {
-                tokens: BURST,
-                at: Instant::now(),
-            }),
+            limiter: RateLimiter::direct(Quota::per_second(PER_SECOND).allow_burst(BURST)),
         }
     }
 }
 
 impl Nominations {
-    /// Takes a token if there is one at `now`.
-    fn try_accept(&self, now: Instant) -> bool {
-        let mut bucket = self
-            .bucket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let refill = now.saturating_duration_since(bucket.at).as_secs_f64() * PER_SECOND;
-        bucket.tokens = (bucket.tokens + refill).min(BURST);
-        bucket.at = now;
-        if bucket.tokens < 1.0 {
-            return false;
-        }
-        bucket.tokens -= 1.0;
-        true
-    }
-
-    /// Whether a token is left at `now`, without taking it: when the bucket is empty a round of
-    /// thousands of pods skips them all at the cost of a lock each.
-    fn has_token(&self, now: Instant) -> bool {
-        let bucket = self
-            .bucket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        bucket.tokens + now.saturating_duration_since(bucket.at).as_secs_f64() * PER_SECOND >= 1.0
-    }
-
     /// Tells `pod` where it should schedule: `places` are `nodeclaim/NAME` and `node/NAME`.
     pub(super) async fn nominate<P>(&self, ctx: &Context<P>, pod: &ObjectReference, places: &str) {
-        if !self.has_token(Instant::now()) {
-            return;
-        }
         let event = Event {
             type_: EventType::Normal,
             reason: NOMINATED.to_owned(),
@@ -89,7 +49,7 @@ impl Nominations {
         // Upstream's dedupe key is the reason and the pod: one a pod every two minutes,
         // whatever it names.
         ctx.notices
-            .publish_if(&event, pod, "", || self.try_accept(Instant::now()))
+            .publish_if(&event, pod, "", || self.limiter.check().is_ok())
             .await;
     }
 
@@ -132,23 +92,13 @@ impl Nominations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
-    fn the_bucket_lets_a_burst_of_ten_through_then_five_a_second() {
+    fn the_agent_publishes_a_burst_of_ten_nominations_then_waits_for_the_bucket() {
         let nominations = Nominations::default();
-        let start = Instant::now();
-        let burst = (0..20).filter(|_| nominations.try_accept(start)).count();
+        let burst = (0..20)
+            .filter(|_| nominations.limiter.check().is_ok())
+            .count();
         assert_eq!(burst, 10);
-        let a_second_later = start + Duration::from_secs(1);
-        let then = (0..20)
-            .filter(|_| nominations.try_accept(a_second_later))
-            .count();
-        assert_eq!(then, 5);
-        let much_later = start + Duration::from_secs(60);
-        let refilled = (0..20)
-            .filter(|_| nominations.try_accept(much_later))
-            .count();
-        assert_eq!(refilled, 10, "the bucket holds no more than its burst");
     }
 }
