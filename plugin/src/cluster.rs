@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// How much of a list's body is gathered before the decoding thread gets it (see `stream_list`).
 const CHUNK: usize = 256 * 1024;
@@ -28,6 +29,20 @@ pub(crate) struct ConnectArgs {
     /// The name of the kubeconfig context to use.
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
+    /// How long to wait for the answer to each request before giving up, as kubectl's flag: a
+    /// duration such as 30s or 2m, a bare number being seconds; 0 waits as long as it takes.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_request_timeout)]
+    pub request_timeout: Option<Duration>,
+}
+
+/// kubectl's `--request-timeout`: `0`, whole seconds, or a duration with units.
+fn parse_request_timeout(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    karpenter_core::apis::parse_duration(text).map_err(|_| {
+        "expected a duration such as 30s, 2m or 1h (or a number of seconds; 0 for none)".to_owned()
+    })
 }
 
 /// A connected client and the requests made through it.
@@ -61,7 +76,11 @@ impl Cluster {
             std::env::var(name).ok()
         });
         karpenter_core::client::identify(&mut config, "kubectl-karpenter");
-        let client = Client::try_from(config).context("cannot build a client for the cluster")?;
+        let client = match args.request_timeout.filter(|limit| !limit.is_zero()) {
+            Some(limit) => karpenter_core::client::bounded_client(config, limit),
+            None => Client::try_from(config),
+        }
+        .context("cannot build a client for the cluster")?;
         Ok(Self {
             client,
             calls: Mutex::new(Vec::new()),
@@ -358,7 +377,7 @@ where
     if let kube::Error::Api(status) = &error {
         if status.code == 404 && K::group(&dt) == karpenter_core::apis::labels::GROUP {
             return anyhow!(error).context(format!(
-                "{action} failed: the cluster does not serve {}/{} {}; install the CRDs (karpenter-agent crds | kubectl apply --server-side -f -)",
+                "{action} failed: the cluster does not serve {}/{} {}; install Karpenter first: kubectl karpenter init aws|gcp, or the agent's Helm chart, which carries the CRDs",
                 K::group(&dt),
                 K::version(&dt),
                 K::kind(&dt)

@@ -19,6 +19,9 @@ use std::fmt::Write as _;
 
 /// Flags of `explain`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  kubectl karpenter explain nodeclaim default-abcde\n  kubectl karpenter explain node ip-10-0-1-23.us-west-2.compute.internal\n  kubectl karpenter explain nodeclaim/default-abcde -o yaml"
+)]
 pub(crate) struct ExplainArgs {
     /// What to explain: `nodeclaim NAME`, `nodeclaim/NAME`, or `node NAME` (its NodeClaim).
     #[arg(value_name = "RESOURCE")]
@@ -46,6 +49,11 @@ const MAX_POD_LOOKUPS: usize = 50;
 enum Target {
     NodeClaim(String),
     Node(String),
+}
+
+/// Refuses arguments that name nothing explain can explain, before any request.
+pub(crate) fn check(args: &ExplainArgs) -> anyhow::Result<()> {
+    target(args).map(|_| ())
 }
 
 fn target(args: &ExplainArgs) -> anyhow::Result<Target> {

@@ -17,6 +17,9 @@ use std::time::Duration;
 
 /// Flags of `init`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  kubectl karpenter init aws --cluster demo --region us-west-2 --dry-run\n  kubectl karpenter init gcp --project my-project --cluster demo --location us-central1 --dry-run"
+)]
 pub(crate) struct InitArgs {
     #[command(subcommand)]
     pub cloud: Cloud,

@@ -12,6 +12,7 @@ mod init_aws;
 mod init_gcp;
 mod manifests;
 mod migrate;
+mod nodes;
 mod output;
 mod prices;
 mod simulate;
@@ -38,13 +39,24 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     bin_name = "kubectl karpenter",
     version,
     about,
-    after_help = "Examples:\n  kubectl karpenter status\n  kubectl karpenter status -o wide --nodepool default\n  kubectl karpenter status -w\n  kubectl karpenter explain nodeclaim default-abcde\n  kubectl karpenter completion bash > /etc/bash_completion.d/kubectl-karpenter"
+    after_help = "Examples:\n  kubectl karpenter status\n  kubectl karpenter status nodes\n  kubectl karpenter status -o wide --nodepool default\n  kubectl karpenter status -w\n  kubectl karpenter explain nodeclaim default-abcde\n  kubectl karpenter completion bash > /etc/bash_completion.d/kubectl-karpenter"
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
     connect: cluster::ConnectArgs,
-    /// More detail on stderr: the error chain, and the API calls made and how long they took.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    /// More detail on stderr, as kubectl's -v=LEVEL (-v, -vv and -vvv are levels 1 to 3): from
+    /// 1 the error chain and the API calls made with how long they took, from 2 the client's
+    /// own log, from 6 its requests, from 8 everything.
+    #[arg(
+        short = 'v',
+        long = "v",
+        visible_alias = "verbose",
+        global = true,
+        value_name = "LEVEL",
+        require_equals = true,
+        default_value_t = 0,
+        hide_default_value = true
+    )]
     verbose: u8,
     #[command(subcommand)]
     command: Command,
@@ -71,11 +83,15 @@ enum Command {
     /// print the steps (and with --yes take the safe ones) and the price before and after.
     Migrate(migrate::MigrateArgs),
     /// Print a shell completion script (bash, zsh or fish).
+    #[command(
+        after_help = "Examples:\n  kubectl karpenter completion bash > /etc/bash_completion.d/kubectl-karpenter\n  kubectl karpenter completion zsh > \"${fpath[1]}/_kubectl-karpenter\""
+    )]
     Completion {
         /// The shell to complete for.
         shell: Shell,
     },
     /// Print the plugin's version.
+    #[command(after_help = "Examples:\n  kubectl karpenter version")]
     Version,
     /// Completions for kubectl's plugin completion (`kubectl_complete-karpenter`).
     #[command(name = "__complete", hide = true)]
@@ -88,7 +104,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(kubectl_verbosity(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e)
             if matches!(
@@ -103,13 +119,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         Err(e) => {
-            // kubectl's shape: one line, then where to read more.
-            let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .next()
-                .unwrap_or("error: invalid arguments");
-            eprintln!("{first}\nSee 'kubectl karpenter --help' for usage.");
+            eprintln!(
+                "{}\nSee 'kubectl karpenter --help' for usage.",
+                usage_error(&e)
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -117,7 +130,8 @@ fn main() -> ExitCode {
         // Failures reach the user as one error line; the client's own logs would repeat them.
         0 => "off",
         1 => "warn",
-        2 => "info,kube=debug",
+        2..=5 => "info",
+        6..=7 => "info,kube=debug",
         _ => "debug",
     };
     tracing_subscriber::fmt()
@@ -135,6 +149,82 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A usage error in kubectl's shape: one line, which for a value outside a fixed set names the
+/// values there are.
+fn usage_error(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let mut lines = rendered.lines();
+    let first = lines
+        .next()
+        .unwrap_or("error: invalid arguments")
+        .to_owned();
+    match lines.find_map(|l| l.trim().strip_prefix("[possible values: ")) {
+        Some(values) => format!("{first} (one of: {}", values.replace(']', ")")),
+        None => first,
+    }
+}
+
+/// The command line with kubectl's verbosity forms (`-v=6`, `--v=6`, `-v 6`, `--v 6`, `-v6`)
+/// and this plugin's (`-v`, `-vv`, `-vvv`, `--verbose`) all spelled `--v=LEVEL`, the one form
+/// the parser takes: clap cannot read a flag that is both a count and a level.
+fn kubectl_verbosity(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
+        let Some(text) = arg.to_str().map(str::to_owned) else {
+            out.push(arg);
+            continue;
+        };
+        // What follows `--`, or the words kubectl's completion hands over, are not flags.
+        if text == "--" || text == "__complete" {
+            out.push(arg);
+            out.extend(args);
+            break;
+        }
+        let level = |value: &str| value.parse::<u8>().ok();
+        let next_is_level = args
+            .peek()
+            .and_then(|next| next.to_str())
+            .and_then(level)
+            .is_some();
+        let normalized = match text.as_str() {
+            "-v" | "--v" if next_is_level => {
+                args.next().and_then(|next| next.to_str().and_then(level))
+            }
+            "-v" | "--v" | "--verbose" => Some(1),
+            _ => {
+                if let Some(value) = text
+                    .strip_prefix("--v=")
+                    .or_else(|| text.strip_prefix("-v="))
+                    .or_else(|| text.strip_prefix("--verbose="))
+                {
+                    level(value)
+                } else if let Some(rest) = text.strip_prefix("-v")
+                    && !rest.is_empty()
+                    && rest.bytes().all(|b| b.is_ascii_digit())
+                {
+                    level(rest)
+                } else if text.len() > 2
+                    && text.starts_with('-')
+                    && !text.starts_with("--")
+                    && text[1..].bytes().all(|b| b == b'v')
+                {
+                    u8::try_from(text.len() - 1).ok()
+                } else {
+                    None
+                }
+            }
+        };
+        match normalized {
+            Some(n) => out.push(format!("--v={n}").into()),
+            None => out.push(arg),
+        }
+    }
+    out
 }
 
 /// One line: our context and, when it adds something, the innermost cause. `-v` adds the chain.
@@ -175,6 +265,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         | Command::Simulate(_)
         | Command::Complete { .. } => {}
     }
+    // Arguments are checked before any request, as kubectl checks them.
+    if let Command::Explain(args) = &cli.command {
+        explain::check(args)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -186,6 +280,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let cluster = cluster::Cluster::connect(&cli.connect).await?;
         let result = match &cli.command {
+            Command::Status(args) if args.view == Some(status::View::Nodes) => {
+                nodes::run(&cluster, args).await
+            }
             Command::Status(args) => status::run(&cluster, args).await,
             Command::Explain(args) => explain::run(&cluster, args).await,
             Command::Init(args) => init::run(&cluster, args, cli.verbose).await,

@@ -29,6 +29,9 @@ use std::path::PathBuf;
 
 /// Flags of `migrate`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  kubectl karpenter migrate cluster-autoscaler --cluster demo > karpenter.yaml\n  kubectl karpenter migrate cluster-autoscaler --cluster demo --output-dir ./karpenter --yes"
+)]
 pub(crate) struct MigrateArgs {
     #[command(subcommand)]
     pub from: From,

@@ -7,7 +7,7 @@ use crate::output::{self, Format, age};
 use crate::table::{Cell, Color, Table, truncate};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use karpenter_core::apis::{NodeClaim, NodePool};
+use karpenter_core::apis::{LabelSelector, NodeClaim, NodePool};
 use karpenter_core::explain::{
     self, ClaimPhase, ClaimState, ClaimSummary, LimitUsage, StatusOptions, StatusReport,
 };
@@ -16,7 +16,15 @@ use kube::api::ListParams;
 
 /// Flags of `status`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  kubectl karpenter status\n  kubectl karpenter status -o wide --nodepool default\n  kubectl karpenter status nodes -w\n  kubectl karpenter status -l karpenter.sh/capacity-type=spot --sort-by '$/hour'\n  kubectl karpenter status -w -o json\n  kubectl karpenter status -o name --no-headers | xargs kubectl describe"
+)]
 pub(crate) struct StatusArgs {
+    /// `nodes` for the node view: every Node, from a NodePool or not, with its pods' CPU and
+    /// memory requests against its allocatable, summed per NodePool and for the nodes outside
+    /// any.
+    #[arg(value_enum, value_name = "VIEW")]
+    pub view: Option<View>,
     /// Output format: table (default), wide, json, yaml, or name (the NodeClaims as
     /// nodeclaim.karpenter.sh/NAME, one a line).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
@@ -39,6 +47,72 @@ pub(crate) struct StatusArgs {
     /// Pending pods in all namespaces (the default).
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
+    /// Only the NodeClaims and Nodes whose labels match, as `kubectl get -l` (a claim carries its
+    /// node's labels: karpenter.sh/nodepool, karpenter.sh/capacity-type,
+    /// node.kubernetes.io/instance-type, topology.kubernetes.io/zone, ...).
+    #[arg(short = 'l', long, value_name = "SELECTOR", value_parser = parse_selector)]
+    pub selector: Option<LabelSelector>,
+    /// Print the tables' rows without their header lines, and without the totals line.
+    #[arg(long)]
+    pub no_headers: bool,
+    /// Sort the NodeClaims by a column of their table (and the pools and pending pods too, where
+    /// their tables have it): nodeclaim, nodepool, type, capacity, zone, state, node, age or
+    /// $/hour (also .metadata.name and .metadata.creationTimestamp).
+    #[arg(long, value_name = "COLUMN", value_parser = parse_sort_by)]
+    pub sort_by: Option<SortBy>,
+}
+
+/// What `status` shows instead of its default screen.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum View {
+    /// Every Node with its requests against allocatable.
+    Nodes,
+}
+
+/// A column `--sort-by` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SortBy {
+    Name,
+    NodePool,
+    Type,
+    Capacity,
+    Zone,
+    State,
+    Node,
+    Age,
+    Price,
+}
+
+fn parse_selector(text: &str) -> Result<LabelSelector, String> {
+    text.parse()
+        .map_err(|e: karpenter_core::apis::SelectorError| e.to_string())
+}
+
+/// A column by its header (any case), or by the JSONPath kubectl users sort with.
+fn parse_sort_by(text: &str) -> Result<SortBy, String> {
+    let key = text
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .to_ascii_lowercase();
+    Ok(match key.as_str() {
+        "nodeclaim" | "name" | ".metadata.name" => SortBy::Name,
+        "nodepool" => SortBy::NodePool,
+        "type" | "instance-type" => SortBy::Type,
+        "capacity" | "capacity-type" => SortBy::Capacity,
+        "zone" => SortBy::Zone,
+        "state" => SortBy::State,
+        "node" => SortBy::Node,
+        "age" | ".metadata.creationtimestamp" => SortBy::Age,
+        "$/hour" | "price" => SortBy::Price,
+        _ => {
+            return Err(
+                "not a column; sort by one of nodeclaim, nodepool, type, capacity, zone, state, \
+                 node, age, $/hour (or .metadata.name, .metadata.creationTimestamp)"
+                    .to_owned(),
+            );
+        }
+    })
 }
 
 /// Pending pods shown in the table before the rest are summarised (all with `-o wide`).
@@ -84,7 +158,7 @@ pub(crate) async fn fetch(
     // coming up for them), and only in its namespace when all such pods share one.
     let claims_pods_and_events = async {
         let (node_claims, pods): (Vec<NodeClaim>, Vec<Pod>) = tokio::try_join!(
-            cluster.list_lean::<_, lean::LeanNodeClaim>(claims, any()),
+            cluster.list_lean::<_, lean::LeanNodeClaim>(claims, selected(args)),
             cluster.list_lean::<_, lean::LeanPod>(pods, any().fields(pod_fields)),
         )?;
         let mut waiting = explain::namespaces_an_event_could_explain(&pods, &node_claims);
@@ -108,7 +182,7 @@ pub(crate) async fn fetch(
     };
     let (node_pools, nodes, (node_claims, pods, events)) = tokio::try_join!(
         cluster.list(pools, any()),
-        cluster.list_nodes(nodes, any()),
+        cluster.list_nodes(nodes, selected(args)),
         claims_pods_and_events,
     )?;
     let list_prices = crate::prices::list_prices(
@@ -128,6 +202,55 @@ pub(crate) async fn fetch(
     })
 }
 
+/// How the NodeClaims and Nodes are listed: all of them, or those `-l` selects (the API server
+/// filters). Nodes are selected too, as they carry their claims' labels: otherwise the nodes of
+/// the claims left out would count as nodes outside any NodePool.
+pub(crate) fn selected(args: &StatusArgs) -> ListParams {
+    let params = ListParams::default().match_any();
+    match &args.selector {
+        Some(selector) if !selector.is_empty() => params.labels(&selector.to_string()),
+        _ => params,
+    }
+}
+
+/// Orders the report's tables by `by`, ties kept in name order.
+fn sort(report: &mut StatusReport, by: SortBy) {
+    use std::cmp::Ordering;
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    report.node_claims.sort_by(|a, b| match by {
+        SortBy::Name => a.name.cmp(&b.name),
+        SortBy::NodePool => text(&a.node_pool).cmp(&text(&b.node_pool)),
+        SortBy::Type => text(&a.instance_type).cmp(&text(&b.instance_type)),
+        SortBy::Capacity => text(&a.capacity_type).cmp(&text(&b.capacity_type)),
+        SortBy::Zone => text(&a.zone).cmp(&text(&b.zone)),
+        SortBy::State => a.state.to_string().cmp(&b.state.to_string()),
+        SortBy::Node => text(&a.node_name).cmp(&text(&b.node_name)),
+        SortBy::Age => a.created_at.cmp(&b.created_at),
+        SortBy::Price => {
+            let price = |c: &ClaimSummary| c.price.map(|p| p.per_hour);
+            price(a).partial_cmp(&price(b)).unwrap_or(Ordering::Equal)
+        }
+    });
+    match by {
+        SortBy::Age => {
+            report.node_pools.sort_by_key(|p| p.created_at);
+            report.pending_pods.sort_by_key(|p| p.created_at);
+        }
+        SortBy::Price => report.node_pools.sort_by(|a, b| {
+            a.price_per_hour
+                .partial_cmp(&b.price_per_hour)
+                .unwrap_or(Ordering::Equal)
+        }),
+        SortBy::Name => {
+            report.node_pools.sort_by(|a, b| a.name.cmp(&b.name));
+            report
+                .pending_pods
+                .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        }
+        _ => {}
+    }
+}
+
 /// Builds the report from what [`fetch`] listed, judging expiry at `now`.
 pub(crate) fn report(
     snapshot: &explain::ClusterObjects,
@@ -143,6 +266,9 @@ pub(crate) fn report(
     if let Some(ns) = &args.namespace {
         report.pending_pods.retain(|p| &p.namespace == ns);
         report.totals.pending_pods = report.pending_pods.len();
+    }
+    if let Some(by) = args.sort_by {
+        sort(&mut report, by);
     }
     report
 }
@@ -173,11 +299,14 @@ pub(crate) async fn run(cluster: &Cluster, args: &StatusArgs) -> anyhow::Result<
             if report.node_pools.is_empty() && report.node_claims.is_empty() {
                 eprintln!("No NodePools or NodeClaims found.");
             }
-            output::print_stdout(&render(
+            output::print_stdout(&render_with(
                 &report,
                 now,
-                args.output == Format::Wide,
-                crate::table::color_enabled(),
+                Layout {
+                    wide: args.output == Format::Wide,
+                    color: crate::table::color_enabled(),
+                    headers: !args.no_headers,
+                },
             ))?;
         }
     }
@@ -293,12 +422,48 @@ pub(crate) fn claim_headers(wide: bool) -> Vec<&'static str> {
     }
 }
 
-/// Renders the report as kubectl-style tables, one section per kind, then the totals.
+/// How [`render_with`] lays the tables out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub wide: bool,
+    pub color: bool,
+    /// Header lines and the totals line; off with `--no-headers`.
+    pub headers: bool,
+}
+
+/// [`render_with`] with headers, as the snapshot tests render it.
+#[cfg(test)]
 pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: bool) -> String {
+    render_with(
+        report,
+        now,
+        Layout {
+            wide,
+            color,
+            headers: true,
+        },
+    )
+}
+
+/// Renders the report as kubectl-style tables, one section per kind, then the totals.
+pub(crate) fn render_with(report: &StatusReport, now: Timestamp, layout: Layout) -> String {
+    let Layout {
+        wide,
+        color,
+        headers,
+    } = layout;
+    let new_table = |columns: &[&str]| {
+        let table = Table::new(columns);
+        if headers {
+            table
+        } else {
+            table.without_headers()
+        }
+    };
     let mut sections: Vec<String> = Vec::new();
 
     if !report.node_pools.is_empty() {
-        let mut table = Table::new(&["nodepool", "nodes", "cpu", "memory", "$/hour", "age"]);
+        let mut table = new_table(&["nodepool", "nodes", "cpu", "memory", "$/hour", "age"]);
         for pool in &report.node_pools {
             let mut nodes = match pool.node_limit {
                 Some(limit) => format!("{}/{limit}", pool.nodes),
@@ -322,7 +487,7 @@ pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: b
             ]);
         }
         let mut text = table.render(color);
-        for pool in &report.node_pools {
+        for pool in report.node_pools.iter().filter(|_| headers) {
             if let Some(why) = &pool.not_ready {
                 text.push_str(&format!(
                     "NodePool {} is not ready and launches nothing: {why}\n",
@@ -334,7 +499,7 @@ pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: b
     }
 
     if !report.node_claims.is_empty() {
-        let mut table = Table::new(&claim_headers(wide));
+        let mut table = new_table(&claim_headers(wide));
         for claim in &report.node_claims {
             table.row(claim_row(claim, now, wide));
         }
@@ -342,7 +507,7 @@ pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: b
     }
 
     if !report.pending_pods.is_empty() {
-        let mut table = Table::new(&["namespace", "pending pod", "age", "reason", "message"]);
+        let mut table = new_table(&["namespace", "pending pod", "age", "reason", "message"]);
         let shown = if wide {
             report.pending_pods.len()
         } else {
@@ -367,7 +532,7 @@ pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: b
             ]);
         }
         let mut text = table.render(color);
-        if shown < report.pending_pods.len() {
+        if headers && shown < report.pending_pods.len() {
             text.push_str(&format!(
                 "... and {} more pending pods (-o wide or -o json shows all)\n",
                 report.pending_pods.len() - shown
@@ -376,6 +541,9 @@ pub(crate) fn render(report: &StatusReport, now: Timestamp, wide: bool, color: b
         sections.push(text);
     }
 
+    if !headers {
+        return sections.join("\n");
+    }
     let t = &report.totals;
     let mut total = format!(
         "TOTAL   {} {}, {} {}",
@@ -419,6 +587,10 @@ mod tests {
             watch: false,
             namespace: None,
             all_namespaces: false,
+            view: None,
+            selector: None,
+            no_headers: false,
+            sort_by: None,
         }
     }
 

@@ -1,18 +1,10 @@
 //! kubectl-style tables: UPPERCASE headers, no borders, columns separated by three spaces
-//! (kubectl's tabwriter padding), no trailing spaces. Cells may carry a colour, applied after
-//! alignment so escape codes never skew the columns.
-//!
-//! Why not `comfy-table`: its `NOTHING` preset with a (0, 3) padding, no content arrangement and
-//! trimmed lines gives this layout byte for byte, but not its colours. comfy-table colours cells
-//! through crossterm, which writes `ESC[38;5;2m … ESC[39m` where terminals (and the CLI tests on
-//! a pty) get `ESC[32m … ESC[0m` here, the codes `explain` also paints its answers with; and it
-//! measures cells containing escape codes correctly only with its `custom_styling` feature, whose
-//! `ansi-str` dependency is not in this build. It also measures display width (a CJK character is
-//! two columns) where kubectl's tabwriter, and this table, count characters, and it turns a `\n`
-//! in a cell into a second line. `watch` prints one row at a time at fixed widths
-//! ([`render_row`]), which comfy-table can only do as a one-row table per line.
-
-use std::fmt::Write as _;
+//! (kubectl's tabwriter padding), no trailing spaces, laid out by comfy-table (its `NOTHING`
+//! preset, a (0, 3) padding, no wrapping, trimmed lines). Cells may carry one of kubectl's eight
+//! colours, written as the escape codes `explain` also paints with; comfy-table's
+//! `custom_styling` measures them as taking no room, so they never skew the columns. Widths are
+//! display widths: a CJK character takes two columns, as a terminal shows it.
+use comfy_table::{ColumnConstraint, ContentArrangement, Width, presets};
 
 /// A terminal colour for a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +61,8 @@ impl Cell {
 pub(crate) struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<Cell>>,
+    /// Whether the header line prints (kubectl's `--no-headers` turns it off).
+    hide_headers: bool,
 }
 
 impl Table {
@@ -77,7 +71,15 @@ impl Table {
         Self {
             headers: headers.iter().map(|h| h.as_ref().to_uppercase()).collect(),
             rows: Vec::new(),
+            hide_headers: false,
         }
+    }
+
+    /// The same table printed without its header line, its columns as wide as its rows need
+    /// (as `kubectl get --no-headers`).
+    pub(crate) fn without_headers(mut self) -> Self {
+        self.hide_headers = true;
+        self
     }
 
     /// Adds a row; missing cells print empty.
@@ -85,56 +87,77 @@ impl Table {
         self.rows.push(cells);
     }
 
-    /// The widths of each column (headers included).
+    /// The widths of each column's content (headers included, unless hidden).
     pub(crate) fn widths(&self) -> Vec<usize> {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                let w = cell.text.chars().count();
-                match widths.get_mut(i) {
-                    Some(existing) => *existing = (*existing).max(w),
-                    None => widths.push(w),
-                }
-            }
-        }
-        widths
+        self.layout(false)
+            .column_max_content_widths()
+            .into_iter()
+            .map(usize::from)
+            .collect()
     }
 
-    /// Renders the header and rows; colour only when `color` is set.
+    /// Renders the header and rows, a line each; colour only when `color` is set.
     pub(crate) fn render(&self, color: bool) -> String {
-        let widths = self.widths();
-        let mut out = String::new();
-        let header: Vec<Cell> = self
-            .headers
-            .iter()
-            .map(|h| Cell::from(h.as_str()))
-            .collect();
-        for row in std::iter::once(&header).chain(self.rows.iter()) {
-            out.push_str(&render_row(row, &widths, color));
-            out.push('\n');
+        if self.rows.is_empty() && self.hide_headers {
+            return String::new();
         }
+        let mut out = self.layout(color).trim_fmt();
+        out.push('\n');
         out
+    }
+
+    /// The comfy-table that lays this table out.
+    fn layout(&self, color: bool) -> comfy_table::Table {
+        let mut table = kubectl_table();
+        if !self.hide_headers {
+            table.set_header(self.headers.iter().map(comfy_table::Cell::new));
+        }
+        for row in &self.rows {
+            table.add_row(row.iter().map(|cell| cell.paint(color)));
+        }
+        pad_columns(&mut table);
+        table
     }
 }
 
-/// One row padded to `widths`, without trailing spaces.
-pub(crate) fn render_row(row: &[Cell], widths: &[usize], color: bool) -> String {
-    let mut line = String::new();
-    let last = row.iter().rposition(|c| !c.text.is_empty()).unwrap_or(0);
-    for (i, cell) in row.iter().enumerate().take(last + 1) {
-        let width = widths.get(i).copied().unwrap_or(0);
-        match cell.color.filter(|_| color) {
-            Some(c) => {
-                let _ = write!(line, "\x1b[{}m{}\x1b[0m", c.code(), cell.text);
-            }
-            None => line.push_str(&cell.text),
-        }
-        if i < last {
-            let pad = width.saturating_sub(cell.text.chars().count()) + 3;
-            line.extend(std::iter::repeat_n(' ', pad));
+/// A table without borders or wrapping.
+fn kubectl_table() -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled);
+    table
+}
+
+/// Three spaces after each column, as kubectl's tabwriter pads.
+fn pad_columns(table: &mut comfy_table::Table) {
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 3));
+    }
+}
+
+impl Cell {
+    /// The cell as comfy-table takes it, its colour written in when `color` is set.
+    fn paint(&self, color: bool) -> comfy_table::Cell {
+        match self.color.filter(|_| color) {
+            Some(c) => comfy_table::Cell::new(format!("\x1b[{}m{}\x1b[0m", c.code(), self.text)),
+            None => comfy_table::Cell::new(&self.text),
         }
     }
-    line
+}
+
+/// One row padded to `widths` (as [`Table::widths`] gives them), without trailing spaces: what
+/// `status -w` prints a line at a time under the first screen's columns.
+pub(crate) fn render_row(row: &[Cell], widths: &[usize], color: bool) -> String {
+    let mut table = kubectl_table();
+    table.add_row(row.iter().map(|cell| cell.paint(color)));
+    pad_columns(&mut table);
+    for (column, width) in table.column_iter_mut().zip(widths) {
+        // The constraint counts the padding.
+        let width = u16::try_from(width + 3).unwrap_or(u16::MAX);
+        column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(width)));
+    }
+    table.trim_fmt()
 }
 
 /// Whether stdout should be coloured: a terminal, and neither `NO_COLOR` nor `TERM=dumb`.

@@ -1,7 +1,9 @@
 //! `status --watch`: follows NodeClaims, and the Nodes behind them, after the first screen. Each
 //! claim still coming up gets a progress bar on stderr (Launched → Registered → Initialized), over
 //! a summary bar with the pending pod count; stdout gets one NodeClaim row per change, as
-//! `kubectl get -w` does (a name line with `-o name`). A Node that becomes Ready, stops being
+//! `kubectl get -w` does (a name line with `-o name`, a `NodeClaimChange` document with
+//! `-o json|yaml`: the change's type, ADDED, MODIFIED or DELETED, and the claim as `status -o json`
+//! shows it). A Node that becomes Ready, stops being
 //! Ready or is deleted changes its claim's row too. Runs until interrupted.
 //!
 //! [`Follow`] holds what is known and decides which rows changed; `run` feeds it the watch
@@ -16,7 +18,7 @@ use futures::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use karpenter_core::apis::{NodeClaim, labels};
+use karpenter_core::apis::{LabelSelector, NodeClaim, labels};
 use karpenter_core::explain::{self, ClaimPhase, ClaimSummary};
 use karpenter_core::interner::Interner;
 use karpenter_core::state::CachedNode;
@@ -89,6 +91,8 @@ fn row_key(s: &ClaimSummary) -> (String, Option<String>, Option<String>) {
 /// The claims (of the pool asked about), every Node, and the row last shown for each claim.
 struct Follow {
     node_pool: Option<String>,
+    /// `-l`: the claims the first screen listed, and the only ones the watch is sent.
+    selector: Option<LabelSelector>,
     claims: BTreeMap<String, NodeClaim>,
     nodes: HashMap<String, CachedNode>,
     node_by_provider_id: HashMap<String, String>,
@@ -100,9 +104,14 @@ struct Follow {
 
 impl Follow {
     /// Starts from the first screen's objects, whose rows were just printed.
-    fn new(snapshot: &explain::ClusterObjects, node_pool: Option<String>) -> Self {
+    fn new(
+        snapshot: &explain::ClusterObjects,
+        node_pool: Option<String>,
+        selector: Option<LabelSelector>,
+    ) -> Self {
         let mut follow = Self {
             node_pool,
+            selector,
             claims: BTreeMap::new(),
             nodes: HashMap::new(),
             node_by_provider_id: HashMap::new(),
@@ -131,9 +140,14 @@ impl Follow {
             .labels
             .as_ref()
             .and_then(|l| l.get(labels::NODE_POOL));
-        self.node_pool
-            .as_ref()
-            .is_none_or(|wanted| pool == Some(wanted))
+        let selected = self.selector.as_ref().is_none_or(|selector| {
+            selector.matches(claim.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+        });
+        selected
+            && self
+                .node_pool
+                .as_ref()
+                .is_none_or(|wanted| pool == Some(wanted))
     }
 
     /// What the watch keeps of a Node it was sent.
@@ -280,8 +294,9 @@ impl Screen {
             .suspend(|| crate::output::print_stdout(&format!("{line}\n")));
     }
 
-    /// Shows a claim's new row, and moves or ends its bar.
-    fn show(&mut self, s: &ClaimSummary, now: Timestamp) {
+    /// Shows a claim's new row, and moves or ends its bar. `change` is `ADDED` for a claim not
+    /// shown before, else `MODIFIED`.
+    fn show(&mut self, change: &str, s: &ClaimSummary, now: Timestamp) {
         let state = s.state.to_string();
         if coming_up(s.state.phase) {
             let bar = self.bars.entry(s.name.clone()).or_insert_with(|| {
@@ -313,7 +328,34 @@ impl Screen {
                 false,
             )),
             Format::Name => self.print(node_claim_name(&s.name)),
-            Format::Json | Format::Yaml => {}
+            Format::Json | Format::Yaml => self.document(change, s, now),
+        }
+    }
+
+    /// One document a change, as `kubectl get -w -o json|yaml --output-watch-events` prints
+    /// them: the change's type and the claim's row as `status -o json` shows it.
+    fn document(&self, change: &str, s: &ClaimSummary, now: Timestamp) {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Change<'a> {
+            #[serde(rename = "type")]
+            type_: &'a str,
+            node_claim: &'a ClaimSummary,
+        }
+        let change = Change {
+            type_: change,
+            node_claim: s,
+        };
+        match crate::output::render_data(self.format, "NodeClaimChange", &change, now) {
+            Ok(text) => {
+                let text = if self.format == Format::Yaml {
+                    format!("---\n{text}")
+                } else {
+                    text
+                };
+                self.print(text.trim_end().to_owned());
+            }
+            Err(e) => eprintln!("error: {e}"),
         }
     }
 
@@ -332,7 +374,7 @@ impl Screen {
                 self.print(render_row(&row, &self.widths, false));
             }
             Format::Name => self.print(node_claim_name(&s.name)),
-            Format::Json | Format::Yaml => {}
+            Format::Json | Format::Yaml => self.document("DELETED", &s, now),
         }
     }
 }
@@ -367,7 +409,11 @@ pub(crate) async fn run(
     // The watches re-list first (from the API server's cache: resourceVersion=0, as `status`
     // lists); what the first screen already showed prints again only if it changed since.
     let config = || watcher::Config::default().any_semantic();
-    let claims = watcher(cluster.all::<NodeClaim>(), config())
+    let claim_config = match &args.selector {
+        Some(selector) if !selector.is_empty() => config().labels(&selector.to_string()),
+        _ => config(),
+    };
+    let claims = watcher(cluster.all::<NodeClaim>(), claim_config)
         .default_backoff()
         .map(|e| Change::Claim(Event::from(e)))
         .boxed();
@@ -382,7 +428,7 @@ pub(crate) async fn run(
         .boxed();
     let mut changes = futures::stream::select_all([claims, nodes, pods]);
 
-    let mut follow = Follow::new(snapshot, args.nodepool.clone());
+    let mut follow = Follow::new(snapshot, args.nodepool.clone(), args.selector.clone());
     let mut pending: HashSet<String> = snapshot
         .pods
         .iter()
@@ -411,9 +457,15 @@ pub(crate) async fn run(
         let now = Timestamp::now();
         match change {
             Change::Claim(Event::Seen(claim)) => {
-                claims_in_init.insert(claim.metadata.name.clone().unwrap_or_default());
+                let name = claim.metadata.name.clone().unwrap_or_default();
+                let change = if follow.shown.contains_key(&name) {
+                    "MODIFIED"
+                } else {
+                    "ADDED"
+                };
+                claims_in_init.insert(name);
                 if let Some(s) = follow.claim_seen(*claim) {
-                    screen.show(&s, now);
+                    screen.show(change, &s, now);
                 }
             }
             Change::Claim(Event::Gone(claim)) => {
@@ -442,12 +494,12 @@ pub(crate) async fn run(
                 nodes_in_init.insert(node.metadata.name.clone().unwrap_or_default());
                 let node = follow.cached(*node);
                 for s in follow.node_seen(node) {
-                    screen.show(&s, now);
+                    screen.show("MODIFIED", &s, now);
                 }
             }
             Change::Node(Event::Gone(node)) => {
                 for s in follow.node_gone(node.metadata.name.as_deref().unwrap_or_default()) {
-                    screen.show(&s, now);
+                    screen.show("MODIFIED", &s, now);
                 }
             }
             Change::Node(Event::Init) => nodes_in_init.clear(),
@@ -460,7 +512,7 @@ pub(crate) async fn run(
                     .collect();
                 for name in vanished {
                     for s in follow.node_gone(&name) {
-                        screen.show(&s, now);
+                        screen.show("MODIFIED", &s, now);
                     }
                 }
             }
@@ -541,7 +593,7 @@ mod tests {
     #[test]
     fn a_node_that_stops_and_becomes_ready_again_changes_its_claims_row() {
         let (cluster, claim, mut node) = ready_claim_and_node();
-        let mut follow = Follow::new(&cluster, None);
+        let mut follow = Follow::new(&cluster, None, None);
         assert_eq!(follow.shown[&claim].state.to_string(), "Ready");
 
         set_ready(&mut node, "False");
@@ -564,7 +616,7 @@ mod tests {
     #[test]
     fn a_deleted_node_changes_its_claims_row() {
         let (cluster, claim, node) = ready_claim_and_node();
-        let mut follow = Follow::new(&cluster, None);
+        let mut follow = Follow::new(&cluster, None, None);
         let rows = follow.node_gone(&node.name);
         assert_eq!(named(&rows), [(claim, "NotReady(NodeDeleted)".to_owned())]);
     }
@@ -572,7 +624,7 @@ mod tests {
     #[test]
     fn a_claim_event_prints_only_when_its_row_changes() {
         let (cluster, claim, _) = ready_claim_and_node();
-        let mut follow = Follow::new(&cluster, None);
+        let mut follow = Follow::new(&cluster, None, None);
         let same = cluster
             .node_claims
             .iter()
@@ -595,8 +647,21 @@ mod tests {
     #[test]
     fn claims_of_other_pools_are_not_followed() {
         let (cluster, _, node) = ready_claim_and_node();
-        let mut follow = Follow::new(&cluster, Some("no-such-pool".to_owned()));
+        let mut follow = Follow::new(&cluster, Some("no-such-pool".to_owned()), None);
         assert!(follow.shown.is_empty());
         assert!(follow.node_gone(&node.name).is_empty());
+    }
+
+    #[test]
+    fn claims_the_selector_leaves_out_are_not_followed() {
+        let (cluster, _, _) = ready_claim_and_node();
+        let spot = "karpenter.sh/capacity-type=spot".parse().ok();
+        let everything = Follow::new(&cluster, None, None);
+        let only_spot = Follow::new(&cluster, None, spot);
+        assert!(!everything.shown.is_empty());
+        assert!(
+            only_spot.shown.len() < everything.shown.len(),
+            "the on-demand claims are left out"
+        );
     }
 }

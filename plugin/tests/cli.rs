@@ -479,6 +479,249 @@ async fn name_output_prints_nodeclaims_as_kubectl_names_them() {
     );
 }
 
+#[tokio::test]
+async fn selector_sort_by_and_no_headers_work_as_in_kubectl_get() {
+    // b first, so that age order and name order differ.
+    upstream_claim("up-sel-b", "up-sel-b-x1", "up-sel-b-node", "{}").await;
+    upstream_claim("up-sel-a", "up-sel-a-x1", "up-sel-a-node", "{}").await;
+    assert_eq!(
+        stdout_ok(&[
+            "status",
+            "-l",
+            "karpenter.sh/nodepool=up-sel-b",
+            "-o",
+            "name"
+        ]),
+        "nodeclaim.karpenter.sh/up-sel-b-x1\n",
+        "-l selects the claims"
+    );
+    let rows = |sort_by: &str| -> Vec<String> {
+        let out = stdout_ok(&[
+            "status",
+            "--selector",
+            "karpenter.sh/nodepool in (up-sel-a, up-sel-b)",
+            "--no-headers",
+            "--sort-by",
+            sort_by,
+        ]);
+        assert!(
+            !out.lines().any(|l| l.starts_with("NODECLAIM")
+                || l.starts_with("NODEPOOL")
+                || l.starts_with("TOTAL")),
+            "--no-headers prints rows only:\n{out}"
+        );
+        out.lines()
+            .filter(|l| l.starts_with("up-sel-"))
+            .filter(|l| l.contains("-x1"))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(rows("age"), ["up-sel-b-x1", "up-sel-a-x1"], "oldest first");
+    assert_eq!(rows(".metadata.name"), ["up-sel-a-x1", "up-sel-b-x1"]);
+}
+
+#[tokio::test]
+async fn status_nodes_shows_each_nodes_pods_and_requests_and_sums_them_per_pool() {
+    upstream_claim("up-nodes", "up-nodes-x1", "up-nodes-node", "{}").await;
+    let json: Value = serde_json::from_str(&stdout_ok(&[
+        "status",
+        "nodes",
+        "--nodepool",
+        "up-nodes",
+        "-o",
+        "json",
+    ]))
+    .expect("json");
+    assert_eq!(json["kind"], "Nodes", "{json}");
+    let node = &json["nodes"][0];
+    assert_eq!(node["name"], "up-nodes-node", "{json}");
+    assert_eq!(node["nodeClaim"], "up-nodes-x1", "{json}");
+    assert_eq!(node["usage"]["pods"], 1, "the pod bound to it: {json}");
+    assert_eq!(node["price"]["perHour"], 0.035, "its price label: {json}");
+    assert_eq!(json["groups"][0]["nodePool"], "up-nodes", "{json}");
+    let table = stdout_ok(&["status", "nodes", "-l", "karpenter.sh/nodepool=up-nodes"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("NODE "), "{table}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("up-nodes-node ") && l.contains("m5.large")),
+        "{table}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("up-nodes ") && l.contains("$0.0350")),
+        "the pool's total: {table}"
+    );
+    assert!(
+        !table.contains('█'),
+        "piped, the view prints numbers, not bars: {table}"
+    );
+}
+
+/// A kubeconfig naming a server nothing listens on: a command that reaches for the cluster fails
+/// with "listing ..." or "connecting ...", one that is refused first never gets that far.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> String {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .expect("write kubeconfig");
+    kubeconfig.to_str().expect("utf-8 path").to_owned()
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_request_naming_what_would_do() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    for (args, says) in [
+        (
+            vec!["status", "--sort-by", "colour"],
+            "nodeclaim, nodepool, type",
+        ),
+        (vec!["status", "-l", "app in web"], "parentheses"),
+        (vec!["status", "-l", "Bad.Prefix/app=x"], "DNS subdomain"),
+        (vec!["status", "--request-timeout", "soon"], "30s"),
+        (
+            vec!["status", "-o", "xml"],
+            "one of: table, wide, json, yaml, name",
+        ),
+        (
+            vec!["explain", "pod", "web-0"],
+            "nodeclaim NAME or node NAME",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+            .args(&args)
+            .args(["--kubeconfig", &kubeconfig])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: ") && first.contains(says),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("listing") && !stderr.contains("127.0.0.1"),
+            "{args:?} reached for the cluster: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn every_verbosity_form_kubectl_users_type_is_taken() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    for form in [
+        vec!["-v=6"],
+        vec!["--v=6"],
+        vec!["-v", "6"],
+        vec!["--v", "2"],
+        vec!["-v6"],
+        vec!["-v"],
+        vec!["-vv"],
+        vec!["--verbose"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+            .arg("status")
+            .args(&form)
+            .args(["--kubeconfig", &kubeconfig, "--request-timeout", "5s"])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{form:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument") && stderr.contains("error: listing"),
+            "{form:?}: {stderr}"
+        );
+        assert!(stderr.lines().count() > 1, "{form:?} adds detail: {stderr}");
+    }
+}
+
+#[test]
+fn every_subcommand_shows_an_example_in_its_help() {
+    for subcommand in [
+        vec!["status"],
+        vec!["explain"],
+        vec!["init"],
+        vec!["init", "aws"],
+        vec!["init", "gcp"],
+        vec!["convert"],
+        vec!["simulate"],
+        vec!["migrate"],
+        vec!["migrate", "cluster-autoscaler"],
+        vec!["completion"],
+        vec!["version"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+            .args(&subcommand)
+            .arg("--help")
+            .output()
+            .expect("run");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{subcommand:?}");
+        assert!(
+            help.contains("Examples:\n  kubectl karpenter "),
+            "{subcommand:?} --help has no example:\n{help}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn status_watch_as_json_prints_a_document_per_change() {
+    upstream_claim("up-wjson", "up-wjson-x1", "up-wjson-node", "{}").await;
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_kubectl-karpenter"))
+        .args([
+            "status",
+            "-w",
+            "-o",
+            "json",
+            "-l",
+            "karpenter.sh/nodepool=up-wjson",
+        ])
+        .env("KUBECONFIG", &rig().kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start status -w -o json");
+    let stdout = watch.stdout.take().expect("stdout");
+    let (docs_tx, docs) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for doc in serde_json::Deserializer::from_reader(stdout).into_iter::<Value>() {
+            let Ok(doc) = doc else { break };
+            if docs_tx.send(doc).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        docs.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a document within a minute")
+    };
+    let first = next();
+    assert_eq!(first["kind"], "Status", "{first}");
+    let deleted = rig()
+        .kubectl()
+        .args(["delete", "nodeclaim", "up-wjson-x1", "--wait=false"])
+        .output()
+        .expect("kubectl delete");
+    assert!(deleted.status.success());
+    let change = loop {
+        let doc = next();
+        if doc["type"] == "DELETED" {
+            break doc;
+        }
+    };
+    assert_eq!(change["kind"], "NodeClaimChange", "{change}");
+    assert_eq!(change["nodeClaim"]["name"], "up-wjson-x1", "{change}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
 async fn set_node_ready(node: &str, ready: &str) {
     let api: Api<Node> = Api::all(rig().client().await);
     let t = k8s_openapi::jiff::Timestamp::now().to_string();

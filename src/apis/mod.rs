@@ -18,6 +18,7 @@ pub mod ec2nodeclass;
 pub mod gcenodeclass;
 mod human_duration;
 pub mod kwoknodeclass;
+mod label_selector;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodeclaim_annotations;
@@ -34,6 +35,7 @@ pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use gcenodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
 pub use human_duration::human_duration;
 pub use kwoknodeclass::{KWOKNodeClass, KWOKNodeClassSpec, KWOKNodeClassStatus};
+pub use label_selector::{LabelSelector, SelectorError};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
 pub use nodeclaim_annotations::RecordedInstanceType;
 pub use nodepool::{

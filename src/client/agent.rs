@@ -50,6 +50,14 @@ pub fn fenced_agent_client(mut config: Config, fence: &Fence) -> Result<Client, 
         .build())
 }
 
+/// A client, kube's defaults otherwise, whose every request but a watch gives up after `limit`
+/// without an answer: the plugin's `--request-timeout`, as kubectl's.
+pub fn bounded_client(config: Config, limit: Duration) -> Result<Client, kube::Error> {
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&Bounded(limit))
+        .build())
+}
+
 /// Names the client in every request's `User-Agent` as `product/VERSION`, as client-go names
 /// its binaries. kube sends none, and the API server takes the field manager of a create,
 /// update or merge patch that names none from the User-Agent: without it, the agent's NodeClaims

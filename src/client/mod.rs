@@ -15,5 +15,5 @@ pub(crate) mod lenient_watch;
 pub(crate) mod metadata_list;
 pub mod proxy;
 
-pub use agent::{agent_client, fenced_agent_client, identify};
+pub use agent::{agent_client, bounded_client, fenced_agent_client, identify};
 pub use fence::Fence;

@@ -15,7 +15,8 @@
 //! One file per question, each pure facts with no presentation (the plugin words and lays them
 //! out): `recorded` (what the agent wrote on a claim), `price` (what a node or claim costs, and
 //! where that price came from), `claim_state` (a claim's phase from its conditions), `status` (the
-//! `status` report: pools against limits, claims, totals), `pending` (pending pods and why each
+//! `status` report: pools against limits, claims, totals), `nodes` (its node view: every Node's
+//! requests against allocatable, summed per pool), `pending` (pending pods and why each
 //! waits), `nodeclaim` (`explain nodeclaim`: why the claim exists), `choice` (which instance types
 //! it could have been and why this one won), `timeline` (what happened to it and when),
 //! `disruption` (whether it can be disrupted now, and what blocks it; a budget's own rules are
@@ -37,6 +38,7 @@ mod disruption;
 #[cfg(test)]
 mod fixtures;
 mod nodeclaim;
+mod nodes;
 mod pending;
 mod price;
 mod status;
@@ -53,6 +55,7 @@ pub(crate) use claim_state::{claim_state, claim_state_at};
 
 pub use nodeclaim::WhyItExists;
 pub use nodeclaim::{ClaimExplanation, NotFound, explain_node_claim};
+pub use nodes::{NodeGroup, NodeRow, NodesReport, Usage, nodes_report};
 pub use pending::{FAILED_SCHEDULING, is_pending, namespaces_an_event_could_explain, pending_pods};
 pub(crate) use pending::{FAILED_TO_SCHEDULE, PendingPod};
 pub use price::{HOURS_PER_MONTH, ListPrices, Price, PriceSource};
