@@ -10,6 +10,7 @@
 use k8s_openapi::api::core::v1::{
     Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use karpenter_core::apis::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use serde::Deserialize;
@@ -69,6 +70,7 @@ struct LeanNodeSpec {
 #[derive(Deserialize, Clone, Debug, Default)]
 #[serde(default)]
 struct LeanNodeStatus {
+    allocatable: Option<BTreeMap<String, Quantity>>,
     conditions: Option<Vec<NodeCondition>>,
 }
 
@@ -82,6 +84,7 @@ impl From<LeanNode> for Node {
                 ..NodeSpec::default()
             }),
             status: n.status.map(|s| NodeStatus {
+                allocatable: s.allocatable,
                 conditions: s.conditions,
                 ..NodeStatus::default()
             }),

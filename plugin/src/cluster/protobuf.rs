@@ -12,6 +12,7 @@
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use std::collections::BTreeMap;
 
@@ -206,15 +207,46 @@ fn node_condition(bytes: &[u8]) -> anyhow::Result<NodeCondition> {
     Ok(condition)
 }
 
+/// One entry of a `map<string, Quantity>`: the resource and its quantity's text.
+fn quantity_entry(bytes: &[u8]) -> anyhow::Result<(String, Quantity)> {
+    let (mut key, mut value) = (String::new(), String::new());
+    let mut fields = Fields::of(bytes);
+    while let Some((number, payload)) = fields.next_field()? {
+        match (number, payload) {
+            (1, Payload::Bytes(b)) => key = string(b)?,
+            // A Quantity message: its text is field 1.
+            (2, Payload::Bytes(b)) => {
+                let mut quantity = Fields::of(b);
+                while let Some((number, payload)) = quantity.next_field()? {
+                    if let (1, Payload::Bytes(text)) = (number, payload) {
+                        value = string(text)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((key, Quantity(value)))
+}
+
 fn node_status(bytes: &[u8]) -> anyhow::Result<NodeStatus> {
     let mut status = NodeStatus::default();
     let mut fields = Fields::of(bytes);
     while let Some((number, payload)) = fields.next_field()? {
-        if let (4, Payload::Bytes(b)) = (number, payload) {
-            status
+        match (number, payload) {
+            // `status nodes` sets pods' requests against it.
+            (2, Payload::Bytes(b)) => {
+                let (name, quantity) = quantity_entry(b)?;
+                status
+                    .allocatable
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name, quantity);
+            }
+            (4, Payload::Bytes(b)) => status
                 .conditions
                 .get_or_insert_with(Vec::new)
-                .push(node_condition(b)?);
+                .push(node_condition(b)?),
+            _ => {}
         }
     }
     Ok(status)
@@ -319,7 +351,12 @@ mod tests {
             bytes_field(5, b"KubeletReady", m);
         });
         let image = message(|m| bytes_field(1, b"registry.k8s.io/pause:3.10", m));
+        let cpu = message(|m| {
+            bytes_field(1, b"cpu", m);
+            bytes_field(2, &message(|q| bytes_field(1, b"3920m", q)), m);
+        });
         let status = message(|m| {
+            bytes_field(2, &cpu, m);
             bytes_field(4, &condition, m);
             bytes_field(8, &image, m);
             // A fixed64 and a fixed32 field that no schema has, to show unknown fields are skipped.
@@ -379,6 +416,10 @@ mod tests {
             1_764_700_000
         );
         assert!(a.metadata.managed_fields.is_none());
+        assert_eq!(
+            a.status.as_ref().unwrap().allocatable.as_ref().unwrap()["cpu"],
+            Quantity("3920m".to_owned())
+        );
         let spec = a.spec.as_ref().unwrap();
         assert_eq!(spec.provider_id.as_deref(), Some("kwok://a"));
         assert_eq!(spec.unschedulable, Some(true));
