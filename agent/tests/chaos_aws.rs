@@ -116,6 +116,17 @@ async fn leader(client: &kube::Client) -> Option<String> {
     identity.split('_').next().map(str::to_owned)
 }
 
+/// Whether a node carries `karpenter.sh/disrupted`.
+fn has_disruption_taint(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == karpenter_core::apis::labels::DISRUPTED_TAINT_KEY)
+        })
+}
+
 /// Nodes carrying the disruption taint whose claim is not being deleted.
 async fn stranded_taints(client: &kube::Client) -> Vec<String> {
     let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
@@ -126,15 +137,7 @@ async fn stranded_taints(client: &kube::Client) -> Vec<String> {
     let claims = claims_of(client, CLUSTER).await;
     nodes
         .into_iter()
-        .filter(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|t| {
-                    t.iter()
-                        .any(|t| t.key == karpenter_core::apis::labels::DISRUPTED_TAINT_KEY)
-                })
-        })
+        .filter(has_disruption_taint)
         .filter(|n| {
             !claims.iter().any(|c| {
                 c.status.as_ref().and_then(|s| s.node_name.as_deref()) == n.metadata.name.as_deref()
@@ -171,17 +174,7 @@ async fn disrupting(client: &kube::Client) -> bool {
     Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&Default::default())
         .await
-        .map(|l| {
-            l.items.iter().any(|n| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|t| {
-                        t.iter()
-                            .any(|t| t.key == karpenter_core::apis::labels::DISRUPTED_TAINT_KEY)
-                    })
-            })
-        })
+        .map(|l| l.items.iter().any(has_disruption_taint))
         .unwrap_or(false)
 }
 

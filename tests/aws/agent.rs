@@ -686,21 +686,14 @@ async fn a_throttled_launch_backs_off_says_why_on_the_claim_and_succeeds_once_ec
     );
     let claims = claims_of(&client, "throttle-demo").await;
     assert_eq!(claims.len(), 1, "one claim, launched once it could be");
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    let said_why = events
-        .list(&Default::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .any(|e| {
-            e.reason.as_deref() == Some("LaunchFailed")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                    == claims[0].metadata.name.as_deref()
-                && e.note
-                    .as_deref()
-                    .is_some_and(|n| n.contains("RequestLimitExceeded"))
-        });
+    let said_why = events(&client).await.into_iter().any(|e| {
+        e.reason.as_deref() == Some("LaunchFailed")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                == claims[0].metadata.name.as_deref()
+            && e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("RequestLimitExceeded"))
+    });
     assert!(said_why, "the claim's Events say the launch was throttled");
     let text = metrics.encode().expect("metrics encode");
     assert!(
@@ -839,12 +832,8 @@ async fn a_pool_whose_launches_are_always_refused_gives_up_says_it_is_unhealthy_
         condition.message.contains("UnauthorizedOperation"),
         "the condition says what refused the launch: {condition:?}"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    let timeouts = events
-        .list(&Default::default())
+    let timeouts = events(&client)
         .await
-        .expect("list events")
-        .items
         .into_iter()
         .filter(|e| {
             e.reason.as_deref() == Some("LaunchTimeout")
@@ -927,4 +916,13 @@ async fn a_fleet_that_launched_nothing_is_tried_again_under_a_new_client_token_n
     );
     clean_up(&client, "token-demo-app", "token-demo", "ec2nodeclass").await;
     drop(agent);
+}
+
+/// Every Event in the cluster, as `kubectl get events -A` lists them (events.k8s.io/v1).
+async fn events(client: &kube::Client) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items
 }
